@@ -1,0 +1,5 @@
+"""observer: trust signals for RAG answers traced in Langfuse."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

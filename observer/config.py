@@ -1,0 +1,198 @@
+"""Configuration: the only reader of config files and the environment.
+
+Precedence, highest first: `OBSERVER_*` variables (nested keys joined with
+`__`, e.g. `OBSERVER_CRAG__HIGH=0.7`; lists as JSON), the Langfuse SDK's own
+`LANGFUSE_*` variables, the TOML file given with `--config` (or
+`OBSERVER_CONFIG`), the defaults of DESIGN §3. Everything is validated at
+start; a bad value is a `ConfigError` that names the key. Secrets are read
+from the environment only and never printed.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from observer.signals.params import (
+    DEFAULT_ABBREVIATIONS,
+    DEFAULT_PLEASANTRY_PREFIXES,
+    CragParams,
+    SignalParams,
+)
+
+CONFIG_ENV = "OBSERVER_CONFIG"
+SECRET_KEYS = frozenset({("langfuse", "secret_key")})
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the key and the problem."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SignalsSettings(_Section):
+    min_chars: int = Field(8, ge=1, description="characters a substantive sentence needs")
+    pleasantry_prefixes: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_PLEASANTRY_PREFIXES)
+    )
+    abbreviations: list[str] = Field(default_factory=lambda: list(DEFAULT_ABBREVIATIONS))
+
+
+class CragSettings(_Section):
+    high: float = Field(0.65, ge=0.0, le=1.0, allow_inf_nan=False)
+    low: float = Field(0.25, ge=0.0, le=1.0, allow_inf_nan=False)
+    high_gap: float = Field(0.15, ge=0.0, le=1.0, allow_inf_nan=False)
+    low_avg_buffer: float = Field(0.05, ge=0.0, le=1.0, allow_inf_nan=False)
+    mode: Literal["heuristic", "disabled"] = "heuristic"
+
+    @model_validator(mode="after")
+    def _low_below_high(self) -> CragSettings:
+        if self.low >= self.high:
+            raise ValueError(f"crag.low ({self.low}) must be below crag.high ({self.high})")
+        return self
+
+
+class BandSettings(_Section):
+    high: float = Field(0.85, ge=0.0, le=1.0, allow_inf_nan=False)
+    medium: float = Field(0.60, ge=0.0, le=1.0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _medium_below_high(self) -> BandSettings:
+        if self.medium > self.high:
+            raise ValueError(f"band.medium ({self.medium}) must not exceed band.high ({self.high})")
+        return self
+
+
+class LangfuseSettings(_Section):
+    base_url: str = "https://cloud.langfuse.com"
+    public_key: str | None = None
+    secret_key: SecretStr | None = None
+
+
+class _LangfuseEnv(PydanticBaseSettingsSource):
+    """The variables the Langfuse SDK itself reads, so one set of variables serves both."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        env = os.environ
+        found: dict[str, Any] = {}
+        base_url = env.get("LANGFUSE_BASE_URL") or env.get("LANGFUSE_HOST")
+        if base_url:
+            found["base_url"] = base_url
+        if env.get("LANGFUSE_PUBLIC_KEY"):
+            found["public_key"] = env["LANGFUSE_PUBLIC_KEY"]
+        if env.get("LANGFUSE_SECRET_KEY"):
+            found["secret_key"] = env["LANGFUSE_SECRET_KEY"]
+        return {"langfuse": found} if found else {}
+
+
+class Settings(BaseSettings):
+    """The effective configuration of observer."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="OBSERVER_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    signals: SignalsSettings = SignalsSettings()
+    crag: CragSettings = CragSettings()
+    band: BandSettings = BandSettings()
+    langfuse: LangfuseSettings = LangfuseSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file arrives as init values; the environment overrides it.
+        return env_settings, _LangfuseEnv(settings_cls), init_settings
+
+    def signal_params(self) -> SignalParams:
+        return SignalParams(
+            min_chars=self.signals.min_chars,
+            pleasantry_prefixes=tuple(p.lower() for p in self.signals.pleasantry_prefixes),
+            abbreviations=frozenset(self.signals.abbreviations),
+            crag=CragParams(
+                high=self.crag.high,
+                low=self.crag.low,
+                high_gap=self.crag.high_gap,
+                low_avg_buffer=self.crag.low_avg_buffer,
+                mode=self.crag.mode,
+            ),
+            band_high=self.band.high,
+            band_medium=self.band.medium,
+        )
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"config file {path} cannot be read: {error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"config file {path} is not valid TOML: {error}") from None
+    for section, key in SECRET_KEYS:
+        table = data.get(section)
+        if isinstance(table, dict) and key in table:
+            raise ConfigError(
+                f"config file {path}: {section}.{key} is a secret; set it in the environment "
+                f"(OBSERVER_{section.upper()}__{key.upper()} or {section.upper()}_{key.upper()}) "
+                "instead of the file"
+            )
+    return data
+
+
+def _describe(error: ValidationError, origin: str) -> str:
+    lines = [f"invalid configuration ({origin}):"]
+    for item in error.errors(include_url=False):
+        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        # Never echo the rejected value of a secret.
+        lines.append(f"  {where}: {message}")
+    return "\n".join(lines)
+
+
+def load_settings(config_path: str | Path | None = None) -> Settings:
+    """Read the config file (if any) and the environment; validate everything."""
+    if config_path is None and os.environ.get(CONFIG_ENV):
+        config_path = os.environ[CONFIG_ENV]
+    data: dict[str, Any] = {}
+    origin = "defaults and environment"
+    if config_path is not None:
+        path = Path(config_path)
+        data = _read_toml(path)
+        origin = f"{path} and environment"
+    try:
+        return Settings(**data)
+    except ValidationError as error:
+        raise ConfigError(_describe(error, origin)) from None
+
+
+def masked(settings: Settings) -> dict[str, Any]:
+    """The effective configuration as plain data, secrets masked, unset keys left out."""
+    data = settings.model_dump(mode="python", exclude_none=True)
+    for section, key in SECRET_KEYS:
+        if key in data.get(section, {}):
+            data[section][key] = "********"
+    return data

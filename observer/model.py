@@ -1,0 +1,138 @@
+"""Values that cross module boundaries: frozen dataclasses, no I/O.
+
+`RagRecord` and `Source` are DESIGN §2. pydantic validates them at the edge
+(`observer.records`) straight into these dataclasses; the constraints below
+(finite floats, ISO timestamps, `kb`/`web`) are read by that validation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, ConfigDict, with_config
+
+
+def _iso_timestamp(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"not an ISO-8601 timestamp: {value[:40]!r}") from None
+    return value
+
+
+IsoTimestamp = Annotated[str | None, AfterValidator(_iso_timestamp)]
+
+
+@with_config(ConfigDict(allow_inf_nan=False, extra="ignore"))
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One numbered piece of evidence shown to the model; sources[0] is [1]."""
+
+    text: str
+    chunk_id: str | None = None
+    doc_id: str | None = None
+    title: str | None = None
+    score: float | None = None
+    text_hash: str | None = None
+    origin: Literal["kb", "web"] = "kb"
+
+
+@with_config(ConfigDict(allow_inf_nan=False, extra="ignore"))
+@dataclass(frozen=True, slots=True)
+class RagRecord:
+    """One answer with the evidence it was generated from (DESIGN §2)."""
+
+    trace_id: str
+    question: str
+    answer: str
+    sources: tuple[Source, ...]
+    observation_id: str | None = None
+    timestamp: IsoTimestamp = None
+    environment: str | None = None
+    rerank_scores: tuple[float, ...] | None = None
+    needs_fallback: bool | None = None
+    low_confidence: bool | None = None
+    query_type: str | None = None
+    context: str | None = None
+    # The app's own CRAG grade, when it logged one: compared, never trusted.
+    app_crag_grade: str | None = None
+
+
+class Grade(StrEnum):
+    HIGH = "HIGH"
+    AMBIGUOUS = "AMBIGUOUS"
+    LOW = "LOW"
+
+
+class Band(StrEnum):
+    HIGH = "HIGH"
+    MEDIUM = "MEDIUM"
+    LOW = "LOW"
+
+
+@dataclass(frozen=True, slots=True)
+class Sentence:
+    """A sentence of the answer as the signals split it (DESIGN §3.2)."""
+
+    text: str
+    refs: tuple[int, ...]
+    substantive: bool
+    cited: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Citations:
+    """Markers and sentence coverage of one answer (DESIGN §3.1, §3.2)."""
+
+    sentences: tuple[Sentence, ...]
+    valid_refs: tuple[int, ...]
+    invalid_refs: tuple[int, ...]
+    substantive: int
+    cited: int
+    coverage: float | None
+
+    @property
+    def coverage_computed(self) -> bool:
+        return self.coverage is not None
+
+
+@dataclass(frozen=True, slots=True)
+class CragResult:
+    grade: Grade
+    reason: str
+    top1: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class NumericGrounding:
+    """Numbers of the answer checked against the sources (DESIGN §3.5)."""
+
+    numbers: int
+    grounded: int
+    unsupported: tuple[str, ...]
+
+    @property
+    def ratio(self) -> float | None:
+        return self.grounded / self.numbers if self.numbers else None
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """Every deterministic signal of one record (DESIGN §3)."""
+
+    trace_id: str
+    citations: Citations
+    crag: CragResult
+    rerank_top1: float
+    confidence: float
+    band: Band
+    needs_fallback: bool
+    low_confidence: bool
+    ungrounded: bool
+    numeric: NumericGrounding
+    # None when the record carries no app grade to compare with.
+    crag_mismatch: bool | None = field(default=None)

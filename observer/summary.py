@@ -1,0 +1,93 @@
+"""A running summary of many records' signals, and its table (`--summary`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from rich.table import Table
+
+from observer.model import Band, Grade, Signals
+
+
+@dataclass
+class Summary:
+    """Aggregates signals one record at a time; holds no per-record data."""
+
+    records: int = 0
+    bad_lines: int = 0
+    coverage_sum: float = 0.0
+    coverage_n: int = 0
+    confidence_sum: float = 0.0
+    grades: Counter[str] = field(default_factory=Counter)
+    bands: Counter[str] = field(default_factory=Counter)
+    ungrounded: int = 0
+    fallbacks: int = 0
+    ghost_records: int = 0
+    ghost_refs: int = 0
+    numbers: int = 0
+    unsupported_numbers: int = 0
+    unsupported_records: int = 0
+    grade_mismatches: int = 0
+
+    def add(self, signals: Signals) -> None:
+        self.records += 1
+        coverage = signals.citations.coverage
+        if coverage is not None:
+            self.coverage_sum += coverage
+            self.coverage_n += 1
+        self.confidence_sum += signals.confidence
+        self.grades[signals.crag.grade.value] += 1
+        self.bands[signals.band.value] += 1
+        self.ungrounded += signals.ungrounded
+        self.fallbacks += signals.needs_fallback
+        ghosts = len(signals.citations.invalid_refs)
+        self.ghost_refs += ghosts
+        self.ghost_records += ghosts > 0
+        numeric = signals.numeric
+        self.numbers += numeric.numbers
+        self.unsupported_numbers += numeric.numbers - numeric.grounded
+        self.unsupported_records += numeric.grounded < numeric.numbers
+        self.grade_mismatches += signals.crag_mismatch is True
+
+
+def _share(count: int, total: int) -> str:
+    return f"{count} ({count / total:.0%})" if total else str(count)
+
+
+def _mix(counter: Counter[str], order: list[str], total: int) -> str:
+    return ", ".join(f"{name} {_share(counter[name], total)}" for name in order)
+
+
+def summary_table(summary: Summary, title: str = "observer score") -> Table:
+    """A two-column table a person can read at a glance."""
+    n = summary.records
+    table = Table(title=title, show_header=True, header_style="bold")
+    table.add_column("signal")
+    table.add_column("value", overflow="fold")
+    table.add_row("records scored", str(n))
+    if summary.bad_lines:
+        table.add_row("bad lines (skipped)", str(summary.bad_lines))
+    mean_cov = (
+        f"{summary.coverage_sum / summary.coverage_n:.3f} over {summary.coverage_n} records"
+        if summary.coverage_n
+        else "n/a (no substantive sentences)"
+    )
+    table.add_row("mean citation coverage", mean_cov)
+    table.add_row("mean confidence", f"{summary.confidence_sum / n:.3f}" if n else "n/a")
+    table.add_row("CRAG grades", _mix(summary.grades, [g.value for g in Grade], n))
+    table.add_row("confidence bands", _mix(summary.bands, [b.value for b in Band], n))
+    table.add_row("fallback answers", _share(summary.fallbacks, n))
+    table.add_row("ungrounded answers", _share(summary.ungrounded, n))
+    table.add_row(
+        "ghost references",
+        f"{summary.ghost_refs} in {_share(summary.ghost_records, n)} records",
+    )
+    table.add_row(
+        "unsupported numbers",
+        f"{summary.unsupported_numbers} of {summary.numbers} numbers, "
+        f"in {_share(summary.unsupported_records, n)} records",
+    )
+    if summary.grade_mismatches:
+        table.add_row("app CRAG grade mismatches", _share(summary.grade_mismatches, n))
+    return table
