@@ -17,7 +17,7 @@ from rich.console import Console
 
 from observer import __version__
 from observer.config import ConfigError, Settings, load_settings, masked
-from observer.output import signals_json
+from observer.output import dumps_line, signals_json
 from observer.records import RecordError, parse_record
 from observer.signals import SignalParams, compute
 from observer.summary import Summary, summary_table
@@ -94,11 +94,10 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
     and skipped.
     """
     params = _settings(config_path).signal_params()
-    out = sys.stdout
+    out = sys.stdout.buffer
 
     def emit(obj: dict[str, Any]) -> None:
-        out.write(json.dumps(obj, ensure_ascii=False))
-        out.write("\n")
+        out.write(dumps_line(obj))
 
     def report_error(number: int, message: str) -> None:
         sys.stderr.write(json.dumps({"line": number, "error": message}, ensure_ascii=False) + "\n")
@@ -106,9 +105,9 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
     summary = Summary()
     try:
         score_lines(source, params, None if show_summary else emit, report_error, summary)
+        out.flush()
         if show_summary:
             Console().print(summary_table(summary, title=f"observer score: {source.name}"))
-        out.flush()
     except BrokenPipeError:  # `observer score ... | head` is fine
         sys.stderr.close()
         raise SystemExit(0) from None

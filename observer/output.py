@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from observer.model import Signals
+
+
+def dumps_line(obj: dict[str, Any]) -> bytes:
+    """One JSON line, UTF-8, newline-terminated (orjson: ~3x json.dumps)."""
+    return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def signals_json(signals: Signals) -> dict[str, Any]:

@@ -25,8 +25,8 @@ def retrieval_scores(record: RagRecord) -> tuple[float, ...]:
 def compute(record: RagRecord, params: SignalParams) -> Signals:
     """Every deterministic signal of `record`."""
     n_sources = len(record.sources)
-    sentences = split_answer(record.answer, n_sources, params)
-    cites = citations(sentences, n_sources)
+    split = split_answer(record.answer, n_sources, params)
+    cites = citations(split, n_sources)
     crag = grade(retrieval_scores(record), params.crag)
     rerank_top1 = _clamp01(crag.top1) if crag.top1 is not None else 0.0
 
@@ -49,10 +49,7 @@ def compute(record: RagRecord, params: SignalParams) -> Signals:
     ungrounded = (
         not needs_fallback and crag.grade is Grade.LOW and coverage is not None and coverage == 0.0
     )
-    numeric = ground(
-        ((s.number_text, s.sentence.refs) for s in sentences if s.sentence.substantive),
-        [s.text for s in record.sources],
-    )
+    numeric = ground(split.numbers, [s.text for s in record.sources])
     mismatch = None
     if record.app_crag_grade is not None:
         mismatch = record.app_crag_grade.strip().upper() != crag.grade.value

@@ -2,9 +2,9 @@
 
 Numbers are integers, decimals and percentages; thousands separators and a
 trailing `%` are dropped and full-width digits folded, so `1,200`, `１２００`
-and `1200` are the same number. A digit run glued to a letter before it
-(`v2`, `H100`) is a name, not a number; a dotted run with more than one dot
-(`2.1.0`, `10.0.0.1`) is a version or an address, not a number.
+and `1200` are the same number, and so are `3.50` and `3.5`. A digit run glued
+to a letter before it (`v2`, `H100`) is a name, not a number; a dotted run
+with more than one dot (`2.1.0`, `10.0.0.1`) is a version or an address.
 """
 
 from __future__ import annotations
@@ -13,55 +13,62 @@ import re
 from collections.abc import Iterable, Sequence
 
 from observer.model import NumericGrounding
+from observer.signals.text import fold
 
-_FOLD = str.maketrans("０１２３４５６７８９．％", "0123456789.%")
+# Led by a digit (the look-behind on the character before it comes second) so
+# the regex engine can skip to digits instead of trying every position.
 NUMBER_RE = re.compile(
-    r"(?<![A-Za-z0-9_.,\x00])(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?(?![.,]?[0-9])"
+    r"[0-9](?<![A-Za-z0-9_.,\x00][0-9])(?:[0-9]{0,2}(?:,[0-9]{3})+|[0-9]*)"
+    r"(?:\.[0-9]+)?(?![.,]?[0-9])"
 )
 
 
 def canonical(number: str) -> str:
     """`1,200.50` -> `1200.5`: digits and an optional decimal point."""
+    if number.isdigit() and number[0] != "0":
+        return number
     whole, _, fraction = number.replace(",", "").partition(".")
     whole = whole.lstrip("0") or "0"
     fraction = fraction.rstrip("0")
     return f"{whole}.{fraction}" if fraction else whole
 
 
-def numbers_in(scan_text: str) -> list[str]:
-    """Canonical numbers of already-folded text, in order, repeats kept."""
-    return [canonical(m.group()) for m in NUMBER_RE.finditer(scan_text)]
-
-
-def source_numbers(source_text: str) -> frozenset[str]:
-    return frozenset(numbers_in(source_text.translate(_FOLD)))
+def numbers_in(text: str) -> list[str]:
+    """Canonical numbers of `text`, in order, repeats kept."""
+    return [
+        n if n.isdigit() and n[0] != "0" else canonical(n) for n in NUMBER_RE.findall(fold(text))
+    ]
 
 
 def ground(
-    sentences: Iterable[tuple[str, Sequence[int]]],
+    sentences: Iterable[tuple[Sequence[str], Sequence[int]]],
     sources: Sequence[str],
 ) -> NumericGrounding:
     """Check each sentence's numbers against the sources it cites.
 
-    `sentences` are (folded text without markers, refs) of the substantive
+    `sentences` holds (numbers as written, refs) of the substantive
     sentences. A sentence with a valid ref is checked against those sources
-    only; one without against all of them.
+    only; one without against all of them. A number counts once per sentence.
     """
     total = 0
     grounded = 0
     unsupported: dict[str, None] = {}
     per_source: list[frozenset[str]] | None = None
     anywhere: frozenset[str] = frozenset()
-    for text, refs in sentences:
-        found = dict.fromkeys(numbers_in(text))
-        if not found:
-            continue
+    for raw, refs in sentences:
         if per_source is None:
-            per_source = [source_numbers(s) for s in sources]
+            per_source = [frozenset(numbers_in(s)) for s in sources]
             anywhere = frozenset().union(*per_source)
-        cited = [per_source[r - 1] for r in refs if 1 <= r <= len(per_source)]
-        allowed = frozenset().union(*cited) if cited else anywhere
-        for number in found:
+        cited = [per_source[r - 1] for r in refs if 0 < r <= len(per_source)]
+        if not cited:
+            allowed = anywhere
+        elif len(cited) == 1:
+            allowed = cited[0]
+        else:
+            allowed = frozenset().union(*cited)
+        for number in dict.fromkeys(
+            n if n.isdigit() and n[0] != "0" else canonical(n) for n in raw
+        ):
             total += 1
             if number in allowed:
                 grounded += 1

@@ -3,156 +3,129 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from functools import lru_cache
 
 from observer.model import Citations, Sentence
-from observer.signals.markers import Marker, find_markers
+from observer.signals.numbers import NUMBER_RE
 from observer.signals.params import SignalParams
-from observer.signals.text import Line, prose_lines
+from observer.signals.text import prepare
 
-_TERMINATORS = "。！？!?；;…"
-_TERMINATOR_RE = re.compile(r"[。！？!?；;….]")
-_CLOSERS = "\"'”’」』)）*_"
-_RUN_AFTER = _TERMINATORS + "."
-_NOT_CONTENT_RE = re.compile(r"[\s*_`#>|~]+")
-_LEADING_MARKDOWN = " \t\u3000*_`#>|~"
-_WORD_OPENERS = "([{\"'“‘「『（【*_"
+_T = "。！？!?；;…."  # terminators; a dot is one only where the body below lets it end
+_C = "\"'”’」』)）*_"  # closing quotes and brackets (and emphasis) a sentence keeps
+_OPENERS = "([{\"'“‘「『（【*_"
 
 
-class _Piece:
-    """A sentence in the making: its span in the line and the markers inside."""
+@lru_cache(maxsize=16)
+def sentence_re(abbreviations: frozenset[str]) -> re.Pattern[str]:
+    """One sentence of the scan text (see observer.signals.text).
 
-    __slots__ = ("end", "markers", "start")
-
-    def __init__(self, start: int, end: int, markers: list[Marker]) -> None:
-        self.start = start
-        self.end = end
-        self.markers = markers
-
-
-def _skip(scan: str, pos: int, chars: str) -> int:
-    n = len(scan)
-    while pos < n and scan[pos] in chars:
-        pos += 1
-    return pos
-
-
-def _is_abbreviation(text: str, dot: int, line_start: int, params: SignalParams) -> bool:
-    begin = dot
-    while begin > line_start and not text[begin - 1].isspace():
-        begin -= 1
-    word = text[begin:dot].lstrip(_WORD_OPENERS)
-    if len(word) == 1 and word.isupper():
-        return True
-    return word in params.abbreviations
+    A body that stops at a terminator, then the terminator run, closers, and
+    any markers that follow, spaces between allowed. A dot stops the body only
+    before a space, the line end or a marker (closers allowed between), and
+    not after an abbreviation: a single capital letter or a listed word, the
+    word being the run of non-space characters before the dot, leading
+    brackets and quotes dropped. Python's look-behinds need a fixed width, so
+    the words are grouped by length. Possessive quantifiers: no backtracking.
+    """
+    by_length: dict[int, list[str]] = {1: ["[A-Z]"]}
+    for word in sorted(abbreviations):
+        by_length.setdefault(len(word), []).append(re.escape(word))
+    word_start = rf"(?<![^\s{re.escape(_OPENERS)}])"
+    after_abbreviation = "|".join(
+        rf"(?<={word_start}(?:{'|'.join(words)}))" for _, words in sorted(by_length.items())
+    )
+    return re.compile(
+        rf"[ \t\u3000\n]*+()"
+        rf"(?:[^{_T}\n]++|(?:{after_abbreviation})\.|\.(?![{_C}]*+(?:\s|$|\x01)))*+"
+        rf"(?:[{_T}]++[{_C}]*+(?:[ \t\u3000]*+\x01\x02*+[{_T}]*+[{_C}]*+)*+)?"
+    )
 
 
-def _split_line(line: Line, markers: list[Marker], params: SignalParams) -> list[_Piece]:
-    scan, text = line.scan, line.text
-    n = len(scan)
-    starts = {m.start: m for m in markers}
-    pieces: list[_Piece] = []
-    pos = 0
-    marker_index = 0
-    for term in _TERMINATOR_RE.finditer(scan):
-        i = term.start()
-        if i < pos:
-            continue
-        while marker_index < len(markers) and markers[marker_index].end <= i:
-            marker_index += 1
-        if marker_index < len(markers) and markers[marker_index].start <= i:
-            continue  # a dot inside a link marker's URL
-        end = _skip(scan, i + 1, _RUN_AFTER)
-        end = _skip(scan, end, _CLOSERS)
-        if scan[i] == ".":
-            # A dot ends a sentence only before a space, the line end or a marker.
-            if end < n and not scan[end].isspace() and end not in starts:
-                continue
-            if _is_abbreviation(text, i, pos, params):
-                continue
-        # Markers after the terminator, spaces between allowed, belong to this sentence.
-        while True:
-            gap = end
-            while gap < n and scan[gap] in " \t\u3000":
-                gap += 1
-            marker = starts.get(gap)
-            if marker is None:
-                break
-            end = _skip(scan, marker.end, _RUN_AFTER)
-            end = _skip(scan, end, _CLOSERS)
-        pieces.append(_Piece(pos, end, []))
-        pos = end
-    if pos < n:
-        pieces.append(_Piece(pos, n, []))
-    if markers:
-        k = 0
-        for piece in pieces:
-            while k < len(markers) and markers[k].start < piece.end:
-                piece.markers.append(markers[k])
-                k += 1
-    return pieces
+_NOISE = "\\s*_`#>|~\x01\x02"  # markdown symbols, whitespace and masked markers
 
 
-def _without_markers(text: str, start: int, end: int, markers: list[Marker]) -> str:
-    if not markers:
-        return text[start:end]
-    parts: list[str] = []
-    cursor = start
-    for marker in markers:
-        parts.append(text[cursor : marker.start])
-        cursor = marker.end
-    parts.append(text[cursor:end])
-    return " ".join(parts)
+@lru_cache(maxsize=16)
+def _content_re(min_chars: int) -> re.Pattern[str]:
+    # Matches once min_chars content characters are seen, without counting the rest.
+    return re.compile(rf"(?:[{_NOISE}]*+[^{_NOISE}]){{{min_chars}}}")
 
 
-def is_substantive(plain: str, params: SignalParams) -> bool:
-    """`plain` is sentence text with its markers removed."""
-    if len(_NOT_CONTENT_RE.sub("", plain)) < params.min_chars:
+@lru_cache(maxsize=16)
+def _pleasantry_re(prefixes: tuple[str, ...]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(p) for p in prefixes) or "(?!)"
+    return re.compile(rf"[{_NOISE}]*+(?:{alternatives})", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """The sentences of one answer, and for the substantive ones their numbers."""
+
+    sentences: list[Sentence]
+    # (numbers as written, refs) of each substantive sentence that holds numbers.
+    numbers: list[tuple[list[str], tuple[int, ...]]]
+
+
+def is_substantive(scan_segment: str, params: SignalParams) -> bool:
+    """DESIGN §3.2 step 4 on a segment of scan text (markers masked)."""
+    if _content_re(params.min_chars).match(scan_segment) is None:
         return False
-    return not plain.lower().lstrip(_LEADING_MARKDOWN).startswith(params.pleasantry_prefixes)
+    return _pleasantry_re(params.pleasantry_prefixes).match(scan_segment) is None
 
 
-class SplitSentence:
-    """A sentence with what the other signals need beyond `Sentence`."""
-
-    __slots__ = ("number_text", "sentence")
-
-    def __init__(self, sentence: Sentence, number_text: str) -> None:
-        self.sentence = sentence
-        # The scan text without markers: where the numbers of the sentence are read.
-        self.number_text = number_text
-
-
-def split_answer(answer: str, n_sources: int, params: SignalParams) -> list[SplitSentence]:
+def split_answer(answer: str, n_sources: int, params: SignalParams) -> Split:
     """The answer's sentences, in order, each with its refs and verdicts."""
-    result: list[SplitSentence] = []
-    for line in prose_lines(answer):
-        markers = find_markers(line.scan) if ("[" in line.scan or "【" in line.scan) else []
-        for piece in _split_line(line, markers, params):
-            raw = line.text[piece.start : piece.end]
-            if not raw.strip():
-                continue
-            refs = tuple(sorted({r for m in piece.markers for r in m.refs}))
-            plain = _without_markers(line.text, piece.start, piece.end, piece.markers)
-            substantive = is_substantive(plain, params)
-            cited = substantive and any(1 <= r <= n_sources for r in refs)
-            number_text = (
-                _without_markers(line.scan, piece.start, piece.end, piece.markers)
-                if substantive
-                else ""
-            )
-            result.append(
-                SplitSentence(Sentence(raw.strip(), refs, substantive, cited), number_text)
-            )
-    return result
+    prepared = prepare(answer)
+    text, scan, markers = prepared.text, prepared.scan, prepared.markers
+    n_markers = len(markers)
+    content_re = _content_re(params.min_chars)
+    pleasantry_re = _pleasantry_re(params.pleasantry_prefixes)
+    numbers_at = [(m.start(), m.group()) for m in NUMBER_RE.finditer(scan)]
+    n_numbers = len(numbers_at)
+    sentences: list[Sentence] = []
+    numbers: list[tuple[list[str], tuple[int, ...]]] = []
+    next_marker = 0
+    next_number = 0
+    for match in sentence_re(params.abbreviations).finditer(scan):
+        end = match.end()
+        start = match.start(1)
+        if end == start:
+            continue
+        refs: tuple[int, ...] = ()
+        if next_marker < n_markers and markers[next_marker][0] < end:
+            found: set[int] = set()
+            while next_marker < n_markers and markers[next_marker][0] < end:
+                found.update(markers[next_marker][2])
+                next_marker += 1
+            refs = tuple(sorted(found))
+        segment = scan[start:end]
+        substantive = (
+            content_re.match(segment) is not None and pleasantry_re.match(segment) is None
+        )
+        cited = False
+        if substantive:
+            for ref in refs:
+                if 1 <= ref <= n_sources:
+                    cited = True
+                    break
+        if next_number < n_numbers and numbers_at[next_number][0] < end:
+            raw: list[str] = []
+            while next_number < n_numbers and numbers_at[next_number][0] < end:
+                raw.append(numbers_at[next_number][1])
+                next_number += 1
+            if substantive:
+                numbers.append((raw, refs))
+        sentences.append(Sentence(text[start:end].strip(), refs, substantive, cited))
+    return Split(sentences, numbers)
 
 
-def citations(sentences: list[SplitSentence], n_sources: int) -> Citations:
-    """Valid and ghost references and coverage over split sentences."""
-    every_ref = {r for s in sentences for r in s.sentence.refs}
-    substantive = sum(1 for s in sentences if s.sentence.substantive)
-    cited = sum(1 for s in sentences if s.sentence.cited)
+def citations(split: Split, n_sources: int) -> Citations:
+    """Valid and ghost references and coverage over an answer's sentences."""
+    every_ref = {r for s in split.sentences for r in s.refs}
+    substantive = sum(1 for s in split.sentences if s.substantive)
+    cited = sum(1 for s in split.sentences if s.cited)
     return Citations(
-        sentences=tuple(s.sentence for s in sentences),
+        sentences=tuple(split.sentences),
         valid_refs=tuple(sorted(r for r in every_ref if 1 <= r <= n_sources)),
         invalid_refs=tuple(sorted(r for r in every_ref if not 1 <= r <= n_sources)),
         substantive=substantive,
