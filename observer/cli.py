@@ -107,7 +107,9 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
         score_lines(source, params, None if show_summary else emit, report_error, summary)
         out.flush()
         if show_summary:
-            Console().print(summary_table(summary, title=f"observer score: {source.name}"))
+            Console().print(
+                summary_table(summary, title=f"observer score: {getattr(source, 'name', '-')}")
+            )
     except BrokenPipeError:  # `observer score ... | head` is fine
         sys.stderr.close()
         raise SystemExit(0) from None

@@ -28,7 +28,7 @@ Marker = tuple[int, int, tuple[int, ...]]
 
 
 def parse_refs(body: str) -> tuple[int, ...] | None:
-    """The numbers a marker's body names, or None when it is not a marker.
+    """The numbers a marker's body names, sorted without repeats, or None when it is not a marker.
 
     A range is expanded; a range running backwards or longer than 50 numbers
     makes the whole bracket an ordinary bracket, not a marker.
@@ -45,7 +45,7 @@ def parse_refs(body: str) -> tuple[int, ...] | None:
         if last < first or last - first + 1 > MAX_RANGE:
             return None
         refs.extend(range(first, last + 1))
-    return tuple(refs)
+    return tuple(sorted(set(refs)))
 
 
 def mask_markers(text: str, start_char: str, rest_char: str) -> tuple[str, list[Marker]]:

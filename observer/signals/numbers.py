@@ -40,6 +40,14 @@ def numbers_in(text: str) -> list[str]:
     ]
 
 
+def number_set(text: str) -> frozenset[str]:
+    """The distinct canonical numbers of `text`."""
+    return frozenset(
+        n if n.isdigit() and n[0] != "0" else canonical(n)
+        for n in set(NUMBER_RE.findall(fold(text)))
+    )
+
+
 def ground(
     sentences: Iterable[tuple[Sequence[str], Sequence[int]]],
     sources: Sequence[str],
@@ -57,18 +65,22 @@ def ground(
     anywhere: frozenset[str] = frozenset()
     for raw, refs in sentences:
         if per_source is None:
-            per_source = [frozenset(numbers_in(s)) for s in sources]
+            per_source = [number_set(s) for s in sources]
             anywhere = frozenset().union(*per_source)
-        cited = [per_source[r - 1] for r in refs if 0 < r <= len(per_source)]
+        n_sources = len(per_source)
+        cited = [per_source[r - 1] for r in refs if 0 < r <= n_sources]
         if not cited:
             allowed = anywhere
         elif len(cited) == 1:
             allowed = cited[0]
         else:
             allowed = frozenset().union(*cited)
-        for number in dict.fromkeys(
-            n if n.isdigit() and n[0] != "0" else canonical(n) for n in raw
-        ):
+        seen: set[str] = set()
+        for written in raw:
+            number = written if written.isdigit() and written[0] != "0" else canonical(written)
+            if number in seen:
+                continue
+            seen.add(number)
             total += 1
             if number in allowed:
                 grounded += 1

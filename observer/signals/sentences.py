@@ -59,9 +59,12 @@ def _pleasantry_re(prefixes: tuple[str, ...]) -> re.Pattern[str]:
 
 @dataclass(frozen=True, slots=True)
 class Split:
-    """The sentences of one answer, and for the substantive ones their numbers."""
+    """The sentences of one answer, their counts, and the numbers to ground."""
 
     sentences: list[Sentence]
+    refs: set[int]
+    substantive: int
+    cited: int
     # (numbers as written, refs) of each substantive sentence that holds numbers.
     numbers: list[tuple[list[str], tuple[int, ...]]]
 
@@ -74,18 +77,24 @@ def is_substantive(scan_segment: str, params: SignalParams) -> bool:
 
 
 def split_answer(answer: str, n_sources: int, params: SignalParams) -> Split:
-    """The answer's sentences, in order, each with its refs and verdicts."""
+    """The answer's sentences, in order, each with its refs and verdicts.
+
+    The hot loop of observer: it runs once per sentence of every answer, so it
+    walks the markers with an index instead of searching, and keeps work out
+    of sentences that cannot need it.
+    """
     prepared = prepare(answer)
     text, scan, markers = prepared.text, prepared.scan, prepared.markers
     n_markers = len(markers)
     content_re = _content_re(params.min_chars)
     pleasantry_re = _pleasantry_re(params.pleasantry_prefixes)
-    numbers_at = [(m.start(), m.group()) for m in NUMBER_RE.finditer(scan)]
-    n_numbers = len(numbers_at)
+    find_numbers = NUMBER_RE.findall
     sentences: list[Sentence] = []
     numbers: list[tuple[list[str], tuple[int, ...]]] = []
+    all_refs: set[int] = set()
+    n_substantive = 0
+    n_cited = 0
     next_marker = 0
-    next_number = 0
     for match in sentence_re(params.abbreviations).finditer(scan):
         end = match.end()
         start = match.start(1)
@@ -93,42 +102,42 @@ def split_answer(answer: str, n_sources: int, params: SignalParams) -> Split:
             continue
         refs: tuple[int, ...] = ()
         if next_marker < n_markers and markers[next_marker][0] < end:
-            found: set[int] = set()
-            while next_marker < n_markers and markers[next_marker][0] < end:
-                found.update(markers[next_marker][2])
-                next_marker += 1
-            refs = tuple(sorted(found))
+            refs = markers[next_marker][2]
+            next_marker += 1
+            if next_marker < n_markers and markers[next_marker][0] < end:
+                found = set(refs)
+                while next_marker < n_markers and markers[next_marker][0] < end:
+                    found.update(markers[next_marker][2])
+                    next_marker += 1
+                refs = tuple(sorted(found))
+            all_refs.update(refs)
         segment = scan[start:end]
-        substantive = (
-            content_re.match(segment) is not None and pleasantry_re.match(segment) is None
-        )
         cited = False
-        if substantive:
+        if content_re.match(segment) is not None and pleasantry_re.match(segment) is None:
+            substantive = True
+            n_substantive += 1
             for ref in refs:
-                if 1 <= ref <= n_sources:
+                if 0 < ref <= n_sources:
                     cited = True
+                    n_cited += 1
                     break
-        if next_number < n_numbers and numbers_at[next_number][0] < end:
-            raw: list[str] = []
-            while next_number < n_numbers and numbers_at[next_number][0] < end:
-                raw.append(numbers_at[next_number][1])
-                next_number += 1
-            if substantive:
+            raw = find_numbers(scan, start, end)
+            if raw:
                 numbers.append((raw, refs))
+        else:
+            substantive = False
         sentences.append(Sentence(text[start:end].strip(), refs, substantive, cited))
-    return Split(sentences, numbers)
+    return Split(sentences, all_refs, n_substantive, n_cited, numbers)
 
 
 def citations(split: Split, n_sources: int) -> Citations:
     """Valid and ghost references and coverage over an answer's sentences."""
-    every_ref = {r for s in split.sentences for r in s.refs}
-    substantive = sum(1 for s in split.sentences if s.substantive)
-    cited = sum(1 for s in split.sentences if s.cited)
+    ordered = sorted(split.refs)
     return Citations(
         sentences=tuple(split.sentences),
-        valid_refs=tuple(sorted(r for r in every_ref if 1 <= r <= n_sources)),
-        invalid_refs=tuple(sorted(r for r in every_ref if not 1 <= r <= n_sources)),
-        substantive=substantive,
-        cited=cited,
-        coverage=cited / substantive if substantive else None,
+        valid_refs=tuple(r for r in ordered if 0 < r <= n_sources),
+        invalid_refs=tuple(r for r in ordered if not 0 < r <= n_sources),
+        substantive=split.substantive,
+        cited=split.cited,
+        coverage=split.cited / split.substantive if split.substantive else None,
     )

@@ -35,9 +35,7 @@ MARKER_REST = "\x02"
 # instead of trying each position, which is most of the speed of `prepare`.
 # A fence may be indented (inside a list item) or quoted; it closes at a line
 # holding only a fence at least as long (so ```` can hold ```), or at the end.
-_FENCE_RE = re.compile(
-    r"\n[ \t>]*(`{3,}|~{3,}).*?(?:\n[ \t>]*\1[`~]*[ \t]*(?=\n|\Z)|\Z)", re.S
-)
+_FENCE_RE = re.compile(r"\n[ \t>]*(`{3,}|~{3,}).*?(?:\n[ \t>]*\1[`~]*[ \t]*(?=\n|\Z)|\Z)", re.S)
 # Lines with no words at all: horizontal rules, setext underlines, table delimiter rows.
 _RULE_RE = re.compile(
     r"\n[ \t]*(?:(?:[-*_=][ \t]*){3,}|\|?(?:[ \t]*:?-+:?[ \t]*\|)+[ \t]*(?::?-+:?)?[ \t]*)"

@@ -1,0 +1,116 @@
+"""Configuration: file, environment, validation, secrets."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from observer.config import ConfigError, load_settings, masked
+from observer.signals import CragParams, SignalParams
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "observer.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_are_the_spec_defaults() -> None:
+    assert load_settings().signal_params() == SignalParams()
+    assert SignalParams().crag == CragParams(0.65, 0.25, 0.15, 0.05, "heuristic")
+    assert SignalParams().min_chars == 8
+
+
+def test_file_values_are_read(tmp_path: Path) -> None:
+    path = write(tmp_path, '[signals]\nmin_chars = 5\n[crag]\nmode = "disabled"\n')
+    params = load_settings(path).signal_params()
+    assert params.min_chars == 5
+    assert params.crag.mode == "disabled"
+
+
+def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, "[crag]\nhigh = 0.7\nlow = 0.2\n")
+    monkeypatch.setenv("OBSERVER_CRAG__HIGH", "0.8")
+    settings = load_settings(path)
+    assert (settings.crag.high, settings.crag.low) == (0.8, 0.2)
+
+
+def test_config_path_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OBSERVER_CONFIG", str(write(tmp_path, "[band]\nhigh = 0.9\n")))
+    assert load_settings().band.high == 0.9
+
+
+def test_list_values_from_environment_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OBSERVER_SIGNALS__PLEASANTRY_PREFIXES", '["Cheers", "祝好"]')
+    params = load_settings().signal_params()
+    assert params.pleasantry_prefixes == ("cheers", "祝好")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[crag]\nhigh = 1.5\n", "crag.high"),
+        ("[crag]\nhigh = 0.2\nlow = 0.3\n", "must be below crag.high"),
+        ("[crag]\nmode = 'llm'\n", "crag.mode"),
+        ("[signals]\nmin_chars = 0\n", "signals.min_chars"),
+        ("[signals]\nmin_char = 3\n", "signals.min_char: unknown key"),
+        ("[nonsense]\nx = 1\n", "nonsense: unknown key"),
+        ("[band]\nhigh = 0.5\nmedium = 0.7\n", "band.medium"),
+        ("[crag\nhigh = 0.2\n", "not valid TOML"),
+    ],
+    ids=[
+        "out_of_range",
+        "low_above_high",
+        "bad_mode",
+        "min_chars_zero",
+        "typo_key",
+        "unknown_section",
+        "band_order",
+        "toml_syntax",
+    ],
+)
+def test_bad_config_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_settings(write(tmp_path, text))
+
+
+def test_bad_environment_value_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OBSERVER_SIGNALS__MIN_CHARS", "many")
+    with pytest.raises(ConfigError, match=re.escape("signals.min_chars")):
+        load_settings()
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "nope.toml")
+
+
+def test_secret_in_the_file_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    path = write(tmp_path, '[langfuse]\nsecret_key = "sk-lf-leaked"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert "LANGFUSE_SECRET_KEY" in str(caught.value)
+    assert "sk-lf-leaked" not in str(caught.value)
+
+
+def test_langfuse_sdk_variables_are_read_and_the_secret_masked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk-lf-1")
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-lf-2")
+    monkeypatch.setenv("LANGFUSE_HOST", "http://127.0.0.1:3000")
+    settings = load_settings()
+    assert settings.langfuse.public_key == "pk-lf-1"
+    assert settings.langfuse.base_url == "http://127.0.0.1:3000"
+    assert settings.langfuse.secret_key is not None
+    assert settings.langfuse.secret_key.get_secret_value() == "sk-lf-2"
+    assert "sk-lf-2" not in repr(settings)
+    assert masked(settings)["langfuse"]["secret_key"] == "********"
+
+
+def test_base_url_wins_over_deprecated_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LANGFUSE_HOST", "http://old")
+    monkeypatch.setenv("LANGFUSE_BASE_URL", "http://new")
+    assert load_settings().langfuse.base_url == "http://new"
