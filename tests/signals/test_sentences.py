@@ -337,3 +337,24 @@ def test_fence_inside_list_item_removed() -> None:
 def test_fence_inside_quote_removed() -> None:
     answer = "> Quoted intro is here.\n> ```\n> print('hello world')\n> ```\n> Quoted outro."
     assert sentence_texts(signals_of(answer)) == ["Quoted intro is here.", "Quoted outro."]
+
+
+@pytest.mark.parametrize(
+    ("answer", "first", "refs"),
+    [
+        ("Fact.[1] The next sentence is here.", "Fact.[1]", (1,)),
+        ("Fact. [1][2] The next sentence is here.", "Fact. [1][2]", (1, 2)),
+        ("Dead. [1][2]. The next sentence is here.", "Dead. [1][2].", (1, 2)),
+        ("结论。[1]下一句话在这里说明。", "结论。[1]", (1,)),
+    ],
+    ids=["dot_marker", "dot_space_markers", "markers_then_dot", "cjk_marker"],
+)
+def test_spec_examples_of_markers_after_the_terminator(
+    answer: str, first: str, refs: tuple[int, ...]
+) -> None:
+    # DESIGN §3.2.3 calls these cited sentences; they are shorter than the
+    # default min_chars, so they are cited once min_chars lets them count.
+    signals = signals_of(answer, params=SignalParams(min_chars=1))
+    sentence = signals.citations.sentences[0]
+    assert (sentence.text, sentence.refs, sentence.cited) == (first, refs, True)
+    assert len(signals.citations.sentences) == 2
