@@ -139,3 +139,26 @@ class Signals:
     numeric: NumericGrounding
     # None when the record carries no app grade to compare with.
     crag_mismatch: bool | None = field(default=None)
+
+
+ScoreDataType = Literal["NUMERIC", "BOOLEAN", "CATEGORICAL"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreEvent:
+    """One score as Langfuse stores it (DESIGN §4).
+
+    `id` is derived from (trace id, observation id, name) and `timestamp` is the
+    generation's start time: Langfuse identifies a score by id, name and the
+    day of its timestamp, so scoring a trace again updates, never duplicates.
+    """
+
+    id: str
+    trace_id: str
+    observation_id: str | None
+    name: str
+    value: float | str
+    data_type: ScoreDataType
+    comment: str
+    timestamp: str | None
+    environment: str | None

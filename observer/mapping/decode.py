@@ -1,0 +1,87 @@
+"""Decoding of the loosely typed values Langfuse hands back.
+
+`input`/`output` come back as raw strings (JSON text when the app logged a
+structure) and metadata values may be JSON-encoded strings (`"true"`,
+`"0.82"`, `"[0.9, 0.1]"`): decode when it parses, keep the text otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+
+def decode(value: Any) -> Any:
+    """JSON-decode a string when it parses; anything else as it is."""
+    if isinstance(value, str):
+        stripped = value.strip()
+        if stripped and stripped[0] in '[{"-0123456789tfn':
+            try:
+                return json.loads(stripped)
+            except ValueError:
+                return value
+    return value
+
+
+def as_bool(value: Any) -> bool | None:
+    value = decode(value)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no"):
+        return value.strip().lower() in ("true", "yes")
+    return None
+
+
+def as_float(value: Any) -> float | None:
+    value = decode(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def as_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def as_float_list(value: Any) -> tuple[float, ...] | None:
+    value = decode(value)
+    if not isinstance(value, list):
+        return None
+    numbers = [as_float(v) for v in value]
+    if any(n is None for n in numbers):
+        return None
+    return tuple(n for n in numbers if n is not None)
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An API timestamp (ISO string or datetime) as an aware UTC datetime."""
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str) and value:
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    else:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def iso(moment: datetime) -> str:
+    """UTC ISO-8601 with milliseconds and Z, as Langfuse writes it."""
+    return (
+        moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    )

@@ -1,0 +1,286 @@
+"""One pass of the daemon: observations in a time window -> scores in the outbox.
+
+Streaming, newest first: the source pages observations by descending
+startTime, and every observation of a trace starts at or after its root, so
+a trace is complete as soon as the pages have gone below its root's start
+time. It is handled then and forgotten, which bounds memory by the traces
+in flight across one page, not by the window.
+
+For each complete trace whose root lies in the window:
+- still changing (activity within `settle_s`): left for a later pass, and
+  the watermark is held at its root;
+- mapped to a RagRecord (or skipped with a counted reason, logged once);
+- fingerprinted (the record plus the signal parameters): unchanged since
+  the last pass -> nothing is pushed; new or changed -> signals, scores and
+  fingerprint go into the state in one transaction, and the dispatcher is
+  nudged. Score ids and timestamps are deterministic, so a re-score updates.
+
+The watermark moves only at the end of a complete pass, to the oldest
+root still unsettled (or `now - settle_s`); the next pass starts `overlap_s`
+before it to catch late data. A crash mid-pass re-reads the same window:
+fingerprints make that idempotent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+import structlog
+
+from observer.mapping.convention import MappingRules, Skip, map_trace
+from observer.mapping.decode import parse_time
+from observer.model import RagRecord, Signals
+from observer.scores import score_events
+from observer.signals import SignalParams, compute
+from observer.sources import ObservationSource
+from observer.state import OutboxFull, State
+from observer.telemetry.metrics import Metrics
+
+log = structlog.get_logger("observer.pipeline")
+
+ScoredHook = Callable[[RagRecord, Signals], None]
+
+
+def params_digest(params: SignalParams) -> str:
+    """Changing a threshold changes every fingerprint, so seen traces are re-scored."""
+    described = orjson.dumps(
+        {
+            "min_chars": params.min_chars,
+            "pleasantry_prefixes": list(params.pleasantry_prefixes),
+            "abbreviations": sorted(params.abbreviations),
+            "crag": params.crag,
+            "band": [params.band_high, params.band_medium],
+        }
+    )
+    return hashlib.sha256(described).hexdigest()[:16]
+
+
+@dataclass
+class PassResult:
+    start: datetime
+    end: datetime
+    observations: int = 0
+    scored: int = 0
+    rescored: int = 0
+    unchanged: int = 0
+    unsettled: int = 0
+    skipped: int = 0
+    deferred: int = 0
+    partial: int = 0
+    scores: int = 0
+    hold: datetime | None = None  # oldest root the watermark must not pass
+    skip_reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def traces(self) -> int:
+        return (
+            self.scored
+            + self.rescored
+            + self.unchanged
+            + self.unsettled
+            + self.skipped
+            + self.deferred
+        )
+
+
+def _last_activity(observations: list[dict[str, Any]]) -> datetime | None:
+    latest: datetime | None = None
+    for observation in observations:
+        for key in ("updatedAt", "endTime", "startTime"):
+            moment = parse_time(observation.get(key))
+            if moment is not None and (latest is None or moment > latest):
+                latest = moment
+    return latest
+
+
+class Pipeline:
+    def __init__(
+        self,
+        source: ObservationSource,
+        state: State,
+        metrics: Metrics,
+        params: SignalParams,
+        rules: MappingRules,
+        *,
+        notify: Callable[[], None] = lambda: None,
+        settle_s: float = 20.0,
+        overlap_s: float = 300.0,
+        lookback_s: float = 3600.0,
+        on_scored: ScoredHook | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.source = source
+        self.state = state
+        self.metrics = metrics
+        self.params = params
+        self.rules = rules
+        self.notify = notify
+        self.settle = timedelta(seconds=settle_s)
+        self.overlap = timedelta(seconds=overlap_s)
+        self.lookback = timedelta(seconds=lookback_s)
+        self.on_scored = on_scored
+        self.should_stop = should_stop
+        self._params_digest = params_digest(params)
+
+    # -- passes ---------------------------------------------------------------
+
+    def poll(self, now: datetime) -> PassResult:
+        """One daemon pass from the watermark (minus the overlap) to `now`; advances it."""
+        watermark = self.state.watermark()
+        start = (watermark - self.overlap) if watermark is not None else (now - self.lookback)
+        result = self.process_window(start, now, now)
+        proposed = now - self.settle
+        if result.hold is not None:
+            proposed = min(proposed, result.hold)
+        if watermark is None or proposed > watermark:
+            self.state.set_watermark(proposed)
+            watermark = proposed
+        self.metrics.watermark_lag.set(max(0.0, (now - watermark).total_seconds()))
+        return result
+
+    def process_window(self, start: datetime, end: datetime, now: datetime) -> PassResult:
+        """Handle every trace whose root starts in [start, end)."""
+        result = PassResult(start, end)
+        with self.metrics.pass_duration.time():
+            buffered: dict[str, list[dict[str, Any]]] = {}
+            roots: dict[str, datetime] = {}
+            for page in self.source.pages(start, end):
+                result.observations += len(page)
+                for observation in page:
+                    trace_id = observation.get("traceId")
+                    if not isinstance(trace_id, str):
+                        continue
+                    buffered.setdefault(trace_id, []).append(observation)
+                    if observation.get("isRootObservation"):
+                        root_start = parse_time(observation.get("startTime"))
+                        if root_start is not None:
+                            roots[trace_id] = root_start
+                if not page:
+                    break
+                # Pages go newest first: traces rooted after the oldest start seen are complete.
+                oldest = min(
+                    (t for o in page if (t := parse_time(o.get("startTime"))) is not None),
+                    default=None,
+                )
+                if oldest is not None:
+                    complete = [t for t, r in roots.items() if r > oldest]
+                    self._handle(complete, buffered, roots, start, now, result)
+                if self.should_stop():
+                    # Hand back the rest: the watermark stays, the next run re-reads it.
+                    result.hold = start if result.hold is None else min(result.hold, start)
+                    self.notify()
+                    return result
+            self._handle(list(roots), buffered, roots, start, now, result)
+            result.partial += len(buffered)
+        self.notify()
+        return result
+
+    # -- traces ---------------------------------------------------------------
+
+    def _handle(
+        self,
+        trace_ids: list[str],
+        buffered: dict[str, list[dict[str, Any]]],
+        roots: dict[str, datetime],
+        start: datetime,
+        now: datetime,
+        result: PassResult,
+    ) -> None:
+        if not trace_ids:
+            return
+        known = self.state.fingerprints(trace_ids)
+        for trace_id in trace_ids:
+            observations = buffered.pop(trace_id)
+            root_start = roots.pop(trace_id)
+            if root_start < start:
+                result.partial += 1  # rooted before the window: handled by an earlier pass
+                continue
+            self._trace(trace_id, observations, root_start, known.get(trace_id), now, result)
+        self.notify()
+
+    def _hold(self, result: PassResult, root_start: datetime) -> None:
+        result.hold = root_start if result.hold is None else min(result.hold, root_start)
+
+    def _trace(
+        self,
+        trace_id: str,
+        observations: list[dict[str, Any]],
+        root_start: datetime,
+        known: str | None,
+        now: datetime,
+        result: PassResult,
+    ) -> None:
+        last = _last_activity(observations)
+        if last is not None and now - last < self.settle:
+            result.unsettled += 1
+            self.metrics.traces.labels(outcome="unsettled").inc()
+            self._hold(result, root_start)
+            return
+        mapped = map_trace(trace_id, observations, self.rules)
+        if isinstance(mapped, Skip):
+            self._skip(trace_id, mapped, root_start, known, now, result)
+            return
+        signals = compute(mapped, self.params)
+        fingerprint = hashlib.sha256(
+            orjson.dumps(mapped) + self._params_digest.encode()
+        ).hexdigest()
+        if fingerprint == known:
+            result.unchanged += 1
+            self.metrics.traces.labels(outcome="unchanged").inc()
+            return
+        scores = score_events(mapped, signals, self.params)
+        try:
+            self.state.record_trace(trace_id, fingerprint, root_start, scores, now)
+        except OutboxFull as error:
+            result.deferred += 1
+            self.metrics.traces.labels(outcome="deferred").inc()
+            self._hold(result, root_start)
+            log.warning("trace_deferred", trace_id=trace_id, reason="outbox_full", error=str(error))
+            return
+        outcome = "scored" if known is None or known.startswith("skip:") else "rescored"
+        setattr(result, outcome, getattr(result, outcome) + 1)
+        result.scores += len(scores)
+        self.metrics.traces.labels(outcome=outcome).inc()
+        for score in scores:
+            self.metrics.scores_enqueued.labels(name=score.name).inc()
+        if signals.crag_mismatch:
+            self.metrics.crag_mismatch.inc()
+        cites = signals.citations
+        log.info(
+            "trace_scored" if outcome == "scored" else "trace_rescored",
+            trace_id=trace_id,
+            observation_id=mapped.observation_id,
+            environment=mapped.environment,
+            coverage=None if cites.coverage is None else round(cites.coverage, 3),
+            crag_grade=signals.crag.grade.value,
+            band=signals.band.value,
+            ungrounded=signals.ungrounded,
+            ghost_refs=len(cites.invalid_refs),
+            scores=len(scores),
+        )
+        if self.on_scored is not None:
+            self.on_scored(mapped, signals)
+
+    def _skip(
+        self,
+        trace_id: str,
+        skip: Skip,
+        root_start: datetime,
+        known: str | None,
+        now: datetime,
+        result: PassResult,
+    ) -> None:
+        result.skipped += 1
+        result.skip_reasons[skip.reason] = result.skip_reasons.get(skip.reason, 0) + 1
+        fingerprint = f"skip:{skip.reason}:{hashlib.sha256(skip.detail.encode()).hexdigest()[:16]}"
+        if fingerprint == known:
+            return  # counted and logged when first seen
+        self.metrics.traces.labels(outcome="skipped").inc()
+        self.metrics.skips.labels(reason=skip.reason).inc()
+        log.info("trace_skipped", trace_id=trace_id, reason=skip.reason, detail=skip.detail)
+        self.state.record_trace(trace_id, fingerprint, root_start, (), now)

@@ -1,0 +1,147 @@
+"""The scores of DESIGN §4 for one record: values, ids, comments. Pure."""
+
+from __future__ import annotations
+
+import uuid
+
+from observer.model import RagRecord, ScoreDataType, ScoreEvent, Signals
+from observer.signals.params import SignalParams
+
+# Fixed forever: changing it would change every score id and duplicate scores.
+SCORE_ID_NAMESPACE = uuid.UUID("6f1c3d2e-8a4b-5c6d-9e0f-1a2b3c4d5e6f")
+SIGNAL_SCORE_NAMES = (
+    "confidence",
+    "citation_coverage",
+    "rerank_top1",
+    "crag_grade",
+    "ungrounded",
+    "confidence_band",
+    "invalid_citations",
+    "numeric_grounding",
+)
+_COMMENT_MAX = 500
+
+
+def score_id(trace_id: str, observation_id: str | None, name: str) -> str:
+    """Deterministic: the same trace, generation and name give the same id, on any replica."""
+    return str(uuid.uuid5(SCORE_ID_NAMESPACE, f"{trace_id}\x1f{observation_id or ''}\x1f{name}"))
+
+
+def _refs(refs: tuple[int, ...] | tuple[str, ...], limit: int = 10) -> str:
+    shown = ", ".join(str(r) for r in refs[:limit])
+    return f"[{shown}{', ...' if len(refs) > limit else ''}]"
+
+
+def _crag_comment(signals: Signals, params: SignalParams) -> str:
+    crag = signals.crag
+    top1 = f"{crag.top1:.2f}" if crag.top1 is not None else "n/a"
+    reasons = {
+        "top1_high": f"top1 {top1} >= high {params.crag.high}",
+        "top1_low": f"top1 {top1} <= low {params.crag.low}",
+        "gray_clear_winner": f"gray zone, top1 {top1} leads top2 by >= {params.crag.high_gap}",
+        "gray_low_mean": (
+            f"gray zone, mean score <= {params.crag.low + params.crag.low_avg_buffer:.2f}"
+        ),
+        "gray_zone": f"gray zone, top1 {top1}",
+        "no_evidence": "no retrieval scores",
+        "error": "grading failed; conservative AMBIGUOUS",
+    }
+    text = f"{crag.grade.value}: {reasons.get(crag.reason, crag.reason)}"
+    if signals.crag_mismatch:
+        text += "; differs from the app's own grade"
+    return text
+
+
+def score_events(record: RagRecord, signals: Signals, params: SignalParams) -> list[ScoreEvent]:
+    """Every signal score DESIGN §4 writes for this record, with comments."""
+    cites = signals.citations
+    numeric = signals.numeric
+    ghost = f"; ghost refs {_refs(cites.invalid_refs)}" if cites.invalid_refs else ""
+    if cites.coverage is not None:
+        confidence_comment = (
+            f"coverage {cites.coverage:.2f} x rerank top1 {signals.rerank_top1:.2f}"
+            f" = {signals.confidence:.2f}"
+        )
+    else:
+        confidence_comment = f"no substantive sentence; rerank top1 {signals.rerank_top1:.2f}"
+    if signals.needs_fallback:
+        band_comment = "fallback answer (no evidence)"
+    elif signals.low_confidence:
+        band_comment = "low-confidence answer"
+    else:
+        band_comment = f"confidence {signals.confidence:.2f}"
+    if signals.ungrounded:
+        ungrounded_comment = (
+            f"LOW retrieval; none of {cites.substantive} substantive sentences cites a source"
+        )
+    else:
+        ungrounded_comment = "not ungrounded" + (
+            " (fallback answer)" if signals.needs_fallback else ""
+        )
+
+    entries: list[tuple[str, float | str, ScoreDataType, str]] = [
+        ("confidence", signals.confidence, "NUMERIC", confidence_comment),
+    ]
+    if cites.coverage is not None:
+        entries.append(
+            (
+                "citation_coverage",
+                cites.coverage,
+                "NUMERIC",
+                f"{cites.cited}/{cites.substantive} substantive sentences cited{ghost}",
+            )
+        )
+    n_scores = (
+        len(record.rerank_scores)
+        if record.rerank_scores is not None
+        else sum(1 for s in record.sources if s.score is not None)
+    )
+    entries += [
+        (
+            "rerank_top1",
+            signals.rerank_top1,
+            "NUMERIC",
+            f"top of {n_scores} retrieval scores" if n_scores else "no retrieval scores",
+        ),
+        ("crag_grade", signals.crag.grade.value, "CATEGORICAL", _crag_comment(signals, params)),
+        ("ungrounded", 1.0 if signals.ungrounded else 0.0, "BOOLEAN", ungrounded_comment),
+        (
+            "confidence_band",
+            signals.band.value,
+            "CATEGORICAL",
+            f"{signals.band.value}: {band_comment}",
+        ),
+        (
+            "invalid_citations",
+            float(len(cites.invalid_refs)),
+            "NUMERIC",
+            f"ghost refs {_refs(cites.invalid_refs)} with {len(record.sources)} sources"
+            if cites.invalid_refs
+            else f"no ghost refs ({len(record.sources)} sources)",
+        ),
+    ]
+    if numeric.ratio is not None:
+        unsupported = f"; unsupported {_refs(numeric.unsupported)}" if numeric.unsupported else ""
+        entries.append(
+            (
+                "numeric_grounding",
+                numeric.ratio,
+                "NUMERIC",
+                f"{numeric.grounded}/{numeric.numbers} numbers found in the cited sources"
+                f"{unsupported}",
+            )
+        )
+    return [
+        ScoreEvent(
+            id=score_id(record.trace_id, record.observation_id, name),
+            trace_id=record.trace_id,
+            observation_id=record.observation_id,
+            name=name,
+            value=value,
+            data_type=data_type,
+            comment=comment[:_COMMENT_MAX],
+            timestamp=record.timestamp,
+            environment=record.environment,
+        )
+        for name, value, data_type, comment in entries
+    ]

@@ -1,0 +1,189 @@
+"""The one dispatcher between the pipeline and a score sink.
+
+Fire-and-forget for the poll loop: it writes scores to the outbox (bounded,
+in the state file) and calls `notify()`, which never blocks. A worker thread
+sends due scores in batches and removes them only when the sink acknowledged
+them. Failures never kill the worker: a 429 waits for `Retry-After`, network
+errors and 5xx back off exponentially (with jitter), a batch Langfuse refuses
+as a whole (400) is split to find the bad score, which alone is dropped and
+counted. `flush(timeout_s)` sends what is due now; `shutdown(timeout_s)` is
+idempotent. The loop shape is `while not stop.wait(interval): tick()`.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import structlog
+
+from observer.errors import AuthRejected, RateLimited, Rejected, RemoteError
+from observer.model import ScoreEvent
+from observer.sinks import ScoreSink
+from observer.state import State
+from observer.telemetry.metrics import Metrics
+
+log = structlog.get_logger("observer.dispatcher")
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        state: State,
+        sink: ScoreSink,
+        metrics: Metrics,
+        *,
+        batch_size: int = 100,
+        interval_s: float = 1.0,
+        max_backoff_s: float = 300.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._state = state
+        self._sink = sink
+        self._metrics = metrics
+        self._batch_size = batch_size
+        self._interval_s = interval_s
+        self._max_backoff_s = max_backoff_s
+        self._clock = clock
+        self._send_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.auth_failed = False
+        self.last_error: str | None = None
+        self._metrics.outbox.set(state.outbox_size())
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="observer-dispatcher", daemon=True
+            )
+            self._thread.start()
+
+    def notify(self) -> None:
+        """New scores are in the outbox. Never blocks."""
+        self._metrics.outbox.set(self._state.outbox_size())
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self.send_due()
+            except Exception:  # the worker never dies; the outbox keeps the scores
+                log.exception("dispatcher_failed")
+
+    def flush(self, timeout_s: float) -> bool:
+        """Send until the outbox is empty or `timeout_s` passes; True when empty.
+
+        Waits for backoffs and `Retry-After` that end before the deadline.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.send_due()
+            if self._state.outbox_size() == 0:
+                return True
+            next_due = self._state.next_due()
+            remaining = deadline - time.monotonic()
+            if next_due is None or remaining <= 0:
+                return self._state.outbox_size() == 0
+            wait = max(0.0, next_due - self._clock())
+            if wait >= remaining:
+                return False
+            if self._stop.wait(min(wait, remaining)) and wait > 0:
+                return False
+
+    def shutdown(self, timeout_s: float) -> bool:
+        """Stop the worker after a last flush. Idempotent; True when nothing is left."""
+        flushed = self.flush(timeout_s)
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(1.0, timeout_s))
+            self._thread = None
+        return flushed
+
+    # -- sending --------------------------------------------------------------
+
+    def send_due(self) -> int:
+        """Send every due batch now; returns how many scores were acknowledged."""
+        acknowledged = 0
+        with self._send_lock:
+            while not self._stop.is_set():
+                pending = self._state.due(self._clock(), self._batch_size)
+                if not pending:
+                    break
+                sent = self._send([p.score for p in pending], max(p.attempts for p in pending))
+                if sent is None:
+                    break
+                acknowledged += sent
+        self._metrics.outbox.set(self._state.outbox_size())
+        return acknowledged
+
+    def _backoff(self, attempts: int) -> float:
+        base = min(self._max_backoff_s, 2.0 ** min(attempts, 16))
+        return base * (0.5 + random.random() / 2)
+
+    def _send(self, batch: Sequence[ScoreEvent], attempts: int) -> int | None:
+        """One batch; the number acknowledged, or None when sending must pause."""
+        try:
+            result = self._sink.send(batch)
+        except RateLimited as error:
+            wait = (
+                error.retry_after_s if error.retry_after_s is not None else self._backoff(attempts)
+            )
+            self._defer(batch, wait, "rate_limited", str(error))
+            return None
+        except AuthRejected as error:
+            self.auth_failed = True
+            self._defer(batch, max(60.0, self._backoff(attempts)), "auth", str(error))
+            return None
+        except Rejected as error:
+            if len(batch) > 1:
+                # One bad score must not sink its neighbours: send them one by one.
+                return sum(self._send([score], attempts) or 0 for score in batch)
+            self._state.acknowledge(batch)
+            self._metrics.scores_dropped.labels(reason="rejected").inc()
+            log.error(
+                "score_dropped",
+                reason="rejected",
+                score=batch[0].name,
+                trace_id=batch[0].trace_id,
+                error=str(error),
+            )
+            return 0
+        except RemoteError as error:
+            self._defer(batch, self._backoff(attempts), "unreachable", str(error))
+            return None
+        self.auth_failed = False
+        self.last_error = None
+        self._state.acknowledge(batch)
+        self._metrics.scores_pushed.inc(result.accepted)
+        if result.rejected:
+            self._metrics.scores_dropped.labels(reason="rejected").inc(result.rejected)
+            log.error(
+                "score_dropped",
+                reason="rejected",
+                count=result.rejected,
+                errors=list(result.errors)[:5],
+            )
+        return result.accepted
+
+    def _defer(self, batch: Sequence[ScoreEvent], wait_s: float, kind: str, error: str) -> None:
+        self._state.retry_later(batch, self._clock() + wait_s, error)
+        self._metrics.push_errors.labels(kind=kind).inc()
+        self.last_error = error
+        log.warning(
+            "score_push_failed",
+            kind=kind,
+            scores=len(batch),
+            retry_in_s=round(wait_s, 1),
+            error=error,
+        )

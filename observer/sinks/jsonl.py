@@ -1,0 +1,41 @@
+"""Scores to a JSONL file, one Langfuse-shaped score per line (the demo's sink)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+
+from observer.model import ScoreEvent
+from observer.sinks import SendResult
+
+
+def score_json(score: ScoreEvent) -> dict[str, object]:
+    """A score in the API's camelCase, as it would be posted to Langfuse."""
+    return {
+        "id": score.id,
+        "traceId": score.trace_id,
+        "observationId": score.observation_id,
+        "name": score.name,
+        "value": score.value,
+        "dataType": score.data_type,
+        "comment": score.comment,
+        "timestamp": score.timestamp,
+        "environment": score.environment,
+    }
+
+
+class JsonlScoreSink:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def send(self, scores: Sequence[ScoreEvent]) -> SendResult:
+        data = b"".join(
+            orjson.dumps(score_json(s), option=orjson.OPT_APPEND_NEWLINE) for s in scores
+        )
+        with self._lock, self.path.open("ab") as handle:
+            handle.write(data)
+        return SendResult(accepted=len(scores))

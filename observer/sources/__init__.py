@@ -1,0 +1,16 @@
+"""Where observations come from: the Langfuse poller, or a replay file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any, Protocol
+
+
+class ObservationSource(Protocol):
+    def pages(self, start: datetime, end: datetime) -> Iterator[list[dict[str, Any]]]:
+        """Observations with start <= startTime < end, page by page (newest first).
+
+        Raises observer.errors.RemoteError when the source cannot be read.
+        """
+        ...

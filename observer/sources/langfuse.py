@@ -1,0 +1,118 @@
+"""Observations from Langfuse: `GET /api/public/v2/observations` through the SDK API client.
+
+Time window plus cursor paging, only the field groups the mapping needs, the
+metadata keys it reads expanded (never truncated). Every request passes the
+rate limiter; a 429 blocks it for `Retry-After`; network errors and 5xx are
+retried a bounded number of times with backoff, then raised as
+`Unreachable` so the pass stops where it is (the watermark does not move).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+import structlog
+from langfuse.api.client import LangfuseAPI
+
+from observer.errors import RateLimited, Unreachable
+from observer.langfuse_api import NO_RETRIES, translate
+from observer.sources.ratelimit import RateLimiter
+from observer.telemetry.metrics import Metrics
+
+log = structlog.get_logger("observer.source")
+
+FIELDS = "core,basic,time,io,metadata,trace_context"
+
+
+class Stopped(Exception):
+    """Reading stopped because the daemon is shutting down."""
+
+
+class LangfuseSource:
+    def __init__(
+        self,
+        api: LangfuseAPI,
+        limiter: RateLimiter,
+        metrics: Metrics,
+        *,
+        page_limit: int = 1000,
+        environments: Sequence[str] = (),
+        expand_metadata: Sequence[str] = (),
+        max_attempts: int = 5,
+        should_stop: Callable[[], bool] = lambda: False,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._api = api
+        self._limiter = limiter
+        self._metrics = metrics
+        self.page_limit = page_limit
+        self.environments = list(environments)
+        self.expand_metadata = ",".join(expand_metadata)
+        self._max_attempts = max_attempts
+        self._should_stop = should_stop
+        self._sleep = sleep
+
+    def pages(self, start: datetime, end: datetime) -> Iterator[list[dict[str, Any]]]:
+        cursor: str | None = None
+        while True:
+            response = self._request(start, end, cursor)
+            data = [o.dict() for o in response.data]
+            self._metrics.observations.inc(len(data))
+            yield data
+            cursor = response.meta.cursor
+            if not cursor or not data:
+                return
+
+    def probe(self) -> int:
+        """One cheap request that proves reachability and keys; returns observations seen."""
+        now = datetime.now().astimezone()
+        response = self._request(now.replace(year=now.year - 1), now, None, limit=1, fields="core")
+        return len(response.data)
+
+    def _request(
+        self,
+        start: datetime,
+        end: datetime,
+        cursor: str | None,
+        limit: int | None = None,
+        fields: str = FIELDS,
+    ) -> Any:
+        attempt = 0
+        while True:
+            if not self._limiter.acquire(self._should_stop):
+                raise Stopped()
+            attempt += 1
+            try:
+                response = self._api.observations.get_many(
+                    fields=fields,
+                    expand_metadata=self.expand_metadata or None,
+                    limit=limit or self.page_limit,
+                    cursor=cursor,
+                    environment=self.environments or None,
+                    from_start_time=start,
+                    to_start_time=end,
+                    request_options=NO_RETRIES,
+                )
+            except Exception as raw:
+                error = translate(raw, "reading observations")
+                self._metrics.source_requests.labels(result=type(error).__name__.lower()).inc()
+                if isinstance(error, RateLimited):
+                    wait = error.retry_after_s if error.retry_after_s is not None else 2.0**attempt
+                    self._limiter.block_for(wait)
+                    log.warning("source_rate_limited", retry_after_s=wait)
+                    if attempt < self._max_attempts * 2:
+                        continue
+                if isinstance(error, Unreachable) and attempt < self._max_attempts:
+                    backoff = min(30.0, 2.0 ** (attempt - 1)) * (0.5 + random.random() / 2)
+                    log.warning(
+                        "source_request_failed", error=str(error), retry_in_s=round(backoff, 1)
+                    )
+                    self._limiter.block_for(backoff)
+                    continue
+                raise error from None
+            self._metrics.source_requests.labels(result="ok").inc()
+            return response

@@ -1,0 +1,53 @@
+"""A requests-per-minute cap (token bucket) with an injectable clock. Pure but for sleeping."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+class RateLimiter:
+    """At most `per_minute` acquisitions in any minute, bursts up to `burst`."""
+
+    def __init__(
+        self,
+        per_minute: float,
+        burst: int = 5,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.rate_per_s = per_minute / 60.0
+        self.burst = float(max(1, burst))
+        self._tokens = self.burst
+        self._clock = clock
+        self._sleep = sleep
+        self._last = clock()
+        self._blocked_until = 0.0
+
+    def block_for(self, seconds: float) -> None:
+        """The server said wait (`Retry-After`): nothing goes out before then."""
+        self._blocked_until = max(self._blocked_until, self._clock() + seconds)
+
+    def delay(self) -> float:
+        """Seconds until the next acquisition may go out."""
+        now = self._clock()
+        self._refill(now)
+        wait = max(0.0, self._blocked_until - now)
+        if self._tokens < 1.0:
+            wait = max(wait, (1.0 - self._tokens) / self.rate_per_s)
+        return wait
+
+    def _refill(self, now: float) -> None:
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate_per_s)
+        self._last = now
+
+    def acquire(self, should_stop: Callable[[], bool] = lambda: False) -> bool:
+        """Wait for a slot; False when `should_stop` turned true while waiting."""
+        while True:
+            wait = self.delay()
+            if wait <= 0:
+                self._tokens -= 1.0
+                return True
+            if should_stop():
+                return False
+            self._sleep(min(wait, 0.5))

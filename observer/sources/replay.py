@@ -1,0 +1,43 @@
+"""Observations replayed from a JSONL file (one observation per line): the demo's source."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from observer.mapping.decode import parse_time
+
+
+class ReplaySource:
+    def __init__(self, path: str | Path, page_limit: int = 1000) -> None:
+        self.path = Path(path)
+        self.page_limit = page_limit
+        observations = [
+            orjson.loads(line) for line in self.path.read_bytes().splitlines() if line.strip()
+        ]
+        self._observations = sorted(
+            (o for o in observations if parse_time(o.get("startTime")) is not None),
+            key=lambda o: (parse_time(o["startTime"]), o.get("id", "")),
+            reverse=True,
+        )
+
+    def time_range(self) -> tuple[datetime, datetime]:
+        """Earliest and latest startTime in the file."""
+        times = [parse_time(o["startTime"]) for o in self._observations]
+        present = [t for t in times if t is not None]
+        return min(present), max(present)
+
+    def pages(self, start: datetime, end: datetime) -> Iterator[list[dict[str, Any]]]:
+        window = [
+            o
+            for o in self._observations
+            if (moment := parse_time(o["startTime"])) is not None and start <= moment < end
+        ]
+        for offset in range(0, len(window), self.page_limit):
+            yield window[offset : offset + self.page_limit]
+        if not window:
+            yield []

@@ -1,0 +1,1 @@
+"""The daemon's own logs and metrics."""

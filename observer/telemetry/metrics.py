@@ -1,0 +1,70 @@
+"""Every metric observer exposes, declared in one place (`observer_<noun>_<unit>`).
+
+The registry is injected, so tests and the demo each get their own and read
+values back with `value()`.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.traces = Counter(
+            "observer_traces_total",
+            "Traces handled by outcome (scored, rescored, unchanged, unsettled, skipped, deferred)",
+            ["outcome"],
+            registry=r,
+        )
+        self.skips = Counter(
+            "observer_trace_skips_total", "Traces not scored, by reason", ["reason"], registry=r
+        )
+        self.scores_enqueued = Counter(
+            "observer_scores_enqueued_total", "Scores written to the outbox", ["name"], registry=r
+        )
+        self.scores_pushed = Counter(
+            "observer_scores_pushed_total", "Scores acknowledged by the sink", registry=r
+        )
+        self.scores_dropped = Counter(
+            "observer_scores_dropped_total", "Scores given up on, by reason", ["reason"], registry=r
+        )
+        self.push_errors = Counter(
+            "observer_score_push_errors_total",
+            "Failed score pushes (retried later), by kind",
+            ["kind"],
+            registry=r,
+        )
+        self.outbox = Gauge("observer_outbox_scores", "Scores waiting in the outbox", registry=r)
+        self.source_requests = Counter(
+            "observer_source_requests_total",
+            "Requests to the observation source, by result",
+            ["result"],
+            registry=r,
+        )
+        self.observations = Counter(
+            "observer_observations_read_total", "Observations read from the source", registry=r
+        )
+        self.watermark_lag = Gauge(
+            "observer_watermark_lag_seconds",
+            "How far the watermark trails the clock at the end of the last pass",
+            registry=r,
+        )
+        self.pass_duration = Histogram(
+            "observer_pass_duration_seconds",
+            "Duration of one poll pass",
+            buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+            registry=r,
+        )
+        self.crag_mismatch = Counter(
+            "observer_crag_grade_mismatches_total",
+            "Traces whose app-logged CRAG grade differs from the recomputed one",
+            registry=r,
+        )
+
+    def value(self, name: str, **labels: str) -> float:
+        """Current value of a sample (0 when never set), for summaries and tests."""
+        found = self.registry.get_sample_value(name, labels or None)
+        return float(found) if found is not None else 0.0

@@ -1,0 +1,1006 @@
+"""A local fake of the parts of the Langfuse public API that observer uses.
+
+Stdlib only: a ``ThreadingHTTPServer`` on ``127.0.0.1`` (port chosen by the OS on the
+first ``start()``, reused on every later ``start()``) served from a daemon thread.
+
+Routes:
+
+- ``GET /api/public/health`` (no auth) -> ``{"status": "OK", "version": "4.16.0"}``
+- ``GET /api/public/v2/observations`` -> ``{"data": [...], "meta": {"cursor": str | null}}``
+- ``POST /api/public/scores`` (JSON array, as SDK 5 sends it) -> 202, or 207 when told to
+  reject some scores
+- anything else -> 404
+
+Every route under ``/api/public`` except health wants HTTP Basic auth with
+``public_key:secret_key``; a wrong or missing header gets the real API's 401 bodies.
+
+Fault injection: ``fail_next`` (any status, optional ``Retry-After``), ``reject_next_scores``
+(207 partial acceptance), ``latency_s`` (sleep before each answer) and ``stop()`` /
+``start()`` (a real outage: the port is closed and open keep-alive connections are cut).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import copy
+import json
+import math
+import re
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Final
+from urllib.parse import parse_qs, urlsplit
+
+__all__ = [
+    "DEFAULT_FIELD_GROUPS",
+    "FIELD_GROUPS",
+    "FakeLangfuse",
+    "RequestRecord",
+]
+
+HEALTH_PATH: Final = "/api/public/health"
+OBSERVATIONS_PATH: Final = "/api/public/v2/observations"
+SCORES_PATH: Final = "/api/public/scores"
+SERVER_VERSION: Final = "4.16.0"
+
+DEFAULT_LIMIT: Final = 50
+MAX_LIMIT: Final = 1000
+METADATA_TRUNCATE_CHARS: Final = 200
+DEFAULT_PROJECT_ID: Final = "fake-project"
+DEFAULT_ENVIRONMENT: Final = "default"
+
+# Field groups of GET /api/public/v2/observations, in response key order, as documented
+# in the SDK's docstring of ``observations.get_many`` (langfuse 5.0.4).
+FIELD_GROUPS: Final[dict[str, tuple[str, ...]]] = {
+    "core": (
+        "id",
+        "traceId",
+        "startTime",
+        "endTime",
+        "projectId",
+        "parentObservationId",
+        "type",
+    ),
+    "basic": (
+        "name",
+        "level",
+        "statusMessage",
+        "version",
+        "environment",
+        "bookmarked",
+        "public",
+        "userId",
+        "sessionId",
+        "isRootObservation",
+    ),
+    "time": ("completionStartTime", "createdAt", "updatedAt"),
+    "io": ("input", "output"),
+    "metadata": ("metadata",),
+    "model": ("model", "internalModelId", "modelParameters"),
+    "usage": ("usageDetails", "costDetails", "totalCost", "usagePricingTierName"),
+    "prompt": ("promptId", "promptName", "promptVersion"),
+    "metrics": ("latency", "timeToFirstToken"),
+    "trace_context": ("tags", "release", "traceName"),
+}
+DEFAULT_FIELD_GROUPS: Final = ("core", "basic")
+
+# Real 401 bodies (Langfuse ApiAuthService).
+_NO_AUTH_HEADER: Final = "No authorization header"
+_INVALID_AUTH_HEADER: Final = (
+    "Invalid authorization header. Confirm that you've configured the correct host."
+)
+_INVALID_CREDENTIALS: Final = (
+    "Invalid credentials. Confirm that you've configured the correct host."
+)
+
+_SCORE_DATA_TYPES: Final = frozenset({"NUMERIC", "BOOLEAN", "CATEGORICAL", "TEXT", "CORRECTION"})
+_ENVIRONMENT_RE: Final = re.compile(r"^(?!langfuse)[a-z0-9_-]{1,40}$")
+
+# Scalar query parameters that are plain equality filters on the observation key of the
+# same name.
+_EQUALITY_PARAMS: Final = ("type", "traceId", "name", "userId", "sessionId", "level", "version")
+_KNOWN_OBSERVATION_PARAMS: Final = frozenset(
+    {
+        "fields",
+        "expandMetadata",
+        "limit",
+        "cursor",
+        "parseIoAsJson",
+        "parentObservationId",
+        "isRootObservation",
+        "environment",
+        "fromStartTime",
+        "toStartTime",
+        "filter",
+        *_EQUALITY_PARAMS,
+    }
+)
+
+# Columns the fake understands in the structured ``filter`` parameter.
+_FILTER_STRING_COLUMNS: Final = frozenset(
+    {
+        "id",
+        "type",
+        "name",
+        "traceId",
+        "environment",
+        "level",
+        "statusMessage",
+        "version",
+        "userId",
+        "sessionId",
+        "traceName",
+        "parentObservationId",
+    }
+)
+_FILTER_BOOLEAN_COLUMNS: Final = frozenset({"isRootObservation", "bookmarked", "public"})
+_FILTER_ARRAY_COLUMNS: Final = {"tags": "tags", "traceTags": "tags"}
+_FILTER_DATETIME_COLUMNS: Final = frozenset({"startTime", "endTime"})
+
+JsonDict = dict[str, Any]
+_Predicate = Callable[["_StoredObservation"], bool]
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request the fake answered (or cut off during an outage)."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    status: int
+    time: float
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class _StoredObservation:
+    data: JsonDict
+    start_us: int
+    end_us: int | None
+
+    @property
+    def sort_key(self) -> tuple[int, str]:
+        return (self.start_us, str(self.data["id"]))
+
+
+@dataclass
+class _FailRule:
+    status: int
+    remaining: int
+    retry_after: float | None
+    path_prefix: str
+
+
+@dataclass(frozen=True)
+class _Response:
+    status: int
+    body: Any
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body: JsonDict = {"message": message, **extra}
+
+
+def _bad_request(message: str, **extra: Any) -> _HttpError:
+    return _HttpError(400, message, **extra)
+
+
+def _parse_time(value: str) -> datetime:
+    """ISO 8601 -> aware datetime (naive input is taken as UTC)."""
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _to_us(value: datetime) -> int:
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _format_retry_after(seconds: float) -> str:
+    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
+
+
+def _encode_cursor(key: tuple[int, str]) -> str:
+    raw = json.dumps({"s": key[0], "i": key[1]}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode("ascii")
+
+
+def _decode_cursor(cursor: str) -> tuple[int, str]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        raw = base64.urlsafe_b64decode(padded.replace("+", "-").replace("/", "_"))
+        payload = json.loads(raw)
+    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
+        raise _bad_request("Invalid cursor") from exc
+    if (
+        not isinstance(payload, dict)
+        or not isinstance(payload.get("s"), int)
+        or isinstance(payload.get("s"), bool)
+        or not isinstance(payload.get("i"), str)
+    ):
+        raise _bad_request("Invalid cursor")
+    return (payload["s"], payload["i"])
+
+
+def _truncate_metadata(metadata: Any, expand: frozenset[str]) -> Any:
+    if not isinstance(metadata, dict):
+        return metadata
+    out: JsonDict = {}
+    for key, value in metadata.items():
+        if key in expand:
+            out[key] = value
+        elif isinstance(value, str):
+            out[key] = value[:METADATA_TRUNCATE_CHARS]
+        else:
+            text = json.dumps(value, ensure_ascii=False)
+            out[key] = (
+                text[:METADATA_TRUNCATE_CHARS] if len(text) > METADATA_TRUNCATE_CHARS else value
+            )
+    return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+# --------------------------------------------------------------------------------------
+# Structured ``filter`` parameter (a subset; anything else is a loud 400)
+# --------------------------------------------------------------------------------------
+
+
+def _compile_filter(raw: str) -> list[_Predicate]:
+    try:
+        conditions = json.loads(raw)
+    except ValueError as exc:
+        raise _bad_request("Invalid filter: not valid JSON") from exc
+    if not isinstance(conditions, list):
+        raise _bad_request("Invalid filter: expected a JSON array of conditions")
+    return [_compile_condition(condition) for condition in conditions]
+
+
+def _string_op(operator: Any, expected: str) -> Callable[[str], bool] | None:
+    ops: dict[str, Callable[[str], bool]] = {
+        "=": lambda actual: actual == expected,
+        "contains": lambda actual: expected in actual,
+        "does not contain": lambda actual: expected not in actual,
+        "starts with": lambda actual: actual.startswith(expected),
+        "ends with": lambda actual: actual.endswith(expected),
+    }
+    return ops.get(operator) if isinstance(operator, str) else None
+
+
+def _compile_condition(condition: Any) -> _Predicate:
+    if not isinstance(condition, dict):
+        raise _bad_request("Invalid filter: each condition must be an object")
+    ftype = condition.get("type")
+    column = condition.get("column")
+    operator = condition.get("operator")
+    value = condition.get("value")
+    unsupported = _bad_request(f"Fake Langfuse does not support filter condition {condition!r}")
+
+    if ftype == "null" and isinstance(column, str) and operator in ("is null", "is not null"):
+        want_null = operator == "is null"
+
+        def is_null(obs: _StoredObservation) -> bool:
+            return bool((obs.data.get(column) is None) == want_null)
+
+        return is_null
+
+    if ftype == "string" and column in _FILTER_STRING_COLUMNS and isinstance(value, str):
+        str_op = _string_op(operator, value)
+        if str_op is None:
+            raise unsupported
+
+        def string_match(obs: _StoredObservation) -> bool:
+            actual = obs.data.get(column)
+            return isinstance(actual, str) and str_op(actual)
+
+        return string_match
+
+    if (
+        ftype in ("stringOptions", "categoryOptions")
+        and column in _FILTER_STRING_COLUMNS
+        and operator in ("any of", "none of")
+        and isinstance(value, list)
+    ):
+        options = frozenset(str(v) for v in value)
+        want_in = operator == "any of"
+
+        def options_match(obs: _StoredObservation) -> bool:
+            return bool((obs.data.get(column) in options) == want_in)
+
+        return options_match
+
+    if (
+        ftype == "arrayOptions"
+        and column in _FILTER_ARRAY_COLUMNS
+        and operator in ("any of", "none of", "all of")
+        and isinstance(value, list)
+    ):
+        wanted = frozenset(str(v) for v in value)
+        key = _FILTER_ARRAY_COLUMNS[column]
+
+        def array_match(obs: _StoredObservation) -> bool:
+            raw_tags = obs.data.get(key)
+            tags = frozenset(raw_tags) if isinstance(raw_tags, list) else frozenset()
+            if operator == "any of":
+                return bool(tags & wanted)
+            if operator == "none of":
+                return not tags & wanted
+            return wanted <= tags
+
+        return array_match
+
+    if (
+        ftype == "datetime"
+        and column in _FILTER_DATETIME_COLUMNS
+        and operator in (">", "<", ">=", "<=")
+        and isinstance(value, str)
+    ):
+        try:
+            bound = _to_us(_parse_time(value))
+        except ValueError as exc:
+            raise _bad_request(f"Invalid filter datetime {value!r}") from exc
+
+        def datetime_match(obs: _StoredObservation) -> bool:
+            actual = obs.start_us if column == "startTime" else obs.end_us
+            if actual is None:
+                return False
+            if operator == ">":
+                return actual > bound
+            if operator == "<":
+                return actual < bound
+            if operator == ">=":
+                return actual >= bound
+            return actual <= bound
+
+        return datetime_match
+
+    if (
+        ftype == "boolean"
+        and column in _FILTER_BOOLEAN_COLUMNS
+        and operator in ("=", "<>")
+        and isinstance(value, bool)
+    ):
+        want_equal = operator == "="
+
+        def boolean_match(obs: _StoredObservation) -> bool:
+            return bool((obs.data.get(column) is value) == want_equal)
+
+        return boolean_match
+
+    if (
+        ftype == "stringObject"
+        and column == "metadata"
+        and isinstance(condition.get("key"), str)
+        and isinstance(value, str)
+    ):
+        meta_key: str = condition["key"]
+        meta_op = _string_op(operator, value)
+        if meta_op is None:
+            raise unsupported
+
+        def metadata_match(obs: _StoredObservation) -> bool:
+            metadata = obs.data.get("metadata")
+            actual = metadata.get(meta_key) if isinstance(metadata, dict) else None
+            return isinstance(actual, str) and meta_op(actual)
+
+        return metadata_match
+
+    raise unsupported
+
+
+# --------------------------------------------------------------------------------------
+# HTTP plumbing
+# --------------------------------------------------------------------------------------
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False  # stop() must not wait for handlers sleeping in latency_s
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], fake: FakeLangfuse) -> None:
+        self.fake = fake
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        self.stopped = False
+        super().__init__(address, _Handler)
+
+    def track(self, connection: socket.socket) -> None:
+        with self._connections_lock:
+            self._connections.add(connection)
+
+    def untrack(self, connection: socket.socket) -> None:
+        with self._connections_lock:
+            self._connections.discard(connection)
+
+    def cut_connections(self) -> None:
+        """Close every open (keep-alive) connection, like a crashed server would."""
+        with self._connections_lock:
+            connections = list(self._connections)
+            self._connections.clear()
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+            connection.close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Connections cut by stop() raise in their handler thread; stay quiet."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"  # keep-alive, like the real API behind a proxy
+    timeout = 30.0
+    server_version = "FakeLangfuse/" + SERVER_VERSION
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.untrack(self.connection)
+
+    def _dispatch(self) -> None:
+        self.server.fake._handle(self)
+
+    do_GET = _dispatch
+    do_POST = _dispatch
+    do_PUT = _dispatch
+    do_PATCH = _dispatch
+    do_DELETE = _dispatch
+    do_HEAD = _dispatch
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence the default stderr access log."""
+
+
+# --------------------------------------------------------------------------------------
+# The fake
+# --------------------------------------------------------------------------------------
+
+
+class FakeLangfuse:
+    """In-process fake Langfuse server. Use as a context manager or start()/stop()."""
+
+    public_key: str
+    secret_key: str
+    latency_s: float
+
+    def __init__(self) -> None:
+        self.public_key = "pk-lf-test"
+        self.secret_key = "sk-lf-test"
+        self.latency_s = 0.0
+        self._lock = threading.RLock()
+        self._lifecycle_lock = threading.Lock()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._port = 0
+        self._observations: dict[str, _StoredObservation] = {}
+        self._scores: dict[tuple[str, str, str], JsonDict] = {}
+        self._score_posts: list[list[JsonDict]] = []
+        self._requests: list[RequestRecord] = []
+        self._fail_rules: list[_FailRule] = []
+        self._reject_next: int = 0
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        if self._port == 0:
+            raise RuntimeError("FakeLangfuse has not been started")
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    def start(self) -> FakeLangfuse:
+        """Listen (again) on 127.0.0.1; after a stop() the same port is reused."""
+        with self._lifecycle_lock:
+            if self._server is not None:
+                return self
+            server = _Server(("127.0.0.1", self._port), self)
+            self._port = int(server.server_address[1])
+            thread = threading.Thread(
+                target=server.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name=f"fake-langfuse-{self._port}",
+                daemon=True,
+            )
+            self._server = server
+            self._thread = thread
+            thread.start()
+            return self
+
+    def stop(self) -> None:
+        """A real outage: stop accepting, close the port and cut open connections."""
+        with self._lifecycle_lock:
+            server, thread = self._server, self._thread
+            self._server = None
+            self._thread = None
+            if server is None:
+                return
+            server.stopped = True
+            server.shutdown()
+            server.server_close()
+            server.cut_connections()
+            if thread is not None:
+                thread.join(timeout=5)
+
+    def __enter__(self) -> FakeLangfuse:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # ---- data ------------------------------------------------------------------------
+
+    def add_observations(self, observations: Iterable[dict[str, Any]]) -> None:
+        """Store camelCase observation dicts as the API returns them; same id replaces.
+
+        Required: ``id`` (str), ``startTime`` (ISO 8601 str), ``type`` (str). Filled in
+        when absent: ``projectId`` ("fake-project"), ``environment`` ("default") and
+        ``isRootObservation`` (true when there is no ``parentObservationId``).
+        """
+        prepared: list[_StoredObservation] = []
+        for observation in observations:
+            if not isinstance(observation, dict):
+                raise TypeError(f"observation must be a dict, got {type(observation)!r}")
+            data = copy.deepcopy(observation)
+            obs_id = data.get("id")
+            start = data.get("startTime")
+            if not isinstance(obs_id, str) or not obs_id:
+                raise ValueError(f"observation needs a str 'id': {observation!r}")
+            if not isinstance(start, str):
+                raise ValueError(f"observation {obs_id} needs an ISO str 'startTime'")
+            if not isinstance(data.get("type"), str):
+                raise ValueError(f"observation {obs_id} needs a str 'type'")
+            end = data.get("endTime")
+            if end is not None and not isinstance(end, str):
+                raise ValueError(f"observation {obs_id}: 'endTime' must be an ISO str or None")
+            data.setdefault("projectId", DEFAULT_PROJECT_ID)
+            data.setdefault("environment", DEFAULT_ENVIRONMENT)
+            data.setdefault("isRootObservation", data.get("parentObservationId") is None)
+            prepared.append(
+                _StoredObservation(
+                    data=data,
+                    start_us=_to_us(_parse_time(start)),
+                    end_us=_to_us(_parse_time(end)) if isinstance(end, str) else None,
+                )
+            )
+        with self._lock:
+            for stored in prepared:
+                self._observations[str(stored.data["id"])] = stored
+
+    def clear_observations(self) -> None:
+        with self._lock:
+            self._observations.clear()
+
+    @property
+    def scores(self) -> list[dict[str, Any]]:
+        """Stored scores after upsert, each as its JSON body was received."""
+        with self._lock:
+            return copy.deepcopy(list(self._scores.values()))
+
+    @property
+    def score_posts(self) -> list[list[dict[str, Any]]]:
+        """Every POST /api/public/scores body answered 202 or 207, in order."""
+        with self._lock:
+            return copy.deepcopy(self._score_posts)
+
+    def duplicates(self) -> list[tuple[str, str]]:
+        """(traceId, name) of every score subject stored more than once.
+
+        A subject is (traceId, observationId, sessionId, name): two scores with the same
+        name on different observations of one trace are not duplicates. Under the real
+        upsert key (id, name, UTC date of timestamp) a duplicate appears when the same
+        subject is scored with a new id, or with the same id on another day.
+        """
+        with self._lock:
+            counts = Counter(
+                (
+                    str(score.get("traceId") or ""),
+                    str(score.get("observationId") or ""),
+                    str(score.get("sessionId") or ""),
+                    str(score["name"]),
+                )
+                for score in self._scores.values()
+            )
+        return sorted({(trace, name) for (trace, _, _, name), n in counts.items() if n > 1})
+
+    # ---- requests and faults ---------------------------------------------------------
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        with self._lock:
+            return list(self._requests)
+
+    def observation_requests(self) -> int:
+        """How many GET /api/public/v2/observations were answered 200."""
+        with self._lock:
+            return sum(
+                1
+                for r in self._requests
+                if r.method == "GET" and r.path == OBSERVATIONS_PATH and r.status == 200
+            )
+
+    def reset_requests(self) -> None:
+        with self._lock:
+            self._requests.clear()
+
+    def fail_next(
+        self,
+        status: int,
+        count: int = 1,
+        retry_after: float | None = None,
+        path_prefix: str = "",
+    ) -> None:
+        """Answer the next ``count`` requests whose path starts with ``path_prefix``
+        with ``status`` (and a ``Retry-After`` header when given), before auth."""
+        if count < 1:
+            raise ValueError("count must be >= 1")
+        with self._lock:
+            self._fail_rules.append(_FailRule(status, count, retry_after, path_prefix))
+
+    def reject_next_scores(self, count: int) -> None:
+        """The next score POST gets 207; its last ``count`` scores are rejected."""
+        if count < 0:
+            raise ValueError("count must be >= 0")
+        with self._lock:
+            self._reject_next = count
+
+    # ---- request handling ------------------------------------------------------------
+
+    def _handle(self, handler: _Handler) -> None:
+        split = urlsplit(handler.path)
+        path = split.path
+        query = parse_qs(split.query, keep_blank_values=True)
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length) if length > 0 else b""
+        if self.latency_s > 0:
+            time.sleep(self.latency_s)
+        if handler.server.stopped:
+            # The outage began while this request waited: no answer, just a cut line.
+            handler.close_connection = True
+            self._record(handler, path, query, 0)
+            return
+        try:
+            response = self._respond(handler.command, path, query, body, handler)
+        except _HttpError as exc:
+            response = _Response(exc.status, exc.body)
+        except Exception as exc:  # a bug in the fake must not hang the client
+            response = _Response(500, {"message": f"fake Langfuse crashed: {exc!r}"})
+        self._record(handler, path, query, response.status)
+        payload = json.dumps(response.body, ensure_ascii=False).encode("utf-8")
+        try:
+            handler.send_response(response.status)
+            handler.send_header("Content-Type", "application/json; charset=utf-8")
+            handler.send_header("Content-Length", str(len(payload)))
+            for name, value in response.headers:
+                handler.send_header(name, value)
+            handler.end_headers()
+            if handler.command != "HEAD":
+                handler.wfile.write(payload)
+        except OSError:
+            handler.close_connection = True
+
+    def _record(
+        self, handler: _Handler, path: str, query: dict[str, list[str]], status: int
+    ) -> None:
+        record = RequestRecord(
+            method=handler.command,
+            path=path,
+            query=query,
+            status=status,
+            time=time.time(),
+            headers={k.lower(): v for k, v in handler.headers.items()},
+        )
+        with self._lock:
+            self._requests.append(record)
+
+    def _take_failure(self, path: str) -> _Response | None:
+        with self._lock:
+            for rule in self._fail_rules:
+                if rule.remaining > 0 and path.startswith(rule.path_prefix):
+                    rule.remaining -= 1
+                    break
+            else:
+                return None
+            self._fail_rules = [r for r in self._fail_rules if r.remaining > 0]
+        try:
+            phrase = HTTPStatus(rule.status).phrase
+        except ValueError:
+            phrase = "Injected failure"
+        headers: tuple[tuple[str, str], ...] = ()
+        if rule.retry_after is not None:
+            headers = (("Retry-After", _format_retry_after(rule.retry_after)),)
+        return _Response(rule.status, {"message": phrase}, headers)
+
+    def _respond(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        body: bytes,
+        handler: _Handler,
+    ) -> _Response:
+        failure = self._take_failure(path)
+        if failure is not None:
+            return failure
+        routes = {HEALTH_PATH: "GET", OBSERVATIONS_PATH: "GET", SCORES_PATH: "POST"}
+        if path not in routes:
+            raise _HttpError(404, "Route not found", error="NotFoundError")
+        if method not in (routes[path], "HEAD" if routes[path] == "GET" else ""):
+            raise _HttpError(405, f"Method {method} not allowed", error="MethodNotAllowedError")
+        if path == HEALTH_PATH:
+            return _Response(200, {"status": "OK", "version": SERVER_VERSION})
+        self._check_auth(handler.headers.get("Authorization"))
+        if path == OBSERVATIONS_PATH:
+            return _Response(200, self._list_observations(query))
+        return self._create_scores(body)
+
+    def _check_auth(self, header: str | None) -> None:
+        if not header:
+            raise _HttpError(401, _NO_AUTH_HEADER)
+        scheme, _, encoded = header.partition(" ")
+        if scheme.lower() != "basic" or not encoded.strip():
+            raise _HttpError(401, _INVALID_AUTH_HEADER)
+        try:
+            decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError) as exc:
+            raise _HttpError(401, _INVALID_AUTH_HEADER) from exc
+        username, sep, password = decoded.partition(":")
+        if not sep or username != self.public_key or password != self.secret_key:
+            raise _HttpError(401, _INVALID_CREDENTIALS)
+
+    # ---- GET /api/public/v2/observations --------------------------------------------
+
+    def _list_observations(self, query: dict[str, list[str]]) -> JsonDict:
+        def single(name: str) -> str | None:
+            values = query.get(name)
+            if not values:
+                return None
+            if len(values) > 1:
+                raise _bad_request(f"Query parameter {name!r} given more than once")
+            return values[0]
+
+        unknown = sorted(set(query) - _KNOWN_OBSERVATION_PARAMS)
+        if unknown:
+            raise _bad_request(f"Unknown query parameters: {', '.join(unknown)}")
+
+        groups = self._parse_fields(single("fields"))
+        expand = frozenset(
+            k.strip() for k in (single("expandMetadata") or "").split(",") if k.strip()
+        )
+        limit = self._parse_limit(single("limit"))
+        raw_cursor = single("cursor")
+        after = _decode_cursor(raw_cursor) if raw_cursor else None
+        if (single("parseIoAsJson") or "").lower() == "true":
+            raise _bad_request("parseIoAsJson is deprecated and no longer supported")
+
+        raw_filter = single("filter")
+        predicates = (
+            _compile_filter(raw_filter) if raw_filter else self._query_predicates(query, single)
+        )
+
+        with self._lock:
+            candidates = list(self._observations.values())
+        matches = [obs for obs in candidates if all(p(obs) for p in predicates)]
+        if after is not None:
+            matches = [obs for obs in matches if obs.sort_key < after]
+        matches.sort(key=lambda obs: obs.sort_key, reverse=True)
+        page = matches[:limit]
+        cursor = _encode_cursor(page[-1].sort_key) if len(matches) > limit else None
+        return {
+            "data": [self._project(obs.data, groups, expand) for obs in page],
+            "meta": {"cursor": cursor},
+        }
+
+    @staticmethod
+    def _parse_fields(raw: str | None) -> list[str]:
+        requested = [g.strip() for g in (raw or "").split(",") if g.strip()]
+        if not requested:
+            requested = list(DEFAULT_FIELD_GROUPS)
+        unknown = [g for g in requested if g not in FIELD_GROUPS]
+        if unknown:
+            raise _bad_request(
+                f"Invalid field group(s): {', '.join(unknown)}",
+                validGroups=list(FIELD_GROUPS),
+            )
+        wanted = {"core", *requested}
+        return [g for g in FIELD_GROUPS if g in wanted]
+
+    @staticmethod
+    def _parse_limit(raw: str | None) -> int:
+        if raw is None:
+            return DEFAULT_LIMIT
+        try:
+            limit = int(raw)
+        except ValueError as exc:
+            raise _bad_request(f"limit must be an integer, got {raw!r}") from exc
+        if limit < 1 or limit > MAX_LIMIT:
+            raise _bad_request(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+        return limit
+
+    @staticmethod
+    def _query_predicates(
+        query: dict[str, list[str]], single: Callable[[str], str | None]
+    ) -> list[_Predicate]:
+        predicates: list[_Predicate] = []
+
+        def equals(key: str, expected: Any) -> _Predicate:
+            return lambda obs: obs.data.get(key) == expected
+
+        for name in _EQUALITY_PARAMS:
+            value = single(name)
+            if value is not None:
+                predicates.append(equals(name, value))
+
+        parent = single("parentObservationId")
+        if parent is not None:
+            predicates.append(equals("parentObservationId", parent or None))
+
+        is_root = single("isRootObservation")
+        if is_root is not None:
+            if is_root not in ("true", "false"):
+                raise _bad_request(f"isRootObservation must be true or false, got {is_root!r}")
+            predicates.append(equals("isRootObservation", is_root == "true"))
+
+        environments = frozenset(query.get("environment", []))
+        if environments:
+            predicates.append(lambda obs: obs.data.get("environment") in environments)
+
+        for name, inclusive_lower in (("fromStartTime", True), ("toStartTime", False)):
+            raw = single(name)
+            if raw is None:
+                continue
+            try:
+                bound = _to_us(_parse_time(raw))
+            except ValueError as exc:
+                raise _bad_request(f"{name} is not an ISO 8601 datetime: {raw!r}") from exc
+            predicates.append(_start_bound(bound, inclusive_lower=inclusive_lower))
+        return predicates
+
+    @staticmethod
+    def _project(data: JsonDict, groups: list[str], expand: frozenset[str]) -> JsonDict:
+        out: JsonDict = {}
+        for group in groups:
+            for key in FIELD_GROUPS[group]:
+                value = copy.deepcopy(data.get(key))
+                out[key] = _truncate_metadata(value, expand) if key == "metadata" else value
+        return out
+
+    # ---- POST /api/public/scores ----------------------------------------------------
+
+    def _create_scores(self, body: bytes) -> _Response:
+        try:
+            payload = json.loads(body)
+        except ValueError as exc:
+            raise _bad_request("Invalid request data: body is not JSON") from exc
+        if not isinstance(payload, list):
+            raise _bad_request("Invalid request data: body must be a JSON array of scores")
+        errors = [
+            {"index": i, "message": message}
+            for i, score in enumerate(payload)
+            if (message := _score_error(score)) is not None
+        ]
+        if errors:
+            raise _bad_request("Invalid request data", error=errors)
+
+        scores: list[JsonDict] = payload
+        received_at = datetime.now(UTC)
+        with self._lock:
+            rejected = min(self._reject_next, len(scores))
+            self._reject_next = 0
+            accepted = scores[: len(scores) - rejected]
+            for score in accepted:
+                self._scores[_score_key(score, received_at)] = copy.deepcopy(score)
+            self._score_posts.append(copy.deepcopy(scores))
+        if rejected == 0:
+            return _Response(202, {"message": "Accepted"})
+        rejected_scores = scores[len(scores) - rejected :]
+        return _Response(
+            207,
+            {
+                "accepted": len(accepted),
+                "rejected": rejected,
+                "errors": [
+                    {"message": f"Score {s.get('id') or '(no id)'} rejected by the fake"}
+                    for s in rejected_scores
+                ],
+            },
+        )
+
+
+def _start_bound(bound_us: int, *, inclusive_lower: bool) -> _Predicate:
+    """fromStartTime is inclusive (>=), toStartTime exclusive (<)."""
+
+    def within(obs: _StoredObservation) -> bool:
+        return obs.start_us >= bound_us if inclusive_lower else obs.start_us < bound_us
+
+    return within
+
+
+def _score_key(score: JsonDict, received_at: datetime) -> tuple[str, str, str]:
+    """Real upsert identity: (id, name, UTC date of timestamp); no id -> always new."""
+    score_id = score.get("id") or f"generated-{uuid.uuid4()}"
+    raw_ts = score.get("timestamp")
+    when = _parse_time(raw_ts) if isinstance(raw_ts, str) else received_at
+    return (str(score_id), str(score["name"]), when.astimezone(UTC).date().isoformat())
+
+
+def _score_error(score: Any) -> str | None:
+    if not isinstance(score, dict):
+        return "score must be an object"
+    name = score.get("name")
+    if not isinstance(name, str) or not name:
+        return "name is required"
+    if "value" not in score or score["value"] is None:
+        return "value is required"
+    value = score["value"]
+    for key in ("id", "traceId", "observationId", "sessionId", "datasetRunId", "comment"):
+        if score.get(key) is not None and not isinstance(score[key], str):
+            return f"{key} must be a string"
+    if not any(score.get(k) for k in ("traceId", "sessionId", "datasetRunId")):
+        return "one of traceId, sessionId or datasetRunId is required"
+    if score.get("observationId") and not score.get("traceId"):
+        return "observationId requires traceId"
+    data_type = score.get("dataType")
+    if data_type is None:
+        data_type = "CATEGORICAL" if isinstance(value, str) else "NUMERIC"
+    if data_type not in _SCORE_DATA_TYPES:
+        return f"dataType must be one of {sorted(_SCORE_DATA_TYPES)}"
+    if data_type == "NUMERIC" and not (_is_number(value) and math.isfinite(value)):
+        return "NUMERIC score value must be a finite number"
+    if data_type == "BOOLEAN" and not (_is_number(value) and value in (0, 1)):
+        return "BOOLEAN score value must be 0 or 1"
+    if data_type in ("CATEGORICAL", "CORRECTION") and not isinstance(value, str):
+        return f"{data_type} score value must be a string"
+    if data_type == "TEXT" and not (isinstance(value, str) and 1 <= len(value) <= 500):
+        return "TEXT score value must be a string of 1 to 500 characters"
+    timestamp = score.get("timestamp")
+    if timestamp is not None:
+        if not isinstance(timestamp, str):
+            return "timestamp must be an ISO 8601 string"
+        try:
+            _parse_time(timestamp)
+        except ValueError:
+            return f"timestamp is not ISO 8601: {timestamp!r}"
+    environment = score.get("environment")
+    if environment is not None and not (
+        isinstance(environment, str) and _ENVIRONMENT_RE.match(environment)
+    ):
+        return "environment must be lowercase [a-z0-9_-], at most 40 chars, not 'langfuse*'"
+    metadata = score.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        return "metadata must be an object"
+    return None
