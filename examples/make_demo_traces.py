@@ -162,7 +162,7 @@ def style_for(index: int, with_sources_index: int) -> Style:
         root_input=ROOT_INPUTS[(index // 5) % 5],
         root_type=ROOT_TYPES[index % 3],
         sources_shape=SOURCE_SHAPES[j % 7] if j >= 0 else "none",
-        metadata_strings=(index // 2) % 2 == 1,
+        metadata_strings=(index // 5) % 2 == 1,
         sdk_keys=index % 4 in (1, 2),
         flags_on_generation=index % 4 == 3,
         rewrite=j >= 0 and j % 6 == 4,

@@ -8,19 +8,33 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import click
 import tomli_w
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
-from observer import __version__
+from observer import __version__, app
 from observer.config import ConfigError, Settings, load_settings, masked
+from observer.errors import RemoteError
+from observer.mapping.decode import iso, parse_time
 from observer.output import dumps_line, signals_json
+from observer.pipeline import PassResult
 from observer.records import RecordError, parse_record
+from observer.scores import SIGNAL_SCORE_NAMES
 from observer.signals import SignalParams, compute
+from observer.sources.langfuse import FIELDS, LangfuseSource
+from observer.sources.ratelimit import RateLimiter
+from observer.state import StateError
 from observer.summary import Summary, summary_table
+from observer.telemetry.logging import configure_logging
+from observer.telemetry.metrics import Metrics
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -115,6 +129,245 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
         raise SystemExit(0) from None
     if strict and summary.bad_lines:
         raise SystemExit(1)
+
+
+def _state_option(func: F) -> F:
+    return click.option(
+        "--state",
+        "state_path",
+        type=click.Path(dir_okay=False),
+        default=None,
+        envvar="OBSERVER_STATE__PATH",
+        help="SQLite state file (default: state.path of the config, observer.sqlite).",
+    )(func)
+
+
+def _logging(settings: Settings) -> None:
+    configure_logging(settings.log.format, settings.log.level)
+
+
+def _build(settings: Settings, state_path: str | None, **kwargs: Any) -> app.Parts:
+    try:
+        return app.build(settings, state_path=state_path, **kwargs)
+    except (ConfigError, StateError) as error:
+        click.echo(f"observer: {error}", err=True)
+        raise SystemExit(app.EXIT_CONFIG) from None
+
+
+def _pass_table(title: str, result: PassResult, parts: app.Parts, extra: dict[str, str]) -> Table:
+    table = Table(title=title, show_header=False)
+    table.add_column("")
+    table.add_column("", overflow="fold")
+    table.add_row("window", f"{iso(result.start)} .. {iso(result.end)}")
+    table.add_row("observations read", f"{result.observations:,}")
+    table.add_row("traces scored", f"{result.scored:,}")
+    if result.rescored:
+        table.add_row("traces re-scored (changed)", f"{result.rescored:,}")
+    table.add_row("traces unchanged (nothing pushed)", f"{result.unchanged:,}")
+    if result.unsettled:
+        table.add_row("traces still changing (next pass)", f"{result.unsettled:,}")
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(result.skip_reasons.items()))
+    table.add_row("traces skipped", f"{result.skipped:,}" + (f" ({reasons})" if reasons else ""))
+    if result.deferred:
+        table.add_row("traces deferred (outbox full)", f"{result.deferred:,}")
+    table.add_row("scores queued", f"{result.scores:,}")
+    table.add_row(
+        "scores delivered", f"{int(parts.metrics.value('observer_scores_pushed_total')):,}"
+    )
+    dropped = sum(
+        parts.metrics.value("observer_scores_dropped_total", reason=r) for r in ("rejected",)
+    )
+    if dropped:
+        table.add_row("scores refused by Langfuse", f"{int(dropped):,}")
+    for key, value in extra.items():
+        table.add_row(key, value)
+    return table
+
+
+@main.command()
+@_config_option
+@_state_option
+@click.option("--once", is_flag=True, help="One pass up to now, push, flush, exit.")
+def run(config_path: str | None, state_path: str | None, once: bool) -> None:
+    """Run the daemon: poll Langfuse, score every RAG trace, push scores.
+
+    With --once: poll until caught up with every trace older than the settle
+    delay, push and flush, then exit (0; 3 when Langfuse is unreachable or
+    scores stay undelivered; 4 when Langfuse rejects the keys).
+    """
+    settings = _settings(config_path)
+    _logging(settings)
+    parts = _build(settings, state_path)
+    if not once:
+        raise SystemExit(app.run_daemon(parts))
+    outcome = app.run_once(parts)
+    if outcome.passed is not None:
+        Console(stderr=False).print(_pass_table("observer run --once", outcome.passed, parts, {}))
+    parts.state.close()
+    if outcome.error:
+        click.echo(f"observer: {outcome.error}", err=True)
+    raise SystemExit(outcome.exit_code)
+
+
+def _moment(value: str) -> datetime:
+    moment = parse_time(value)
+    if moment is None:
+        raise click.BadParameter(f"not an ISO-8601 time: {value!r}")
+    return moment
+
+
+@main.command()
+@click.option("--from", "start", required=True, help="ISO-8601 start (inclusive).")
+@click.option("--to", "end", default=None, help="ISO-8601 end (exclusive; default now).")
+@click.option(
+    "--chunk-hours",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Read the window this many hours at a time.",
+)
+@_config_option
+@_state_option
+def backfill(
+    start: str, end: str | None, chunk_hours: float, config_path: str | None, state_path: str | None
+) -> None:
+    """Score the traces of a past window (same pipeline, same score ids).
+
+    Traces already scored and unchanged push nothing; the daemon's watermark
+    is not touched.
+    """
+    begin = _moment(start)
+    finish = _moment(end) if end else app.now_utc()
+    if finish <= begin:
+        raise click.BadParameter("--to must be after --from")
+    if chunk_hours <= 0:
+        raise click.BadParameter("--chunk-hours must be positive")
+    settings = _settings(config_path)
+    _logging(settings)
+    parts = _build(settings, state_path)
+    total_s = (finish - begin).total_seconds()
+    with Progress(
+        TextColumn("[bold]backfill"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[note]}"),
+        console=Console(stderr=True),
+    ) as bar:
+        task = bar.add_task("backfill", total=total_s, note="")
+        seen = {"scored": 0, "traces": 0}
+
+        def progress(at: datetime, result: PassResult) -> None:
+            seen["scored"] += result.scored + result.rescored
+            seen["traces"] += result.traces
+            bar.update(
+                task,
+                completed=(at - begin).total_seconds(),
+                note=f"{seen['traces']:,} traces, {seen['scored']:,} scored",
+            )
+
+        with app.signals_set(parts.stop):
+            outcome = app.backfill(parts, begin, finish, timedelta(hours=chunk_hours), progress)
+    if outcome.passed is not None:
+        Console().print(_pass_table("observer backfill", outcome.passed, parts, {}))
+    parts.state.close()
+    if outcome.error:
+        click.echo(f"observer: {outcome.error}", err=True)
+    raise SystemExit(outcome.exit_code)
+
+
+@main.command()
+@_config_option
+@_state_option
+def check(config_path: str | None, state_path: str | None) -> None:
+    """Check the config, reach Langfuse, prove the keys, and show what will be read."""
+    settings = _settings(config_path)
+    rules = settings.mapping_rules()
+    src = settings.source
+    console = Console()
+    table = Table(title="observer check", show_header=False)
+    table.add_column("")
+    table.add_column("", overflow="fold")
+    table.add_row("config", "valid")
+    table.add_row("Langfuse", settings.langfuse.base_url)
+    table.add_row("public key", settings.langfuse.public_key or "(not set)")
+    table.add_row("reads", "GET /api/public/v2/observations, fields " + FIELDS)
+    table.add_row("metadata expanded", ", ".join(rules.metadata_keys))
+    table.add_row(
+        "environments", ", ".join(src.environments) or "all (but langfuse-llm-as-a-judge)"
+    )
+    table.add_row("trace names", ", ".join(src.trace_names) or "all")
+    table.add_row("tags", ", ".join(src.tags) or "any")
+    table.add_row("generation", ", ".join(rules.generation_names or rules.generation_types))
+    table.add_row(
+        "sources",
+        "last "
+        + ", ".join(rules.retriever_names or rules.retriever_types)
+        + " before the generation",
+    )
+    table.add_row("hook", settings.mapping.hook or "none (default convention)")
+    table.add_row(
+        "polling",
+        f"every {src.poll_interval_s:g} s, settle {src.settle_s:g} s, "
+        f"overlap {src.overlap_s:g} s, first look back {src.lookback_s:g} s, "
+        f"at most {src.requests_per_minute:g} requests/min, {src.page_limit} per page",
+    )
+    table.add_row("writes", "POST /api/public/scores (" + ", ".join(SIGNAL_SCORE_NAMES) + ")")
+    table.add_row("state", state_path or settings.state.path)
+    code = app.EXIT_OK
+    try:
+        api = app.build_api(settings)
+        metrics = Metrics()
+        probe = LangfuseSource(api, RateLimiter(60), metrics, max_attempts=1)
+        probe.probe()
+        table.add_row("reachable", "yes, keys accepted")
+    except ConfigError as error:
+        table.add_row("reachable", f"not checked: {error}")
+        code = app.EXIT_CONFIG
+    except RemoteError as error:
+        table.add_row("reachable", f"NO: {error}")
+        code = app.exit_code(error)
+    console.print(table)
+    raise SystemExit(code)
+
+
+@main.command()
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default="observer-demo-scores.jsonl",
+    show_default=True,
+    help="Where the scores are written (JSON lines).",
+)
+@_state_option
+@_config_option
+def demo(out: str, state_path: str | None, config_path: str | None) -> None:
+    """The daemon on bundled example traces: no Langfuse account or key needed.
+
+    Runs the real pipeline (mapping, signals, dispatcher, state) over example
+    traces shaped like Langfuse observations, writes the scores Langfuse would
+    receive to --out and prints a summary.
+    """
+    settings = _settings(config_path)
+    configure_logging(settings.log.format, "warning")
+    with tempfile.TemporaryDirectory(prefix="observer-demo-") as scratch:
+        state = Path(state_path) if state_path else Path(scratch) / "demo.sqlite"
+        try:
+            outcome, parts = app.demo(settings, Path(out), state)
+        except (ConfigError, StateError) as error:
+            click.echo(f"observer: {error}", err=True)
+            raise SystemExit(app.EXIT_CONFIG) from None
+        console = Console()
+        if outcome.passed is not None:
+            extra = {"scores written to": out}
+            console.print(
+                _pass_table("observer demo: bundled Langfuse traces", outcome.passed, parts, extra)
+            )
+        console.print(summary_table(parts.summary, title="signals of the scored traces"))
+        parts.state.close()
+    if outcome.error:
+        click.echo(f"observer: {outcome.error}", err=True)
+    raise SystemExit(outcome.exit_code)
 
 
 @main.group()

@@ -10,15 +10,18 @@ from the environment only and never printed.
 
 from __future__ import annotations
 
+import importlib
 import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from observer.mapping.convention import MappingRules
 from observer.signals.params import (
     DEFAULT_ABBREVIATIONS,
     DEFAULT_PLEASANTRY_PREFIXES,
@@ -77,6 +80,82 @@ class LangfuseSettings(_Section):
     secret_key: SecretStr | None = None
 
 
+class SourceSettings(_Section):
+    poll_interval_s: float = Field(30.0, gt=0, description="seconds between poll passes")
+    settle_s: float = Field(20.0, ge=0, description="a trace is scored once quiet this long")
+    lookback_s: float = Field(3600.0, gt=0, description="how far back the first start looks")
+    overlap_s: float = Field(
+        300.0, ge=0, description="each pass re-reads this much before the watermark"
+    )
+    page_limit: int = Field(1000, ge=1, le=1000)
+    requests_per_minute: float = Field(25.0, gt=0, description="cap on observation requests")
+    request_timeout_s: float = Field(30.0, gt=0)
+    max_attempts: int = Field(5, ge=1, le=20, description="tries per request before giving up")
+    environments: list[str] = Field(default_factory=list, description="only these (empty: all)")
+    trace_names: list[str] = Field(default_factory=list, description="only these (empty: all)")
+    tags: list[str] = Field(default_factory=list, description="only traces with one of these")
+
+
+class SinkSettings(_Section):
+    batch_size: int = Field(100, ge=1, le=1000, description="scores per POST")
+    max_outbox: int = Field(100_000, ge=100, description="scores waiting at most; then traces wait")
+    max_backoff_s: float = Field(300.0, gt=0)
+
+
+class StateSettings(_Section):
+    path: str = "observer.sqlite"
+
+
+class RunSettings(_Section):
+    shutdown_grace_s: float = Field(20.0, gt=0, description="SIGTERM: finish, flush, exit within")
+    housekeeping_interval_s: float = Field(300.0, gt=0)
+
+
+class MappingSettings(_Section):
+    generation_types: list[str] = Field(default_factory=lambda: ["GENERATION"])
+    generation_names: list[str] = Field(default_factory=list)
+    retriever_types: list[str] = Field(default_factory=lambda: ["RETRIEVER"])
+    retriever_names: list[str] = Field(default_factory=list)
+    question_keys: list[str] = Field(
+        default_factory=lambda: ["question", "query", "input", "message"]
+    )
+    answer_keys: list[str] = Field(default_factory=lambda: ["content", "text", "answer"])
+    sources_keys: list[str] = Field(
+        default_factory=lambda: ["documents", "sources", "chunks", "nodes"]
+    )
+    text_keys: list[str] = Field(default_factory=lambda: ["text", "content", "page_content"])
+    chunk_id_keys: list[str] = Field(default_factory=lambda: ["chunk_id", "id"])
+    score_keys: list[str] = Field(
+        default_factory=lambda: ["score", "rerank_score", "relevance_score"]
+    )
+    hook: str = Field("", description="module:function building the RagRecord instead")
+
+    @model_validator(mode="after")
+    def _hook_importable(self) -> MappingSettings:
+        if self.hook:
+            _resolve_hook(self.hook)
+        return self
+
+
+class LogSettings(_Section):
+    format: Literal["auto", "json", "console"] = "auto"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+def _resolve_hook(spec: str) -> Callable[[list[dict[str, Any]]], Any]:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"mapping.hook must be 'module:function', got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:
+        raise ValueError(f"mapping.hook: cannot import {module_name!r}: {error}") from None
+    function = getattr(module, attribute, None)
+    if not callable(function):
+        raise ValueError(f"mapping.hook: {module_name!r} has no function {attribute!r}")
+    return cast(Callable[[list[dict[str, Any]]], Any], function)
+
+
 class _LangfuseEnv(PydanticBaseSettingsSource):
     """The variables the Langfuse SDK itself reads, so one set of variables serves both."""
 
@@ -110,6 +189,12 @@ class Settings(BaseSettings):
     crag: CragSettings = CragSettings()
     band: BandSettings = BandSettings()
     langfuse: LangfuseSettings = LangfuseSettings()
+    source: SourceSettings = SourceSettings()
+    sink: SinkSettings = SinkSettings()
+    state: StateSettings = StateSettings()
+    run: RunSettings = RunSettings()
+    mapping: MappingSettings = MappingSettings()
+    log: LogSettings = LogSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -137,6 +222,25 @@ class Settings(BaseSettings):
             ),
             band_high=self.band.high,
             band_medium=self.band.medium,
+        )
+
+    def mapping_rules(self) -> MappingRules:
+        m = self.mapping
+        return MappingRules(
+            generation_types=tuple(m.generation_types),
+            generation_names=tuple(m.generation_names),
+            retriever_types=tuple(m.retriever_types),
+            retriever_names=tuple(m.retriever_names),
+            question_keys=tuple(m.question_keys),
+            answer_keys=tuple(m.answer_keys),
+            sources_keys=tuple(m.sources_keys),
+            text_keys=tuple(m.text_keys),
+            chunk_id_keys=tuple(m.chunk_id_keys),
+            score_keys=tuple(m.score_keys),
+            environments=tuple(self.source.environments),
+            trace_names=tuple(self.source.trace_names),
+            tags=tuple(self.source.tags),
+            hook=_resolve_hook(m.hook) if m.hook else None,
         )
 
 

@@ -451,6 +451,7 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"  # keep-alive, like the real API behind a proxy
+    disable_nagle_algorithm = True  # headers and body go out in separate writes
     timeout = 30.0
     server_version = "FakeLangfuse/" + SERVER_VERSION
 
@@ -527,7 +528,7 @@ class FakeLangfuse:
             self._port = int(server.server_address[1])
             thread = threading.Thread(
                 target=server.serve_forever,
-                kwargs={"poll_interval": 0.05},
+                kwargs={"poll_interval": 0.01},
                 name=f"fake-langfuse-{self._port}",
                 daemon=True,
             )

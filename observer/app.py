@@ -1,0 +1,345 @@
+"""Composition root: builds and wires everything, owns start and shutdown.
+
+Exit codes of the commands built here: 0 done; 2 bad configuration or state
+file; 3 Langfuse unreachable (or scores still undelivered at exit, kept in
+the outbox for the next run); 4 Langfuse rejected the keys.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from pathlib import Path
+from types import FrameType
+
+import structlog
+from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-untyped]
+from langfuse.api.client import LangfuseAPI
+
+from observer.config import ConfigError, Settings
+from observer.errors import AuthRejected, RemoteError
+from observer.model import RagRecord, Signals
+from observer.pipeline import PassResult, Pipeline
+from observer.sinks import ScoreSink
+from observer.sinks.dispatcher import Dispatcher
+from observer.sinks.jsonl import JsonlScoreSink
+from observer.sinks.langfuse_scores import LangfuseScoreSink
+from observer.sources import ObservationSource
+from observer.sources.langfuse import LangfuseSource, Stopped
+from observer.sources.ratelimit import RateLimiter
+from observer.sources.replay import ReplaySource
+from observer.state import State
+from observer.summary import Summary
+from observer.telemetry.metrics import Metrics
+
+log = structlog.get_logger("observer.app")
+
+EXIT_OK = 0
+EXIT_CONFIG = 2
+EXIT_UNREACHABLE = 3
+EXIT_AUTH = 4
+
+
+def exit_code(error: RemoteError) -> int:
+    return EXIT_AUTH if isinstance(error, AuthRejected) else EXIT_UNREACHABLE
+
+
+def demo_traces_path() -> Path:
+    return Path(str(resources.files("observer") / "data" / "demo_traces.jsonl"))
+
+
+def build_api(settings: Settings) -> LangfuseAPI:
+    lf = settings.langfuse
+    missing = [
+        name
+        for name, value in (
+            ("LANGFUSE_PUBLIC_KEY", lf.public_key),
+            ("LANGFUSE_SECRET_KEY", lf.secret_key),
+        )
+        if not value
+    ]
+    if missing:
+        raise ConfigError(f"set {' and '.join(missing)} in the environment to read from Langfuse")
+    assert lf.public_key is not None and lf.secret_key is not None
+    from observer.langfuse_api import build_api as build
+
+    return build(
+        lf.base_url,
+        lf.public_key,
+        lf.secret_key.get_secret_value(),
+        settings.source.request_timeout_s,
+    )
+
+
+@dataclass
+class Parts:
+    """Everything one command needs, wired."""
+
+    settings: Settings
+    state: State
+    metrics: Metrics
+    source: ObservationSource
+    dispatcher: Dispatcher
+    pipeline: Pipeline
+    stop: threading.Event
+    summary: Summary
+
+
+def build(
+    settings: Settings,
+    *,
+    state_path: str | Path | None = None,
+    source: ObservationSource | None = None,
+    sink: ScoreSink | None = None,
+    metrics: Metrics | None = None,
+    stop: threading.Event | None = None,
+) -> Parts:
+    """Wire the pipeline. Without `source`/`sink`, both talk to Langfuse."""
+    metrics = metrics or Metrics()
+    stop = stop or threading.Event()
+    state = State(state_path or settings.state.path, max_outbox=settings.sink.max_outbox)
+    api: LangfuseAPI | None = None
+    if source is None or sink is None:
+        api = build_api(settings)
+    rules = settings.mapping_rules()
+    if source is None:
+        assert api is not None
+        source = LangfuseSource(
+            api,
+            RateLimiter(settings.source.requests_per_minute),
+            metrics,
+            page_limit=settings.source.page_limit,
+            environments=settings.source.environments,
+            expand_metadata=rules.metadata_keys,
+            max_attempts=settings.source.max_attempts,
+            should_stop=stop.is_set,
+        )
+    if sink is None:
+        assert api is not None
+        sink = LangfuseScoreSink(api)
+    dispatcher = Dispatcher(
+        state,
+        sink,
+        metrics,
+        batch_size=settings.sink.batch_size,
+        max_backoff_s=settings.sink.max_backoff_s,
+    )
+    summary = Summary()
+
+    def on_scored(record: RagRecord, signals: Signals) -> None:
+        summary.add(signals)
+
+    pipeline = Pipeline(
+        source,
+        state,
+        metrics,
+        settings.signal_params(),
+        rules,
+        notify=dispatcher.notify,
+        settle_s=settings.source.settle_s,
+        overlap_s=settings.source.overlap_s,
+        lookback_s=settings.source.lookback_s,
+        on_scored=on_scored,
+        should_stop=stop.is_set,
+    )
+    return Parts(settings, state, metrics, source, dispatcher, pipeline, stop, summary)
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+# -- run --once -----------------------------------------------------------------
+
+
+@dataclass
+class OnceResult:
+    exit_code: int
+    passed: PassResult | None
+    undelivered: int
+    error: str | None = None
+
+
+def run_once(parts: Parts, now: datetime | None = None) -> OnceResult:
+    """One pass up to now (every trace older than the settle delay), push, flush."""
+    grace = parts.settings.run.shutdown_grace_s
+    try:
+        result = parts.pipeline.poll(now or now_utc())
+    except RemoteError as error:
+        parts.dispatcher.flush(grace)
+        return OnceResult(exit_code(error), None, parts.state.outbox_size(), str(error))
+    parts.dispatcher.flush(grace)
+    left = parts.state.outbox_size()
+    if left:
+        why = parts.dispatcher.last_error or "scores not acknowledged in time"
+        code = EXIT_AUTH if parts.dispatcher.auth_failed else EXIT_UNREACHABLE
+        return OnceResult(code, result, left, f"{left} scores kept for the next run: {why}")
+    return OnceResult(EXIT_OK, result, 0)
+
+
+# -- backfill -------------------------------------------------------------------
+
+
+def backfill(
+    parts: Parts,
+    start: datetime,
+    end: datetime,
+    chunk: timedelta,
+    progress: Callable[[datetime, PassResult], None] = lambda _at, _result: None,
+) -> OnceResult:
+    """The pipeline over a past window, chunk by chunk; the watermark is not touched."""
+    parts.dispatcher.start()
+    now = now_utc()
+    totals = PassResult(start, end)
+    cursor = start
+    try:
+        while cursor < end and not parts.stop.is_set():
+            chunk_end = min(end, cursor + chunk)
+            result = parts.pipeline.process_window(cursor, chunk_end, now)
+            for name in (
+                "observations",
+                "scored",
+                "rescored",
+                "unchanged",
+                "unsettled",
+                "skipped",
+                "deferred",
+                "scores",
+            ):
+                setattr(totals, name, getattr(totals, name) + getattr(result, name))
+            for reason, count in result.skip_reasons.items():
+                totals.skip_reasons[reason] = totals.skip_reasons.get(reason, 0) + count
+            cursor = chunk_end
+            progress(cursor, result)
+    except (RemoteError, Stopped) as error:
+        parts.dispatcher.shutdown(parts.settings.run.shutdown_grace_s)
+        if isinstance(error, Stopped):
+            return OnceResult(EXIT_OK, totals, parts.state.outbox_size(), "stopped")
+        return OnceResult(exit_code(error), totals, parts.state.outbox_size(), str(error))
+    flushed = parts.dispatcher.shutdown(parts.settings.run.shutdown_grace_s)
+    left = parts.state.outbox_size()
+    if not flushed and left:
+        return OnceResult(
+            EXIT_UNREACHABLE,
+            totals,
+            left,
+            f"{left} scores kept for the next run: {parts.dispatcher.last_error}",
+        )
+    return OnceResult(EXIT_OK, totals, 0)
+
+
+# -- the daemon -----------------------------------------------------------------
+
+
+@contextmanager
+def signals_set(stop: threading.Event) -> Iterator[None]:
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        log.info("shutdown_requested", signal=signal.Signals(signum).name)
+        stop.set()
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
+    """Poll and push until SIGTERM/SIGINT; then drain, flush, persist, exit 0 in the grace."""
+    settings = parts.settings
+    parts.dispatcher.start()
+    busy = threading.Lock()
+
+    def poll_tick() -> None:
+        if parts.stop.is_set() or not busy.acquire(blocking=False):
+            return
+        try:
+            result = parts.pipeline.poll(clock())
+            log.info(
+                "poll_completed",
+                observations=result.observations,
+                scored=result.scored,
+                rescored=result.rescored,
+                unchanged=result.unchanged,
+                unsettled=result.unsettled,
+                skipped=result.skipped,
+                scores=result.scores,
+                outbox=parts.state.outbox_size(),
+            )
+        except Stopped:
+            pass
+        except AuthRejected as error:
+            log.error("poll_failed", kind="auth", error=str(error))
+        except RemoteError as error:
+            log.warning("poll_failed", kind="unreachable", error=str(error))
+        except Exception:  # the loop never dies on a strange trace or a bug
+            log.exception("poll_crashed")
+        finally:
+            busy.release()
+
+    def housekeeping() -> None:
+        watermark = parts.state.watermark()
+        if watermark is not None:
+            keep = timedelta(seconds=settings.source.overlap_s) + timedelta(days=1)
+            pruned = parts.state.prune_traces(watermark - keep)
+            if pruned:
+                log.info("fingerprints_pruned", count=pruned)
+        parts.dispatcher.notify()
+
+    scheduler = BackgroundScheduler(timezone=UTC)
+    scheduler.add_job(
+        poll_tick,
+        "interval",
+        seconds=settings.source.poll_interval_s,
+        next_run_time=datetime.now(UTC),
+        max_instances=1,
+        coalesce=True,
+        id="poll",
+    )
+    scheduler.add_job(
+        housekeeping,
+        "interval",
+        seconds=settings.run.housekeeping_interval_s,
+        max_instances=1,
+        coalesce=True,
+        id="housekeeping",
+    )
+    with signals_set(parts.stop):
+        scheduler.start()
+        log.info(
+            "observer_started",
+            poll_interval_s=settings.source.poll_interval_s,
+            state=str(parts.state.path),
+        )
+        parts.stop.wait()
+        deadline = time.monotonic() + settings.run.shutdown_grace_s
+        # Stop polling; a pass in flight sees `stop` between pages and hands back the rest.
+        scheduler.shutdown(wait=False)
+        busy.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        flushed = parts.dispatcher.shutdown(max(0.5, deadline - time.monotonic()))
+        left = parts.state.outbox_size()
+        parts.state.close()
+    log.info("observer_stopped", flushed=flushed, outbox_left=left)
+    return EXIT_OK
+
+
+# -- the demo -------------------------------------------------------------------
+
+
+def demo(settings: Settings, out: Path, state_path: Path) -> tuple[OnceResult, Parts]:
+    """The daemon pipeline over the bundled traces, scores to a JSONL file."""
+    replay = ReplaySource(demo_traces_path())
+    earliest, latest = replay.time_range()
+    out.write_bytes(b"")
+    parts = build(settings, state_path=state_path, source=replay, sink=JsonlScoreSink(out))
+    # The bundled traces are from the past: a clock just after them, a lookback that covers them.
+    now = latest + timedelta(seconds=settings.source.settle_s + 60)
+    parts.pipeline.lookback = now - earliest + timedelta(minutes=1)
+    return run_once(parts, now), parts
