@@ -154,7 +154,7 @@ _Predicate = Callable[["_StoredObservation"], bool]
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """One request the fake answered (or cut off during an outage)."""
+    """One request the fake received. ``status`` 0: cut off by stop(), never answered."""
 
     method: str
     path: str
@@ -416,36 +416,44 @@ def _compile_condition(condition: Any) -> _Predicate:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    block_on_close = False  # stop() must not wait for handlers sleeping in latency_s
+    block_on_close = True  # stop() returns only when every handler thread is done
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], fake: FakeLangfuse) -> None:
         self.fake = fake
+        self.stopped = threading.Event()
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
-        self.stopped = False
+        self._cut = False
         super().__init__(address, _Handler)
 
     def track(self, connection: socket.socket) -> None:
         with self._connections_lock:
-            self._connections.add(connection)
+            if not self._cut:
+                self._connections.add(connection)
+                return
+        _cut(connection)  # accepted just before the outage began
 
     def untrack(self, connection: socket.socket) -> None:
         with self._connections_lock:
             self._connections.discard(connection)
 
     def cut_connections(self) -> None:
-        """Close every open (keep-alive) connection, like a crashed server would."""
+        """Cut every open (keep-alive or in-flight) connection, like a crashed server."""
         with self._connections_lock:
+            self._cut = True
             connections = list(self._connections)
             self._connections.clear()
         for connection in connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
-            connection.close()
+            _cut(connection)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Connections cut by stop() raise in their handler thread; stay quiet."""
+
+
+def _cut(connection: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        connection.shutdown(socket.SHUT_RDWR)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -545,10 +553,10 @@ class FakeLangfuse:
             self._thread = None
             if server is None:
                 return
-            server.stopped = True
-            server.shutdown()
-            server.server_close()
+            server.stopped.set()  # wakes handlers sleeping in latency_s
+            server.shutdown()  # no more accept()
             server.cut_connections()
+            server.server_close()  # closes the port and joins the handler threads
             if thread is not None:
                 thread.join(timeout=5)
 
@@ -688,8 +696,8 @@ class FakeLangfuse:
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length > 0 else b""
         if self.latency_s > 0:
-            time.sleep(self.latency_s)
-        if handler.server.stopped:
+            handler.server.stopped.wait(self.latency_s)
+        if handler.server.stopped.is_set():
             # The outage began while this request waited: no answer, just a cut line.
             handler.close_connection = True
             self._record(handler, path, query, 0)

@@ -338,7 +338,7 @@ def test_outage_during_a_slow_request_cuts_the_line(
     def call() -> None:
         try:
             client.observations.get_many(request_options=NO_RETRY)
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+        except BaseException as exc:  # handed to the main thread
             outcome.append(exc)
 
     worker = threading.Thread(target=call)

@@ -1,0 +1,341 @@
+"""DESIGN §2.1, the default trace convention, rule by rule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from observer.app import demo_traces_path
+from observer.mapping import MappingRules, Skip, map_trace
+from observer.model import RagRecord
+from observer.records import parse_record
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = MappingRules()
+
+
+def obs(id_: str, type_: str, start: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "id": id_,
+        "traceId": "t1",
+        "type": type_,
+        "startTime": f"2026-11-20T08:30:{start}Z",
+        "environment": "production",
+        "isRootObservation": False,
+        **fields,
+    }
+
+
+def trace(
+    answer_output: Any = "An answer [1].",
+    sources_output: Any = '[{"text": "Evidence."}]',
+    root_input: Any = '{"question": "Why?"}',
+    root_meta: Any = None,
+    gen_meta: Any = None,
+    **root_fields: Any,
+) -> list[dict[str, Any]]:
+    observations = [
+        obs(
+            "root",
+            root_fields.pop("type", "SPAN"),
+            "00.000",
+            isRootObservation=True,
+            name=root_fields.pop("name", "rag-query"),
+            input=root_input,
+            metadata=root_meta or {},
+            **root_fields,
+        ),
+        obs("gen", "GENERATION", "01.100", output=answer_output, metadata=gen_meta or {}),
+    ]
+    if sources_output is not None:
+        observations.append(obs("ret", "RETRIEVER", "00.600", output=sources_output))
+    return observations
+
+
+def mapped(observations: list[dict[str, Any]], rules: MappingRules = RULES) -> RagRecord:
+    result = map_trace("t1", observations, rules)
+    assert isinstance(result, RagRecord), result
+    return result
+
+
+@pytest.mark.parametrize(
+    ("root_input", "question"),
+    [
+        ('{"question": "Why?"}', "Why?"),
+        ('{"query": "How?"}', "How?"),
+        ('{"input": "What?", "question": null}', "What?"),
+        ('{"message": "Hi"}', "Hi"),
+        ("plain text question", "plain text question"),
+        ('"a JSON string"', "a JSON string"),
+        ('[{"role": "system", "content": "x"}, {"role": "user", "content": "Last?"}]', "Last?"),
+        (None, ""),
+    ],
+    ids=["question", "query", "input", "message", "raw_text", "json_string", "chat", "none"],
+)
+def test_question_from_the_root_input(root_input: Any, question: str) -> None:
+    assert mapped(trace(root_input=root_input)).question == question
+
+
+@pytest.mark.parametrize(
+    ("output", "answer"),
+    [
+        ("Plain answer [1].", "Plain answer [1]."),
+        ('{"content": "From content"}', "From content"),
+        ('{"text": "From text"}', "From text"),
+        ('{"answer": "From answer"}', "From answer"),
+        ('{"role": "assistant", "content": "Chat message"}', "Chat message"),
+        (
+            '[{"role": "assistant", "content": "First"}, '
+            '{"role": "assistant", "content": "Second"}]',
+            "First",
+        ),
+        ('{"choices": [{"message": {"role": "assistant", "content": "Choice"}}]}', "Choice"),
+        ('{"role": "assistant", "content": [{"type": "text", "text": "Parts"}]}', "Parts"),
+        ("42", "42"),
+        ("true", "true"),
+        ("3.5", "3.5"),
+        ('"quoted"', "quoted"),
+        ({"content": "already decoded"}, "already decoded"),
+    ],
+    ids=[
+        "string",
+        "content",
+        "text",
+        "answer",
+        "chat",
+        "chat_list",
+        "choices",
+        "parts",
+        "number",
+        "boolean",
+        "decimal",
+        "json_string",
+        "object",
+    ],
+)
+def test_answer_from_the_generation_output(output: Any, answer: str) -> None:
+    assert mapped(trace(answer_output=output)).answer == answer
+
+
+def test_latest_generation_is_the_answer() -> None:
+    observations = trace(answer_output="Final answer.")
+    observations.append(obs("rewrite", "GENERATION", "00.300", output="rewritten query"))
+    record = mapped(observations)
+    assert (record.answer, record.observation_id) == ("Final answer.", "gen")
+    assert record.timestamp == "2026-11-20T08:30:01.100Z"
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        '[{"text": "A", "chunk_id": "c1", "score": 0.9}]',
+        '{"documents": [{"text": "A", "chunk_id": "c1", "score": 0.9}]}',
+        '{"sources": [{"content": "A", "id": "c1", "rerank_score": 0.9}]}',
+        '{"chunks": [{"text": "A", "chunk_id": "c1", "relevance_score": "0.9"}]}',
+        '{"nodes": [{"text": "A", "id": "c1", "score": 0.9}]}',
+        '[{"page_content": "A", "metadata": {"chunk_id": "c1", "relevance_score": 0.9}}]',
+    ],
+    ids=["list", "documents", "sources_content", "chunks_string_score", "nodes", "langchain"],
+)
+def test_sources_shapes(output: str) -> None:
+    (source,) = mapped(trace(sources_output=output)).sources
+    assert (source.text, source.chunk_id, source.score) == ("A", "c1", 0.9)
+
+
+def test_source_fields_from_item_then_metadata() -> None:
+    output = json.dumps(
+        [
+            {
+                "page_content": "A",
+                "metadata": {"doc_id": "d1", "title": "T", "text_hash": "ab", "origin": "web"},
+            }
+        ]
+    )
+    (source,) = mapped(trace(sources_output=output)).sources
+    assert (source.doc_id, source.title, source.text_hash, source.origin) == (
+        "d1",
+        "T",
+        "ab",
+        "web",
+    )
+
+
+def test_last_retriever_before_the_generation_gives_the_numbered_sources() -> None:
+    observations = trace(sources_output='[{"text": "raw 1"}, {"text": "raw 2"}]')
+    observations.append(obs("rerank", "RETRIEVER", "00.900", output='[{"text": "reranked"}]'))
+    observations.append(obs("late", "RETRIEVER", "02.000", output='[{"text": "after the answer"}]'))
+    assert [s.text for s in mapped(observations).sources] == ["reranked"]
+
+
+def test_no_retriever_is_a_valid_fallback_answer() -> None:
+    assert mapped(trace(sources_output=None)).sources == ()
+
+
+@pytest.mark.parametrize(
+    ("meta_on", "meta"),
+    [
+        (
+            "root",
+            {
+                "query_type": "howto",
+                "needs_fallback": "true",
+                "low_confidence": False,
+                "rerank_scores": "[0.9, 0.1]",
+                "crag_grade": "HIGH",
+                "context": "[1] ctx",
+            },
+        ),
+        (
+            "generation",
+            {
+                "query_type": '"howto"',
+                "needs_fallback": True,
+                "low_confidence": "false",
+                "rerank_scores": [0.9, 0.1],
+                "crag_grade": "HIGH",
+                "context": "[1] ctx",
+            },
+        ),
+    ],
+)
+def test_flags_from_metadata_decoded(meta_on: str, meta: dict[str, Any]) -> None:
+    kwargs = {"root_meta": meta} if meta_on == "root" else {"gen_meta": meta}
+    record = mapped(trace(**kwargs))
+    assert record.query_type == "howto"
+    assert record.needs_fallback is True
+    assert record.low_confidence is False
+    assert record.rerank_scores == (0.9, 0.1)
+    assert record.app_crag_grade == "HIGH"
+    assert record.context == "[1] ctx"
+
+
+def test_sdk_metadata_keys_are_ignored_and_environment_defaults() -> None:
+    observations = trace(
+        root_meta={"resourceAttributes": {"service.name": "rag"}, "scope": {"name": "langfuse-sdk"}}
+    )
+    for observation in observations:
+        observation.pop("environment")
+    assert mapped(observations).environment == "default"
+
+
+@pytest.mark.parametrize(
+    ("observations", "reason"),
+    [
+        ([obs("root", "SPAN", "00.000", isRootObservation=True, name="health")], "no_generation"),
+        (trace(sources_output='"not a list"'), "malformed_sources"),
+        (trace(sources_output='["text only"]'), "malformed_sources"),
+        (trace(sources_output='{"hits": []}'), "malformed_sources"),
+        (trace(sources_output='[{"title": "no text"}]'), "malformed_sources"),
+        (trace(answer_output=None), "no_answer_text"),
+        (trace(answer_output="   "), "no_answer_text"),
+        (trace(answer_output='{"tool_calls": []}'), "no_answer_text"),
+        (trace(environment="langfuse-llm-as-a-judge"), "judge_environment"),
+        (trace(name="observer.poll"), "own_trace"),
+        (trace(root_meta={"scope": {"name": "observer"}}), "own_trace"),
+        (trace()[1:], "no_root"),
+    ],
+    ids=[
+        "no_generation",
+        "string_output",
+        "list_of_strings",
+        "object_without_list",
+        "item_without_text",
+        "null_answer",
+        "blank_answer",
+        "no_text_key",
+        "judge_env",
+        "own_name",
+        "own_scope",
+        "no_root",
+    ],
+)
+def test_skip_reasons(observations: list[dict[str, Any]], reason: str) -> None:
+    result = map_trace("t1", observations, RULES)
+    assert isinstance(result, Skip)
+    assert result.reason == reason
+
+
+def test_strange_input_is_a_skip_never_a_crash() -> None:
+    observations = trace()
+    observations[1]["startTime"] = {"not": "a time"}
+    observations[2]["output"] = object()
+    result = map_trace("t1", observations, RULES)
+    assert isinstance(result, RagRecord | Skip)
+
+
+def test_filters_by_environment_name_and_tags() -> None:
+    rules = MappingRules(environments=("staging",))
+    assert map_trace("t1", trace(), rules) == Skip("filtered_environment", "production")
+    assert isinstance(
+        map_trace("t1", trace(traceName="chat"), MappingRules(trace_names=("rag-query",))), Skip
+    )
+    assert isinstance(map_trace("t1", trace(tags=["rag"]), MappingRules(tags=("rag",))), RagRecord)
+    assert isinstance(map_trace("t1", trace(tags=["x"]), MappingRules(tags=("rag",))), Skip)
+
+
+def test_declared_names_pick_the_observations() -> None:
+    observations = trace(answer_output="Not this one.")
+    observations.append(obs("final", "SPAN", "00.800", name="final-answer", output="This one."))
+    observations.append(obs("docs", "SPAN", "00.700", name="search", output='[{"text": "S"}]'))
+    rules = MappingRules(generation_names=("final-answer",), retriever_names=("search",))
+    record = mapped(observations, rules)
+    assert (record.answer, [s.text for s in record.sources]) == ("This one.", ["S"])
+
+
+def test_hook_builds_the_record() -> None:
+    def hook(observations: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"question": "q", "answer": f"{len(observations)} observations", "sources": []}
+
+    record = mapped(trace(), MappingRules(hook=hook))
+    assert (record.trace_id, record.answer) == ("t1", "3 observations")
+
+
+@pytest.mark.parametrize(
+    ("hook", "reason"),
+    [
+        (lambda o: None, "hook_skipped"),
+        (lambda o: 1 / 0, "hook_error"),
+        (lambda o: {"answer": 3}, "hook_invalid"),
+        (lambda o: "text", "hook_invalid"),
+    ],
+    ids=["none", "raises", "bad_record", "wrong_type"],
+)
+def test_hook_failures_are_skips(hook: Any, reason: str) -> None:
+    result = map_trace("t1", trace(), MappingRules(hook=hook))
+    assert isinstance(result, Skip) and result.reason == reason
+
+
+def test_bundled_demo_traces_map_back_to_the_example_records() -> None:
+    """The demo data is the examples, shaped like Langfuse: every shape decodes the same."""
+    import hashlib
+
+    records = {
+        hashlib.sha256(r.trace_id.encode()).hexdigest()[:32]: r
+        for r in (parse_record(line) for line in (ROOT / "examples/records.jsonl").open("rb"))
+    }
+    by_trace: dict[str, list[dict[str, Any]]] = {}
+    for line in demo_traces_path().read_text().splitlines():
+        observation = json.loads(line)
+        by_trace.setdefault(observation["traceId"], []).append(observation)
+    matched = 0
+    for trace_id, observations in by_trace.items():
+        expected = records.get(trace_id)
+        if expected is None:
+            continue
+        got = map_trace(trace_id, observations, RULES)
+        assert isinstance(got, RagRecord), (expected.trace_id, got)
+        assert (got.question, got.answer) == (expected.question, expected.answer)
+        assert [(s.text, s.score, s.chunk_id) for s in got.sources] == [
+            (s.text, s.score, s.chunk_id) for s in expected.sources
+        ]
+        assert (got.needs_fallback, got.low_confidence, got.query_type, got.rerank_scores) == (
+            expected.needs_fallback,
+            expected.low_confidence,
+            expected.query_type,
+            expected.rerank_scores,
+        )
+        matched += 1
+    assert matched == len(records) == 74
