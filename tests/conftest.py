@@ -6,6 +6,11 @@ import os
 
 import pytest
 
+from observer.telemetry.logging import configure_logging
+
+# Tests assert on behaviour and metrics; log lines only below warnings are noise.
+configure_logging("console", "warning")
+
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:

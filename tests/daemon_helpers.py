@@ -1,0 +1,71 @@
+"""Shared setup for tests of the daemon against the fake Langfuse."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from observer import app
+from observer.app import demo_traces_path
+from observer.config import Settings, load_settings
+from observer.mapping.decode import parse_time
+from observer.records import parse_record
+from tests.fakes.langfuse_server import FakeLangfuse
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def demo_observations() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in demo_traces_path().read_text().splitlines()]
+
+
+def latest_start(observations: list[dict[str, Any]]) -> datetime:
+    moments = [parse_time(o["startTime"]) for o in observations]
+    return max(m for m in moments if m is not None)
+
+
+def expected_signals() -> dict[str, dict[str, Any]]:
+    """`observer score` of the example records, keyed by their demo Langfuse trace id."""
+    from observer.output import signals_json
+    from observer.signals import SignalParams, compute
+
+    expected = {}
+    for line in (ROOT / "examples" / "records.jsonl").open("rb"):
+        record = parse_record(line)
+        trace_id = hashlib.sha256(record.trace_id.encode()).hexdigest()[:32]
+        expected[trace_id] = signals_json(compute(record, SignalParams()))
+    return expected
+
+
+def configure(monkeypatch: pytest.MonkeyPatch, fake: FakeLangfuse, **overrides: str) -> Settings:
+    monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", fake.public_key)
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", fake.secret_key)
+    monkeypatch.setenv("LANGFUSE_BASE_URL", fake.url)
+    defaults = {
+        "OBSERVER_SOURCE__LOOKBACK_S": str(3 * 86400),
+        "OBSERVER_SOURCE__REQUESTS_PER_MINUTE": "6000",
+        "OBSERVER_SOURCE__MAX_ATTEMPTS": "3",
+        "OBSERVER_SINK__MAX_BACKOFF_S": "0.2",
+        "OBSERVER_RUN__SHUTDOWN_GRACE_S": "5",
+        "OBSERVER_LOG__LEVEL": "warning",
+    }
+    for key, value in {**defaults, **overrides}.items():
+        monkeypatch.setenv(key, value)
+    return load_settings()
+
+
+def once(settings: Settings, state: Path, now: datetime) -> app.OnceResult:
+    parts = app.build(settings, state_path=state)
+    try:
+        return app.run_once(parts, now)
+    finally:
+        parts.state.close()
+
+
+def after(observations: list[dict[str, Any]], seconds: float = 120) -> datetime:
+    return latest_start(observations) + timedelta(seconds=seconds)

@@ -1,0 +1,306 @@
+"""The daemon against a fake Langfuse over real HTTP, with the real SDK client.
+
+Every trace scored right, exactly once; nothing lost through 5xx, 429,
+outages and restarts; every skip counted.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from observer import app
+from observer.telemetry.metrics import Metrics
+from tests.daemon_helpers import (
+    after,
+    configure,
+    demo_observations,
+    expected_signals,
+    once,
+)
+from tests.fakes.langfuse_server import FakeLangfuse
+
+SCORED_TRACES = 75
+SCORES_PER_PASS = 569
+
+
+@pytest.fixture
+def fake() -> Any:
+    with FakeLangfuse() as server:
+        yield server
+
+
+@pytest.fixture
+def loaded(fake: FakeLangfuse) -> FakeLangfuse:
+    fake.add_observations(demo_observations())
+    return fake
+
+
+def by_trace(scores: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    grouped: dict[str, dict[str, Any]] = {}
+    for score in scores:
+        grouped.setdefault(score["traceId"], {})[score["name"]] = score
+    return grouped
+
+
+def test_full_pass_scores_every_trace_right(
+    loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    observations = demo_observations()
+    settings = configure(monkeypatch, loaded)
+    result = once(settings, tmp_path / "state.sqlite", after(observations))
+    assert result.exit_code == 0, result.error
+    assert result.passed is not None
+    assert result.passed.scored == SCORED_TRACES
+    assert result.passed.skip_reasons == {
+        "judge_environment": 1,
+        "malformed_sources": 1,
+        "no_answer_text": 1,
+        "no_generation": 1,
+        "own_trace": 1,
+    }
+    assert len(loaded.scores) == SCORES_PER_PASS
+    assert loaded.duplicates() == []
+
+    generations = {
+        o["traceId"]: o for o in observations if o["type"] == "GENERATION" and o["name"] == "answer"
+    }
+    scored = by_trace(loaded.scores)
+    expected = expected_signals()
+    assert set(expected) <= set(scored)
+    for trace_id, want in expected.items():
+        got = scored[trace_id]
+        assert got["confidence"]["value"] == pytest.approx(want["confidence"])
+        assert got["rerank_top1"]["value"] == pytest.approx(want["rerank_top1"])
+        assert got["crag_grade"]["value"] == want["crag_grade"]
+        assert got["confidence_band"]["value"] == want["band"]
+        assert got["ungrounded"]["value"] == (1 if want["ungrounded"] else 0)
+        assert got["invalid_citations"]["value"] == len(want["invalid_refs"])
+        assert ("citation_coverage" in got) == want["coverage_computed"]
+        if want["coverage_computed"]:
+            assert got["citation_coverage"]["value"] == pytest.approx(want["coverage"])
+        assert ("numeric_grounding" in got) == (want["numeric_grounding"] is not None)
+        generation = generations[trace_id]
+        for score in got.values():
+            assert score["observationId"] == generation["id"]
+            assert (
+                score["timestamp"].replace("+00:00", "Z").startswith(generation["startTime"][:23])
+            )
+            assert score["environment"] == generation["environment"]
+            assert score["comment"]
+    skipped = {
+        "325ef377735d3c794bda884be1d06ba6",
+        "5242a5d4fa9006521d920dabdbcf8abe",
+        "f4dc38744f796cd7085fd507c7d55af4",
+        "e16bb509ad6903499e58ba5c1f3e238b",
+        "2cc1746a1424dfec6a8e2f80c442b860",
+    }
+    assert not skipped & set(scored)
+
+
+def test_second_pass_pushes_nothing(
+    loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings = configure(monkeypatch, loaded)
+    now = after(demo_observations())
+    assert once(settings, tmp_path / "s.sqlite", now).exit_code == 0
+    posts = len(loaded.score_posts)
+    second = once(settings, tmp_path / "s.sqlite", now + timedelta(seconds=30))
+    assert second.exit_code == 0
+    assert second.passed is not None
+    # The second pass re-reads only the overlap window before the watermark.
+    assert second.passed.scored == second.passed.rescored == 0
+    assert second.passed.unchanged >= 1
+    assert len(loaded.score_posts) == posts
+
+
+def test_fresh_state_gives_the_same_ids_and_timestamps(
+    loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings = configure(monkeypatch, loaded)
+    now = after(demo_observations())
+    once(settings, tmp_path / "a.sqlite", now)
+    first = {(s["id"], s["timestamp"]) for s in loaded.scores}
+    once(settings, tmp_path / "b.sqlite", now)
+    assert {(s["id"], s["timestamp"]) for s in loaded.scores} == first
+    assert len(loaded.scores) == SCORES_PER_PASS
+    assert loaded.duplicates() == []
+    assert sum(len(p) for p in loaded.score_posts) == 2 * SCORES_PER_PASS
+
+
+def test_late_observation_rescores_its_trace_under_the_same_ids(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    observations = demo_observations()
+    trace_id = next(o["traceId"] for o in observations if o["name"] == "answer")
+    answer = next(o for o in observations if o["traceId"] == trace_id and o["name"] == "answer")
+    # First the trace arrives without its answer: not scored yet.
+    fake.add_observations(o for o in observations if o is not answer)
+    settings = configure(monkeypatch, fake)
+    now = after(observations)
+    first = once(settings, tmp_path / "s.sqlite", now)
+    assert first.passed is not None and first.passed.skip_reasons.get("no_generation") == 2
+    assert trace_id not in by_trace(fake.scores)
+    # The answer lands later: the next pass (overlap window) scores the trace.
+    fake.add_observations([answer])
+    second = once(settings, tmp_path / "s.sqlite", now + timedelta(seconds=30))
+    assert second.passed is not None and second.passed.scored == 1
+    ids = {s["name"]: s["id"] for s in by_trace(fake.scores)[trace_id].values()}
+    # Then the app rewrites the answer: re-scored, same ids, values updated, no duplicate.
+    changed = copy.deepcopy(answer)
+    changed["output"] = "A different answer with no citations at all."
+    changed["updatedAt"] = changed["endTime"]
+    fake.add_observations([changed])
+    third = once(settings, tmp_path / "s.sqlite", now + timedelta(seconds=60))
+    assert third.passed is not None and third.passed.rescored == 1
+    rescored = by_trace(fake.scores)[trace_id]
+    assert {n: s["id"] for n, s in rescored.items() if n in ids} == {
+        n: i for n, i in ids.items() if n in rescored
+    }
+    assert rescored["citation_coverage"]["value"] == 0.0
+    assert fake.duplicates() == []
+
+
+def test_unsettled_trace_waits_and_holds_the_watermark(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    observations = demo_observations()
+    fake.add_observations(observations)
+    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__SETTLE_S="600")
+    newest = max(observations, key=lambda o: o["updatedAt"])
+    # "now" is five minutes after the newest activity: that trace is still settling.
+    from observer.mapping.decode import parse_time
+
+    now = parse_time(newest["updatedAt"])
+    assert now is not None
+    first = once(settings, tmp_path / "s.sqlite", now + timedelta(seconds=300))
+    assert first.passed is not None and first.passed.unsettled >= 1
+    assert newest["traceId"] not in by_trace(fake.scores)
+    later = once(settings, tmp_path / "s.sqlite", now + timedelta(seconds=900))
+    assert later.passed is not None and later.passed.scored == first.passed.unsettled
+    assert newest["traceId"] in by_trace(fake.scores)
+
+
+def test_5xx_and_429_while_reading_lose_nothing(
+    loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings = configure(monkeypatch, loaded, OBSERVER_SOURCE__MAX_ATTEMPTS="4")
+    loaded.fail_next(500, count=2, path_prefix="/api/public/v2/observations")
+    loaded.fail_next(429, count=1, retry_after=0.3, path_prefix="/api/public/v2/observations")
+    result = once(settings, tmp_path / "s.sqlite", after(demo_observations()))
+    assert result.exit_code == 0, result.error
+    assert len(loaded.scores) == SCORES_PER_PASS
+    statuses = [r.status for r in loaded.requests if r.path.endswith("/observations")]
+    assert statuses[:3] == [500, 500, 429] and statuses[3] == 200
+    waited = [r.time for r in loaded.requests if r.path.endswith("/observations")]
+    assert waited[3] - waited[2] >= 0.3  # Retry-After honoured
+
+
+def test_score_push_failures_are_retried_and_lose_nothing(
+    loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings = configure(monkeypatch, loaded)
+    loaded.fail_next(503, count=2, path_prefix="/api/public/scores")
+    loaded.fail_next(429, count=1, retry_after=0.2, path_prefix="/api/public/scores")
+    result = once(settings, tmp_path / "s.sqlite", after(demo_observations()))
+    assert result.exit_code == 0, result.error
+    assert len(loaded.scores) == SCORES_PER_PASS
+    assert loaded.duplicates() == []
+
+
+def test_outage_keeps_scores_for_the_next_run(
+    loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings = configure(monkeypatch, loaded, OBSERVER_RUN__SHUTDOWN_GRACE_S="1")
+    now = after(demo_observations())
+    parts = app.build(settings, state_path=tmp_path / "s.sqlite")
+    passed = parts.pipeline.poll(now)  # read while Langfuse is up
+    loaded.stop()  # then it goes down before the scores are pushed
+    assert parts.dispatcher.flush(1.0) is False
+    assert parts.state.outbox_size() == passed.scores == SCORES_PER_PASS
+    parts.state.close()
+    loaded.start()
+    again = once(settings, tmp_path / "s.sqlite", now + timedelta(seconds=30))
+    assert again.exit_code == 0, again.error
+    assert again.passed is not None and again.passed.scored == 0
+    assert len(loaded.scores) == SCORES_PER_PASS
+    assert loaded.duplicates() == []
+
+
+def test_rejected_score_is_dropped_and_counted_the_rest_delivered(
+    loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings = configure(monkeypatch, loaded)
+    loaded.reject_next_scores(2)
+    metrics = Metrics()
+    parts = app.build(settings, state_path=tmp_path / "s.sqlite", metrics=metrics)
+    result = app.run_once(parts, after(demo_observations()))
+    parts.state.close()
+    assert result.exit_code == 0
+    assert metrics.value("observer_scores_dropped_total", reason="rejected") == 2
+    assert len(loaded.scores) == SCORES_PER_PASS - 2
+
+
+def test_unreachable_langfuse_exits_3_with_the_reason(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__MAX_ATTEMPTS="1")
+    fake.stop()
+    result = once(settings, tmp_path / "s.sqlite", after(demo_observations()))
+    assert result.exit_code == 3
+    assert result.error is not None and "ConnectError" in result.error
+
+
+def test_rejected_keys_exit_4(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings = configure(monkeypatch, fake)
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-lf-wrong")
+    from observer.config import load_settings
+
+    settings = load_settings()
+    result = once(settings, tmp_path / "s.sqlite", after(demo_observations()))
+    assert result.exit_code == 4
+    assert result.error is not None and "rejected the keys" in result.error
+    assert "sk-lf-wrong" not in result.error
+
+
+def test_skips_are_counted_once_per_trace(
+    loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings = configure(monkeypatch, loaded)
+    metrics = Metrics()
+    now = after(demo_observations())
+    for offset in (0, 30):
+        parts = app.build(settings, state_path=tmp_path / "s.sqlite", metrics=metrics)
+        app.run_once(parts, now + timedelta(seconds=offset))
+        parts.state.close()
+    reasons = [
+        "judge_environment",
+        "malformed_sources",
+        "no_answer_text",
+        "no_generation",
+        "own_trace",
+    ]
+    counts = Counter({r: metrics.value("observer_trace_skips_total", reason=r) for r in reasons})
+    assert counts == Counter(dict.fromkeys(reasons, 1.0))
+
+
+def test_observation_requests_stay_within_budget(
+    loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings = configure(monkeypatch, loaded, OBSERVER_SOURCE__PAGE_LIMIT="100")
+    once(settings, tmp_path / "s.sqlite", after(demo_observations()))
+    # 313 observations at 100 per page: 4 pages.
+    assert loaded.observation_requests() == 4
+    reads = [r for r in loaded.requests if r.path.endswith("/observations")]
+    assert {tuple(r.query["fields"]) for r in reads} == {
+        ("core,basic,time,io,metadata,trace_context",)
+    }
+    expanded = set(reads[0].query["expandMetadata"][0].split(","))
+    assert {"context", "rerank_scores", "query_type", "needs_fallback"} <= expanded
