@@ -304,3 +304,27 @@ def test_observation_requests_stay_within_budget(
     }
     expanded = set(reads[0].query["expandMetadata"][0].split(","))
     assert {"context", "rerank_scores", "query_type", "needs_fallback"} <= expanded
+
+
+def test_generated_sdk_client_path_delivers_the_same_scores(
+    loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The fallback for SDKs whose HTTP layer moved: `api.scores.create`, 207s included."""
+    from observer.langfuse_api import build_api
+    from observer.sinks.langfuse_scores import LangfuseScoreSink
+
+    settings = configure(monkeypatch, loaded)
+    api = build_api(loaded.url, loaded.public_key, loaded.secret_key, 10)
+    metrics = Metrics()
+    loaded.reject_next_scores(1)
+    parts = app.build(
+        settings,
+        state_path=tmp_path / "s.sqlite",
+        metrics=metrics,
+        sink=LangfuseScoreSink(api, use_generated_client=True),
+    )
+    result = app.run_once(parts, after(demo_observations()))
+    parts.state.close()
+    assert result.exit_code == 0, result.error
+    assert len(loaded.scores) == SCORES_PER_PASS - 1
+    assert metrics.value("observer_scores_dropped_total", reason="rejected") == 1

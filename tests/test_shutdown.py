@@ -1,0 +1,78 @@
+"""SIGTERM in the middle of a pass, then a restart: nothing lost, nothing duplicated."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_helpers import after, configure, demo_observations, once
+from tests.fakes.langfuse_server import FakeLangfuse
+
+SCORES = 569
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLangfuse]:
+    with FakeLangfuse() as server:
+        server.add_observations(demo_observations())
+        yield server
+
+
+def daemon_env(fake: FakeLangfuse) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OBSERVER_", "LANGFUSE_"))}
+    env.update(
+        LANGFUSE_PUBLIC_KEY=fake.public_key,
+        LANGFUSE_SECRET_KEY=fake.secret_key,
+        LANGFUSE_BASE_URL=fake.url,
+        OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400),
+        OBSERVER_SOURCE__PAGE_LIMIT="20",
+        OBSERVER_SOURCE__POLL_INTERVAL_S="1",
+        OBSERVER_SOURCE__REQUESTS_PER_MINUTE="6000",
+        OBSERVER_RUN__SHUTDOWN_GRACE_S="5",
+        OBSERVER_LOG__FORMAT="json",
+    )
+    return env
+
+
+def test_sigterm_mid_pass_then_restart_loses_and_duplicates_nothing(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    state = tmp_path / "state.sqlite"
+    fake.latency_s = 0.15  # 16 pages: the pass takes a few seconds
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "observer", "run", "--state", str(state)],
+        env=daemon_env(fake),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while fake.observation_requests() < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fake.observation_requests() >= 4, "the daemon never started paging"
+        proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        _out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert time.monotonic() - started < 5 + 2  # within the grace period
+    assert b'"event": "observer_stopped"' in err
+    assert fake.observation_requests() < 16, "the pass was not interrupted"
+
+    # Restart and catch up: every score delivered once.
+    fake.latency_s = 0.0
+    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400))
+    result = once(settings, state, after(demo_observations()) + timedelta(days=1))
+    assert result.exit_code == 0, result.error
+    assert len(fake.scores) == SCORES
+    assert fake.duplicates() == []
