@@ -5,6 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+# Float slack: a bucket refilled to 0.9999999 tokens is full, or a loop on a
+# coarse clock could sleep 1e-15 s forever.
+_EPS = 1e-6
+
 
 class RateLimiter:
     """At most `per_minute` acquisitions in any minute, bursts up to `burst`."""
@@ -33,9 +37,9 @@ class RateLimiter:
         now = self._clock()
         self._refill(now)
         wait = max(0.0, self._blocked_until - now)
-        if self._tokens < 1.0:
+        if self._tokens < 1.0 - _EPS:
             wait = max(wait, (1.0 - self._tokens) / self.rate_per_s)
-        return wait
+        return wait if wait > _EPS else 0.0
 
     def _refill(self, now: float) -> None:
         self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate_per_s)

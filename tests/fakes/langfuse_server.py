@@ -25,6 +25,7 @@ import base64
 import binascii
 import contextlib
 import copy
+import errno
 import json
 import math
 import re
@@ -514,6 +515,7 @@ class FakeLangfuse:
         self._requests: list[RequestRecord] = []
         self._fail_rules: list[_FailRule] = []
         self._reject_next: int = 0
+        self._in_flight = 0
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -532,7 +534,7 @@ class FakeLangfuse:
         with self._lifecycle_lock:
             if self._server is not None:
                 return self
-            server = _Server(("127.0.0.1", self._port), self)
+            server = self._bind()
             self._port = int(server.server_address[1])
             thread = threading.Thread(
                 target=server.serve_forever,
@@ -544,6 +546,19 @@ class FakeLangfuse:
             self._thread = thread
             thread.start()
             return self
+
+    def _bind(self) -> _Server:
+        """Bind 127.0.0.1; a fixed port (restart) is retried for up to 2 s while busy."""
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                return _Server(("127.0.0.1", self._port), self)
+            except OSError as exc:
+                if self._port == 0 or exc.errno != errno.EADDRINUSE:
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
 
     def stop(self) -> None:
         """A real outage: stop accepting, close the port and cut open connections."""
@@ -662,6 +677,12 @@ class FakeLangfuse:
                 if r.method == "GET" and r.path == OBSERVATIONS_PATH and r.status == 200
             )
 
+    @property
+    def in_flight(self) -> int:
+        """Requests received (headers and body read) but not answered yet."""
+        with self._lock:
+            return self._in_flight
+
     def reset_requests(self) -> None:
         with self._lock:
             self._requests.clear()
@@ -690,25 +711,16 @@ class FakeLangfuse:
     # ---- request handling ------------------------------------------------------------
 
     def _handle(self, handler: _Handler) -> None:
-        split = urlsplit(handler.path)
-        path = split.path
-        query = parse_qs(split.query, keep_blank_values=True)
-        length = int(handler.headers.get("Content-Length") or 0)
-        body = handler.rfile.read(length) if length > 0 else b""
-        if self.latency_s > 0:
-            handler.server.stopped.wait(self.latency_s)
-        if handler.server.stopped.is_set():
-            # The outage began while this request waited: no answer, just a cut line.
-            handler.close_connection = True
-            self._record(handler, path, query, 0)
-            return
+        with self._lock:
+            self._in_flight += 1
         try:
-            response = self._respond(handler.command, path, query, body, handler)
-        except _HttpError as exc:
-            response = _Response(exc.status, exc.body)
-        except Exception as exc:  # a bug in the fake must not hang the client
-            response = _Response(500, {"message": f"fake Langfuse crashed: {exc!r}"})
-        self._record(handler, path, query, response.status)
+            response = self._answer(handler)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+        if response is None:  # cut off by stop(): no answer, just a dead line
+            handler.close_connection = True
+            return
         payload = json.dumps(response.body, ensure_ascii=False).encode("utf-8")
         try:
             handler.send_response(response.status)
@@ -721,6 +733,32 @@ class FakeLangfuse:
                 handler.wfile.write(payload)
         except OSError:
             handler.close_connection = True
+
+    def _answer(self, handler: _Handler) -> _Response | None:
+        """Read, delay, route and record one request; None when stop() cut it off."""
+        split = urlsplit(handler.path)
+        path = split.path
+        query = parse_qs(split.query, keep_blank_values=True)
+        try:
+            length = int(handler.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        body = handler.rfile.read(length) if length > 0 else b""
+        if self.latency_s > 0:
+            handler.server.stopped.wait(self.latency_s)
+        if handler.server.stopped.is_set():
+            self._record(handler, path, query, 0)
+            return None
+        try:
+            if length < 0:
+                raise _bad_request("Invalid Content-Length")
+            response = self._respond(handler.command, path, query, body, handler)
+        except _HttpError as exc:
+            response = _Response(exc.status, exc.body)
+        except Exception as exc:  # a bug in the fake must not hang the client
+            response = _Response(500, {"message": f"fake Langfuse crashed: {exc!r}"})
+        self._record(handler, path, query, response.status)
+        return response
 
     def _record(
         self, handler: _Handler, path: str, query: dict[str, list[str]], status: int

@@ -344,7 +344,7 @@ def test_stop_start_is_a_real_outage_on_the_same_port(
 def test_outage_during_a_slow_request_cuts_the_line(
     fake: FakeLangfuse, client: LangfuseAPI
 ) -> None:
-    fake.latency_s = 0.15
+    fake.latency_s = 5  # stop() wakes the sleeping handler at once
     outcome: list[BaseException] = []
 
     def call() -> None:
@@ -355,7 +355,10 @@ def test_outage_during_a_slow_request_cuts_the_line(
 
     worker = threading.Thread(target=call)
     worker.start()
-    time.sleep(0.05)
+    deadline = time.monotonic() + 5
+    while fake.in_flight == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert fake.in_flight == 1
     fake.stop()
     worker.join(timeout=5)
     assert len(outcome) == 1

@@ -1,0 +1,127 @@
+"""`observer demo`, `run --once`, `backfill` and `check` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from observer.cli import main
+from tests.daemon_helpers import configure, demo_observations
+from tests.fakes.langfuse_server import FakeLangfuse
+
+
+def run(args: list[str]) -> Result:
+    return CliRunner().invoke(main, args)
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLangfuse]:
+    with FakeLangfuse() as server:
+        server.add_observations(demo_observations())
+        configure(monkeypatch, server, OBSERVER_SOURCE__LOOKBACK_S=str(30 * 86400))
+        yield server
+
+
+def test_demo_needs_no_account_and_writes_the_scores(tmp_path: Path) -> None:
+    out = tmp_path / "scores.jsonl"
+    result = run(["demo", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "traces scored" in result.stdout and "75" in result.stdout
+    assert "no_generation" in result.stdout and "own_trace" in result.stdout
+    scores = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(scores) == 569
+    assert {s["name"] for s in scores} >= {"confidence", "crag_grade", "ungrounded"}
+    assert len({s["id"] for s in scores}) == len(scores)
+
+
+def test_demo_twice_on_one_state_writes_nothing_new(tmp_path: Path) -> None:
+    state = tmp_path / "demo.sqlite"
+    assert run(["demo", "--out", str(tmp_path / "a.jsonl"), "--state", str(state)]).exit_code == 0
+    again = run(["demo", "--out", str(tmp_path / "b.jsonl"), "--state", str(state)])
+    assert again.exit_code == 0
+    assert (tmp_path / "b.jsonl").read_text() == ""
+    assert "traces unchanged" in again.stdout
+
+
+def test_run_once_scores_and_reports(fake: FakeLangfuse, tmp_path: Path) -> None:
+    result = run(["run", "--once", "--state", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 0, result.output
+    assert "traces scored" in result.stdout
+    assert len(fake.scores) == 569
+
+
+def test_run_once_without_keys_says_which_variables(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    result = run(["run", "--once", "--state", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 2
+    assert "LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY" in result.stderr
+
+
+def test_unusable_state_file_exits_2(fake: FakeLangfuse, tmp_path: Path) -> None:
+    result = run(["run", "--once", "--state", str(tmp_path / "missing" / "s.sqlite")])
+    assert result.exit_code == 2
+    assert "does not exist" in result.stderr
+
+
+def test_run_once_against_a_dead_langfuse_exits_3(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("OBSERVER_SOURCE__MAX_ATTEMPTS", "1")
+    fake.stop()
+    result = run(["run", "--once", "--state", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 3
+    assert "reading observations" in result.stderr
+
+
+def test_backfill_scores_a_past_window_with_progress(fake: FakeLangfuse, tmp_path: Path) -> None:
+    result = run(
+        [
+            "backfill",
+            "--from",
+            "2026-11-27T00:00:00Z",
+            "--to",
+            "2026-11-29T00:00:00Z",
+            "--chunk-hours",
+            "6",
+            "--state",
+            str(tmp_path / "s.sqlite"),
+        ]
+    )
+    assert result.exit_code == 0, result.output
+    assert "backfill" in result.stderr  # the progress bar
+    assert len(fake.scores) == 569
+    assert fake.duplicates() == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--from", "yesterday"], "not an ISO-8601 time"),
+        (["--from", "2026-11-28T00:00:00Z", "--to", "2026-11-27T00:00:00Z"], "must be after"),
+    ],
+)
+def test_backfill_bad_window_is_a_usage_error(args: list[str], message: str) -> None:
+    result = run(["backfill", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_check_reports_what_it_will_read(fake: FakeLangfuse) -> None:
+    result = run(["check"])
+    assert result.exit_code == 0, result.output
+    assert "keys accepted" in result.stdout
+    assert "GET /api/public/v2/observations" in result.stdout
+    assert fake.secret_key not in result.stdout
+
+
+def test_check_with_wrong_keys_exits_4(fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-lf-wrong")
+    result = run(["check"])
+    assert result.exit_code == 4
+    assert "rejected the keys" in result.stdout
+    assert "sk-lf-wrong" not in result.output

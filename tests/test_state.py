@@ -1,0 +1,95 @@
+"""The SQLite state: outbox semantics and clear errors."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from observer.model import ScoreEvent
+from observer.state import OutboxFull, State, StateError
+
+NOW = datetime(2026, 11, 20, 8, 30, tzinfo=UTC)
+
+
+def score(name: str, value: float = 0.5, trace: str = "t1") -> ScoreEvent:
+    return ScoreEvent(
+        id=f"{trace}-{name}",
+        trace_id=trace,
+        observation_id="g",
+        name=name,
+        value=value,
+        data_type="NUMERIC",
+        comment="c",
+        timestamp="2026-11-20T08:30:01.100Z",
+        environment="production",
+    )
+
+
+def test_watermark_and_fingerprints_survive_reopening(tmp_path: Path) -> None:
+    state = State(tmp_path / "s.sqlite")
+    state.set_watermark(NOW)
+    state.record_trace("t1", "fp", NOW, [score("a"), score("b")], NOW)
+    state.close()
+    again = State(tmp_path / "s.sqlite")
+    assert again.watermark() == NOW
+    assert again.fingerprint("t1") == "fp"
+    assert [p.score for p in again.due(0, 10)] == [score("a"), score("b")]
+
+
+def test_requeued_score_is_not_lost_by_an_older_acknowledgement(tmp_path: Path) -> None:
+    state = State(tmp_path / "s.sqlite")
+    state.record_trace("t1", "fp1", NOW, [score("a", 0.1)], NOW)
+    sent = [p.score for p in state.due(0, 10)]
+    state.record_trace("t1", "fp2", NOW, [score("a", 0.9)], NOW)  # changed while in flight
+    state.acknowledge(sent)
+    assert [p.score.value for p in state.due(0, 10)] == [0.9]
+
+
+def test_retry_later_hides_scores_until_due(tmp_path: Path) -> None:
+    state = State(tmp_path / "s.sqlite")
+    state.record_trace("t1", "fp", NOW, [score("a")], NOW)
+    state.retry_later([score("a")], 100.0, "boom")
+    assert state.due(50.0, 10) == []
+    assert [p.attempts for p in state.due(100.0, 10)] == [1]
+    assert state.next_due() == 100.0
+
+
+def test_full_outbox_refuses_the_trace_whole(tmp_path: Path) -> None:
+    state = State(tmp_path / "s.sqlite", max_outbox=2)
+    state.record_trace("t1", "fp", NOW, [score("a")], NOW)
+    with pytest.raises(OutboxFull):
+        state.record_trace("t2", "fp", NOW, [score("a", trace="t2"), score("b", trace="t2")], NOW)
+    assert state.fingerprint("t2") is None  # seen again next pass, not lost
+    assert state.outbox_size() == 1
+
+
+def test_prune_forgets_only_old_traces(tmp_path: Path) -> None:
+    state = State(tmp_path / "s.sqlite")
+    state.record_trace("old", "fp", datetime(2026, 1, 1, tzinfo=UTC), [], NOW)
+    state.record_trace("new", "fp", NOW, [], NOW)
+    assert state.prune_traces(datetime(2026, 6, 1, tzinfo=UTC)) == 1
+    assert state.fingerprints(["old", "new"]) == {"new": "fp"}
+
+
+def test_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(StateError, match="does not exist"):
+        State(tmp_path / "nope" / "s.sqlite")
+
+
+def test_unreadable_file_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StateError, match="not usable"):
+        State(path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files")
+def test_read_only_file_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    State(path).close()
+    path.chmod(0o444)
+    with pytest.raises(StateError):
+        State(path)
