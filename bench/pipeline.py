@@ -50,9 +50,12 @@ def make_traces(count: int, end: datetime) -> list[dict[str, Any]]:
     by_trace: dict[str, list[dict[str, Any]]] = {}
     for observation in demo:
         by_trace.setdefault(observation["traceId"], []).append(observation)
-    templates = [obs for obs in by_trace.values()
-                 if any(o["type"] == "GENERATION" for o in obs)
-                 and all(o["environment"] != "langfuse-llm-as-a-judge" for o in obs)]
+    templates = [
+        obs
+        for obs in by_trace.values()
+        if any(o["type"] == "GENERATION" for o in obs)
+        and all(o["environment"] != "langfuse-llm-as-a-judge" for o in obs)
+    ]
     out: list[dict[str, Any]] = []
     spacing = timedelta(seconds=3000 / max(count, 1))
     for i in range(count):
@@ -61,14 +64,16 @@ def make_traces(count: int, end: datetime) -> list[dict[str, Any]]:
         new_root = end - spacing * (count - i)
         shift = new_root - root_start  # type: ignore[operator]
         trace_id = hashlib.sha256(f"bench-{i}".encode()).hexdigest()[:32]
+
+        def new_id(old: str, trace_id: str = trace_id) -> str:
+            return hashlib.sha256(f"{trace_id}/{old}".encode()).hexdigest()[:16]
+
         for observation in template:
             clone = copy.deepcopy(observation)
             clone["traceId"] = trace_id
-            clone["id"] = hashlib.sha256(f"{trace_id}/{observation['id']}".encode()).hexdigest()[:16]
+            clone["id"] = new_id(observation["id"])
             if clone.get("parentObservationId"):
-                clone["parentObservationId"] = hashlib.sha256(
-                    f"{trace_id}/{observation['parentObservationId']}".encode()
-                ).hexdigest()[:16]
+                clone["parentObservationId"] = new_id(observation["parentObservationId"])
             for key in ("startTime", "endTime", "createdAt", "updatedAt"):
                 moment = parse_time(clone.get(key))
                 if moment is not None:
@@ -86,8 +91,14 @@ def _serve(conn: Connection, observations: list[dict[str, Any]]) -> None:
         while True:
             command = conn.recv()
             if command == "stats":
-                conn.send((fake.observation_requests(), len(fake.scores),
-                           sum(len(p) for p in fake.score_posts), len(fake.duplicates())))
+                conn.send(
+                    (
+                        fake.observation_requests(),
+                        len(fake.scores),
+                        sum(len(p) for p in fake.score_posts),
+                        len(fake.duplicates()),
+                    )
+                )
             elif command == "reset":
                 fake.reset_requests()
                 conn.send(True)
@@ -104,8 +115,12 @@ def bare_io(url: str, pk: str, sk: str, start: datetime, end: datetime, n_scores
     seen = 0
     while True:
         page = api.observations.get_many(
-            fields="core,basic,time,io,metadata,trace_context", limit=1000, cursor=cursor,
-            from_start_time=start, to_start_time=end, request_options=NO_RETRIES,
+            fields="core,basic,time,io,metadata,trace_context",
+            limit=1000,
+            cursor=cursor,
+            from_start_time=start,
+            to_start_time=end,
+            request_options=NO_RETRIES,
         )
         seen += len(page.data)
         cursor = page.meta.cursor
@@ -114,9 +129,17 @@ def bare_io(url: str, pk: str, sk: str, start: datetime, end: datetime, n_scores
     stamp = datetime.now(UTC)
     for offset in range(0, n_scores, 100):
         api.scores.create(
-            request=[CreateScoreRequest(id=f"bare-{offset + k}", trace_id="bare", name="bare",
-                                        value=0.5, data_type="NUMERIC", timestamp=stamp)
-                     for k in range(min(100, n_scores - offset))],
+            request=[
+                CreateScoreRequest(
+                    id=f"bare-{offset + k}",
+                    trace_id="bare",
+                    name="bare",
+                    value=0.5,
+                    data_type="NUMERIC",
+                    timestamp=stamp,
+                )
+                for k in range(min(100, n_scores - offset))
+            ],
             request_options=NO_RETRIES,
         )
     return time.perf_counter() - began
@@ -137,14 +160,28 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as scratch:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OBSERVER_", "LANGFUSE_"))}
-        env.update(LANGFUSE_PUBLIC_KEY=pk, LANGFUSE_SECRET_KEY=sk, LANGFUSE_BASE_URL=url,
-                   OBSERVER_SOURCE__LOOKBACK_S="7200", OBSERVER_LOG__LEVEL="warning",
-                   OBSERVER_SOURCE__REQUESTS_PER_MINUTE="100000")
+        env.update(
+            LANGFUSE_PUBLIC_KEY=pk,
+            LANGFUSE_SECRET_KEY=sk,
+            LANGFUSE_BASE_URL=url,
+            OBSERVER_SOURCE__LOOKBACK_S="7200",
+            OBSERVER_LOG__LEVEL="warning",
+            OBSERVER_SOURCE__REQUESTS_PER_MINUTE="100000",
+        )
         began = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-m", "observer", "run", "--once", "--state",
-             str(Path(scratch) / "bench.sqlite")],
-            env=env, capture_output=True, check=False,
+            [
+                sys.executable,
+                "-m",
+                "observer",
+                "run",
+                "--once",
+                "--state",
+                str(Path(scratch) / "bench.sqlite"),
+            ],
+            env=env,
+            capture_output=True,
+            check=False,
         )
         observer_s = time.perf_counter() - began
     if proc.returncode != 0:
@@ -161,21 +198,35 @@ def main() -> None:
 
     budget = math.ceil(len(observations) / 1000) + 5
     rate = args.traces / observer_s
-    table = Table(title=f"observer run --once over {args.traces:,} traces "
-                        f"({len(observations):,} observations), fake Langfuse on loopback")
+    table = Table(
+        title=f"observer run --once over {args.traces:,} traces "
+        f"({len(observations):,} observations), fake Langfuse on loopback"
+    )
     for column in ("measure", "value", "target", ""):
         table.add_column(column, justify="right")
     rows = [
         ("observer run --once", f"{observer_s:.2f} s", "", ""),
         ("bare I/O (page + push, SDK)", f"{bare_s:.2f} s", "", ""),
-        ("observer / bare I/O", f"{observer_s / bare_s:.2f}x", "<= 2x",
-         "ok" if observer_s <= 2 * bare_s else "MISSED"),
+        (
+            "observer / bare I/O",
+            f"{observer_s / bare_s:.2f}x",
+            "<= 2x",
+            "ok" if observer_s <= 2 * bare_s else "MISSED",
+        ),
         ("traces/s", f"{rate:,.0f}", ">= 500", "ok" if rate >= 500 else "MISSED"),
-        ("observation requests", f"{obs_requests}", f"<= {budget}",
-         "ok" if obs_requests <= budget else "MISSED"),
+        (
+            "observation requests",
+            f"{obs_requests}",
+            f"<= {budget}",
+            "ok" if obs_requests <= budget else "MISSED",
+        ),
         ("scores pushed", f"{pushed:,} ({stored:,} stored, {duplicates} duplicated)", "", ""),
-        ("peak RSS (observer process)", f"{peak_rss_mb:.0f} MB", "< 200 MB",
-         "ok" if peak_rss_mb < 200 else "MISSED"),
+        (
+            "peak RSS (observer process)",
+            f"{peak_rss_mb:.0f} MB",
+            "< 200 MB",
+            "ok" if peak_rss_mb < 200 else "MISSED",
+        ),
     ]
     for row in rows:
         table.add_row(*row)
