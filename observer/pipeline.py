@@ -44,6 +44,10 @@ from observer.telemetry.metrics import Metrics
 log = structlog.get_logger("observer.pipeline")
 
 ScoredHook = Callable[[RagRecord, Signals], None]
+# Spans of one trace can come from hosts whose clocks differ a little: a child
+# may "start" just before its root. A trace counts as complete only once the
+# pages are this far below its root.
+CLOCK_SKEW = timedelta(seconds=2)
 
 
 def params_digest(params: SignalParams) -> str:
@@ -168,7 +172,7 @@ class Pipeline:
                     default=None,
                 )
                 if oldest is not None:
-                    complete = [t for t, r in roots.items() if r > oldest]
+                    complete = [t for t, r in roots.items() if r - CLOCK_SKEW > oldest]
                     self._handle(complete, buffered, roots, start, now, result)
                 if self.should_stop():
                     # Hand back the rest: the watermark stays, the next run re-reads it.

@@ -328,3 +328,49 @@ def test_generated_sdk_client_path_delivers_the_same_scores(
     assert result.exit_code == 0, result.error
     assert len(loaded.scores) == SCORES_PER_PASS - 1
     assert metrics.value("observer_scores_dropped_total", reason="rejected") == 1
+
+
+def test_child_starting_before_its_root_still_joins_the_trace(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Clock skew between services: the reranker 'starts' 500 ms before its root.
+
+    Pages are cut so that the first one ends with another trace that started
+    between the two: without a skew margin the trace would be mapped without
+    its sources.
+    """
+    from observer.mapping.decode import iso, parse_time
+
+    demo = demo_observations()
+    trace_id = next(o["traceId"] for o in demo if o["name"] == "rerank")
+    # Without the raw candidates, only the reranker can give the trace its sources.
+    trace = [
+        copy.deepcopy(o) for o in demo if o["traceId"] == trace_id and o["name"] != "retrieval"
+    ]
+    root = next(o for o in trace if o["isRootObservation"])
+    t0 = parse_time(root["startTime"])
+    assert t0 is not None
+    rerank = next(o for o in trace if o["name"] == "rerank")
+    rerank["startTime"] = iso(t0 - timedelta(milliseconds=500))
+    other = [
+        {
+            **copy.deepcopy(root),
+            "id": "0000000000000001",
+            "traceId": "f" * 32,
+            "startTime": iso(t0 - timedelta(milliseconds=200)),
+        },
+        {
+            **copy.deepcopy(next(o for o in trace if o["name"] == "answer")),
+            "id": "0000000000000002",
+            "traceId": "f" * 32,
+            "startTime": iso(t0 - timedelta(milliseconds=150)),
+        },
+    ]
+    fake.add_observations(trace + other)
+    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__PAGE_LIMIT=str(len(trace) - 1 + 2))
+    result = once(settings, tmp_path / "s.sqlite", after(trace))
+    assert result.exit_code == 0
+    assert fake.observation_requests() == 2  # the page cut really fell between them
+    scored = by_trace(fake.scores)[trace_id]
+    assert scored["rerank_top1"]["value"] > 0
+    assert "no retrieval scores" not in scored["rerank_top1"]["comment"]

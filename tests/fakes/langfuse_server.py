@@ -416,37 +416,46 @@ def _compile_condition(condition: Any) -> _Predicate:
 
 
 class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = True  # stop() returns only when every handler thread is done
+    daemon_threads = True  # a forgotten server never blocks interpreter exit
+    block_on_close = False  # (it would not join daemon threads anyway: see join_handlers)
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], fake: FakeLangfuse) -> None:
         self.fake = fake
         self.stopped = threading.Event()
-        self._connections: set[socket.socket] = set()
+        self._connections: dict[socket.socket, threading.Thread] = {}
         self._connections_lock = threading.Lock()
         self._cut = False
+        self._cut_handlers: list[threading.Thread] = []
         super().__init__(address, _Handler)
 
     def track(self, connection: socket.socket) -> None:
         with self._connections_lock:
             if not self._cut:
-                self._connections.add(connection)
+                self._connections[connection] = threading.current_thread()
                 return
         _cut(connection)  # accepted just before the outage began
 
     def untrack(self, connection: socket.socket) -> None:
         with self._connections_lock:
-            self._connections.discard(connection)
+            self._connections.pop(connection, None)
 
     def cut_connections(self) -> None:
         """Cut every open (keep-alive or in-flight) connection, like a crashed server."""
         with self._connections_lock:
             self._cut = True
-            connections = list(self._connections)
+            connections = list(self._connections.items())
             self._connections.clear()
-        for connection in connections:
+        for connection, thread in connections:
             _cut(connection)
+            self._cut_handlers.append(thread)
+
+    def join_handlers(self, timeout: float) -> None:
+        """Wait until the handlers of cut connections have recorded and exited."""
+        deadline = time.monotonic() + timeout
+        for thread in self._cut_handlers:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Connections cut by stop() raise in their handler thread; stay quiet."""
@@ -571,7 +580,8 @@ class FakeLangfuse:
             server.stopped.set()  # wakes handlers sleeping in latency_s
             server.shutdown()  # no more accept()
             server.cut_connections()
-            server.server_close()  # closes the port and joins the handler threads
+            server.server_close()  # the port is closed from here on
+            server.join_handlers(timeout=5)
             if thread is not None:
                 thread.join(timeout=5)
 
