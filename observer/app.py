@@ -24,6 +24,8 @@ from langfuse.api.client import LangfuseAPI
 
 from observer.config import ConfigError, Settings
 from observer.errors import AuthRejected, RemoteError
+from observer.judge.client import JudgeClient
+from observer.judge.service import CriticalHook, JudgeService
 from observer.model import RagRecord, Signals
 from observer.pipeline import PassResult, Pipeline
 from observer.sinks import ScoreSink
@@ -77,6 +79,33 @@ def build_api(settings: Settings) -> LangfuseAPI:
     )
 
 
+def build_judge_client(settings: Settings) -> JudgeClient:
+    """The judge's OpenAI-compatible client, built in one place."""
+    import openai
+
+    j = settings.judge
+    if not j.model:
+        raise ConfigError("set the judge model: OBSERVER_JUDGE_MODEL or judge.model")
+    key = j.api_key.get_secret_value() if j.api_key is not None else None
+    if key is None:
+        if not j.base_url:
+            raise ConfigError(
+                "set OPENAI_API_KEY (or OBSERVER_JUDGE_BASE_URL for a keyless endpoint)"
+            )
+        key = "none"  # local endpoints (vLLM, Ollama) often take no key
+    client = openai.OpenAI(
+        api_key=key, base_url=j.base_url or None, timeout=j.timeout_s, max_retries=0
+    )
+    return JudgeClient(
+        client,
+        j.model,
+        max_retries=j.max_retries,
+        max_tokens=j.max_tokens,
+        price_prompt_per_1k=j.price_prompt_per_1k,
+        price_completion_per_1k=j.price_completion_per_1k,
+    )
+
+
 @dataclass
 class Parts:
     """Everything one command needs, wired."""
@@ -89,6 +118,7 @@ class Parts:
     pipeline: Pipeline
     stop: threading.Event
     summary: Summary
+    judge: JudgeService | None = None
 
 
 def build(
@@ -99,6 +129,8 @@ def build(
     sink: ScoreSink | None = None,
     metrics: Metrics | None = None,
     stop: threading.Event | None = None,
+    judge_client: JudgeClient | None = None,
+    on_critical: CriticalHook | None = None,
 ) -> Parts:
     """Wire the pipeline. Without `source`/`sink`, both talk to Langfuse."""
     metrics = metrics or Metrics()
@@ -131,9 +163,23 @@ def build(
         max_backoff_s=settings.sink.max_backoff_s,
     )
     summary = Summary()
+    judge: JudgeService | None = None
+    if settings.judge.enabled:
+        judge = JudgeService(
+            judge_client or build_judge_client(settings),
+            state,
+            metrics,
+            settings.sampler_params(),
+            notify=dispatcher.notify,
+            concurrency=settings.judge.concurrency,
+            queue_size=settings.judge.queue_size,
+            on_critical=on_critical,
+        )
 
     def on_scored(record: RagRecord, signals: Signals) -> None:
         summary.add(signals)
+        if judge is not None:
+            judge.offer(record, signals)
 
     pipeline = Pipeline(
         source,
@@ -148,7 +194,7 @@ def build(
         on_scored=on_scored,
         should_stop=stop.is_set,
     )
-    return Parts(settings, state, metrics, source, dispatcher, pipeline, stop, summary)
+    return Parts(settings, state, metrics, source, dispatcher, pipeline, stop, summary, judge)
 
 
 def now_utc() -> datetime:
@@ -169,11 +215,15 @@ class OnceResult:
 def run_once(parts: Parts, now: datetime | None = None) -> OnceResult:
     """One pass up to now (every trace older than the settle delay), push, flush."""
     grace = parts.settings.run.shutdown_grace_s
+    if parts.judge is not None:
+        parts.judge.start()
     try:
         result = parts.pipeline.poll(now or now_utc())
     except RemoteError as error:
+        _stop_judge(parts, grace)
         parts.dispatcher.flush(grace)
         return OnceResult(exit_code(error), None, parts.state.outbox_size(), str(error))
+    _stop_judge(parts, parts.settings.judge.timeout_s * 4 + grace)
     parts.dispatcher.flush(grace)
     left = parts.state.outbox_size()
     if left:
@@ -181,6 +231,11 @@ def run_once(parts: Parts, now: datetime | None = None) -> OnceResult:
         code = EXIT_AUTH if parts.dispatcher.auth_failed else EXIT_UNREACHABLE
         return OnceResult(code, result, left, f"{left} scores kept for the next run: {why}")
     return OnceResult(EXIT_OK, result, 0)
+
+
+def _stop_judge(parts: Parts, timeout_s: float) -> None:
+    if parts.judge is not None and not parts.judge.shutdown(timeout_s):
+        log.warning("judge_abandoned", pending=parts.judge.pending())
 
 
 # -- backfill -------------------------------------------------------------------
@@ -195,6 +250,8 @@ def backfill(
 ) -> OnceResult:
     """The pipeline over a past window, chunk by chunk; the watermark is not touched."""
     parts.dispatcher.start()
+    if parts.judge is not None:
+        parts.judge.start()
     now = now_utc()
     totals = PassResult(start, end)
     cursor = start
@@ -218,10 +275,12 @@ def backfill(
             cursor = chunk_end
             progress(cursor, result)
     except (RemoteError, Stopped) as error:
+        _stop_judge(parts, parts.settings.run.shutdown_grace_s)
         parts.dispatcher.shutdown(parts.settings.run.shutdown_grace_s)
         if isinstance(error, Stopped):
             return OnceResult(EXIT_OK, totals, parts.state.outbox_size(), "stopped")
         return OnceResult(exit_code(error), totals, parts.state.outbox_size(), str(error))
+    _stop_judge(parts, parts.settings.run.shutdown_grace_s)
     flushed = parts.dispatcher.shutdown(parts.settings.run.shutdown_grace_s)
     left = parts.state.outbox_size()
     if not flushed and left:
@@ -255,6 +314,8 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
     """Poll and push until SIGTERM/SIGINT; then drain, flush, persist, exit 0 in the grace."""
     settings = parts.settings
     parts.dispatcher.start()
+    if parts.judge is not None:
+        parts.judge.start()
     busy = threading.Lock()
 
     def poll_tick() -> None:
@@ -323,6 +384,8 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
         # Stop polling; a pass in flight sees `stop` between pages and hands back the rest.
         scheduler.shutdown(wait=False)
         busy.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        # In-flight judging gets half of what is left; unjudged samples are not retried.
+        _stop_judge(parts, max(0.1, (deadline - time.monotonic()) / 2))
         flushed = parts.dispatcher.shutdown(max(0.5, deadline - time.monotonic()))
         left = parts.state.outbox_size()
         parts.state.close()

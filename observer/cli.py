@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from collections import deque
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -23,6 +25,7 @@ from rich.table import Table
 from observer import __version__, app
 from observer.config import ConfigError, Settings, load_settings, masked
 from observer.errors import RemoteError
+from observer.judge.outcome import JudgeResult
 from observer.mapping.decode import iso, parse_time
 from observer.output import dumps_line, signals_json
 from observer.pipeline import PassResult
@@ -368,6 +371,93 @@ def demo(out: str, state_path: str | None, config_path: str | None) -> None:
     if outcome.error:
         click.echo(f"observer: {outcome.error}", err=True)
     raise SystemExit(outcome.exit_code)
+
+
+def judge_json(signals_obj: dict[str, Any], result: JudgeResult) -> dict[str, Any]:
+    """`observer score` output plus what the judge found."""
+    return {
+        **signals_obj,
+        "claims": [
+            {"id": c.id, "text": c.text, "sentence": c.sentence, "citations": list(c.citations)}
+            for c in result.claims
+        ],
+        "verdicts": [
+            {"id": v.id, "supported": v.supported, "cited_support": v.cited_support}
+            for v in result.verdicts
+        ],
+        "faithfulness": result.faithfulness,
+        "citation_accuracy": result.citation_accuracy,
+        "critical_unsupported": result.critical_unsupported,
+        "abstained": result.abstained,
+        "calls": result.calls,
+        "tokens": result.tokens,
+        "judge_error": result.error,
+    }
+
+
+@main.command()
+@click.argument("source", type=click.File("rb"), default="-", metavar="[PATH|-]")
+@_config_option
+@click.option("--strict", is_flag=True, help="Exit 1 when any line was bad or could not be judged.")
+def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
+    """Judge RagRecord JSON lines offline with the configured LLM (every line, no sampling).
+
+    Writes `observer score`'s object plus claims, verdicts, faithfulness,
+    citation_accuracy, critical_unsupported, abstained, calls, tokens and
+    judge_error, one per record, in input order. Needs OBSERVER_JUDGE_MODEL and
+    OPENAI_API_KEY (or OBSERVER_JUDGE_BASE_URL for a keyless endpoint).
+    """
+    settings = _settings(config_path)
+    configure_logging(settings.log.format, "warning")
+    try:
+        client = app.build_judge_client(settings)
+    except ConfigError as error:
+        click.echo(f"observer: {error}", err=True)
+        raise SystemExit(app.EXIT_CONFIG) from None
+    params = settings.signal_params()
+    out = sys.stdout.buffer
+    bad = 0
+    failed = 0
+    window: deque[tuple[dict[str, Any], Future[JudgeResult]]] = deque()
+    show = sys.stderr.isatty()
+    progress = Progress(
+        TextColumn("[bold]judging"),
+        BarColumn(),
+        TextColumn("{task.completed} done"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=not show,
+    )
+
+    def emit_first() -> None:
+        nonlocal failed
+        scored, future = window.popleft()
+        result = future.result()
+        failed += result.error is not None
+        out.write(dumps_line(judge_json(scored, result)))
+        progress.advance(task)
+
+    with progress, ThreadPoolExecutor(max_workers=settings.judge.concurrency) as pool:
+        task = progress.add_task("judge", total=None)
+        for number, line in enumerate(source, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = parse_record(line)
+            except RecordError as error:
+                bad += 1
+                sys.stderr.write(json.dumps({"line": number, "error": str(error)}) + "\n")
+                continue
+            signals = compute(record, params)
+            window.append((signals_json(signals), pool.submit(client.judge, record, signals)))
+            # A bounded window keeps memory flat and output in input order.
+            while len(window) >= settings.judge.concurrency * 4:
+                emit_first()
+        while window:
+            emit_first()
+    out.flush()
+    if strict and (bad or failed):
+        raise SystemExit(1)
 
 
 @main.group()

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from observer.judge.sampler import SamplerParams
 from observer.mapping.convention import MappingRules
 from observer.signals.params import (
     DEFAULT_ABBREVIATIONS,
@@ -30,7 +31,7 @@ from observer.signals.params import (
 )
 
 CONFIG_ENV = "OBSERVER_CONFIG"
-SECRET_KEYS = frozenset({("langfuse", "secret_key")})
+SECRET_KEYS = frozenset({("langfuse", "secret_key"), ("judge", "api_key")})
 
 
 class ConfigError(Exception):
@@ -137,6 +138,33 @@ class MappingSettings(_Section):
         return self
 
 
+class JudgeSettings(_Section):
+    enabled: bool = False
+    rate: float = Field(
+        0.05, ge=0.0, le=1.0, description="share of traces judged, by trace-id hash"
+    )
+    risk_oversampling: bool = True
+    risk_rate: float = Field(0.5, ge=0.0, le=1.0, description="share of risky traces judged")
+    max_judged_per_hour: int = Field(200, ge=0)
+    max_tokens_per_day: int = Field(2_000_000, ge=0)
+    concurrency: int = Field(4, ge=1, le=64)
+    queue_size: int = Field(1000, ge=1)
+    timeout_s: float = Field(30.0, gt=0, description="per LLM call")
+    max_retries: int = Field(3, ge=0, le=10)
+    max_tokens: int = Field(2000, ge=64, description="completion tokens per call")
+    model: str = ""
+    base_url: str = ""
+    api_key: SecretStr | None = None
+    price_prompt_per_1k: float = Field(0.0, ge=0)
+    price_completion_per_1k: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _model_when_enabled(self) -> JudgeSettings:
+        if self.enabled and not self.model:
+            raise ValueError("judge.enabled needs judge.model (or OBSERVER_JUDGE_MODEL)")
+        return self
+
+
 class LogSettings(_Section):
     format: Literal["auto", "json", "console"] = "auto"
     level: Literal["debug", "info", "warning", "error"] = "info"
@@ -157,7 +185,7 @@ def _resolve_hook(spec: str) -> Callable[[list[dict[str, Any]]], Any]:
 
 
 class _LangfuseEnv(PydanticBaseSettingsSource):
-    """The variables the Langfuse SDK itself reads, so one set of variables serves both."""
+    """Variables the Langfuse SDK and the OpenAI client read themselves, so one set serves both."""
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False
@@ -172,7 +200,20 @@ class _LangfuseEnv(PydanticBaseSettingsSource):
             found["public_key"] = env["LANGFUSE_PUBLIC_KEY"]
         if env.get("LANGFUSE_SECRET_KEY"):
             found["secret_key"] = env["LANGFUSE_SECRET_KEY"]
-        return {"langfuse": found} if found else {}
+        judge: dict[str, Any] = {}
+        judge_url = env.get("OBSERVER_JUDGE_BASE_URL") or env.get("OPENAI_BASE_URL")
+        if judge_url:
+            judge["base_url"] = judge_url
+        if env.get("OBSERVER_JUDGE_MODEL"):
+            judge["model"] = env["OBSERVER_JUDGE_MODEL"]
+        if env.get("OPENAI_API_KEY"):
+            judge["api_key"] = env["OPENAI_API_KEY"]
+        out: dict[str, Any] = {}
+        if found:
+            out["langfuse"] = found
+        if judge:
+            out["judge"] = judge
+        return out
 
 
 class Settings(BaseSettings):
@@ -194,6 +235,7 @@ class Settings(BaseSettings):
     state: StateSettings = StateSettings()
     run: RunSettings = RunSettings()
     mapping: MappingSettings = MappingSettings()
+    judge: JudgeSettings = JudgeSettings()
     log: LogSettings = LogSettings()
 
     @classmethod
@@ -222,6 +264,17 @@ class Settings(BaseSettings):
             ),
             band_high=self.band.high,
             band_medium=self.band.medium,
+        )
+
+    def sampler_params(self) -> SamplerParams:
+        j = self.judge
+        return SamplerParams(
+            enabled=j.enabled,
+            rate=j.rate,
+            risk_oversampling=j.risk_oversampling,
+            risk_rate=j.risk_rate,
+            max_judged_per_hour=j.max_judged_per_hour,
+            max_tokens_per_day=j.max_tokens_per_day,
         )
 
     def mapping_rules(self) -> MappingRules:
@@ -257,9 +310,12 @@ def _read_toml(path: Path) -> dict[str, Any]:
     for section, key in SECRET_KEYS:
         table = data.get(section)
         if isinstance(table, dict) and key in table:
+            sdk_name = (
+                "OPENAI_API_KEY" if section == "judge" else f"{section.upper()}_{key.upper()}"
+            )
             raise ConfigError(
                 f"config file {path}: {section}.{key} is a secret; set it in the environment "
-                f"(OBSERVER_{section.upper()}__{key.upper()} or {section.upper()}_{key.upper()}) "
+                f"(OBSERVER_{section.upper()}__{key.upper()} or {sdk_name}) "
                 "instead of the file"
             )
     return data

@@ -45,6 +45,11 @@ CREATE TABLE IF NOT EXISTS outbox (
     last_error TEXT
 );
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_attempt, seq);
+CREATE TABLE IF NOT EXISTS judge_budget (
+    bucket TEXT PRIMARY KEY,
+    judged INTEGER NOT NULL DEFAULT 0,
+    tokens INTEGER NOT NULL DEFAULT 0
+);
 """
 
 
@@ -202,6 +207,43 @@ class State:
                 (trace_id, fingerprint, iso(root_start), iso(now)),
             )
             self._outbox_size = self._scalar("SELECT COUNT(*) FROM outbox")
+
+    def enqueue(self, scores: Sequence[ScoreEvent]) -> None:
+        """Queue scores that belong to no trace pass (the judge's). Raises OutboxFull."""
+        self.record_scores(scores)
+
+    def record_scores(self, scores: Sequence[ScoreEvent]) -> None:
+        with self._transaction() as db:
+            if self._outbox_size + len(scores) > self.max_outbox:
+                raise OutboxFull(f"outbox holds {self._outbox_size} scores (max {self.max_outbox})")
+            for score in scores:
+                self._seq += 1
+                db.execute(
+                    "INSERT INTO outbox (score_id, seq, trace_id, payload) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT(score_id) DO UPDATE SET payload = excluded.payload, "
+                    "seq = excluded.seq, attempts = 0, next_attempt = 0",
+                    (score.id, self._seq, score.trace_id, _payload(score)),
+                )
+            self._outbox_size = self._scalar("SELECT COUNT(*) FROM outbox")
+
+    # -- judge budget ---------------------------------------------------------
+
+    def judge_budget(self, hour: str, day: str) -> tuple[int, int]:
+        """(traces judged in this hour bucket, tokens spent in this day bucket)."""
+        with self._lock:
+            judged = self._scalar("SELECT judged FROM judge_budget WHERE bucket = ?", f"h:{hour}")
+            tokens = self._scalar("SELECT tokens FROM judge_budget WHERE bucket = ?", f"d:{day}")
+        return judged, tokens
+
+    def spend_judge_budget(self, hour: str, day: str, judged: int, tokens: int) -> None:
+        with self._transaction() as db:
+            for bucket, j, t in ((f"h:{hour}", judged, 0), (f"d:{day}", 0, tokens)):
+                db.execute(
+                    "INSERT INTO judge_budget (bucket, judged, tokens) VALUES (?, ?, ?) "
+                    "ON CONFLICT(bucket) DO UPDATE SET judged = judged + excluded.judged, "
+                    "tokens = tokens + excluded.tokens",
+                    (bucket, j, t),
+                )
 
     def prune_traces(self, root_before: datetime) -> int:
         """Forget fingerprints of traces too old to be polled again."""

@@ -64,6 +64,39 @@ class Metrics:
             registry=r,
         )
 
+        self.judge_decisions = Counter(
+            "observer_judge_decisions_total",
+            "Sampling decisions (sampled, risk, not_sampled, over_budget, disabled, queue_full)",
+            ["decision"],
+            registry=r,
+        )
+        self.judged = Counter(
+            "observer_judged_traces_total",
+            "Traces the judge finished, by result",
+            ["result"],
+            registry=r,
+        )
+        self.judge_errors = Counter(
+            "observer_judge_errors_total",
+            "Judge errors (no judge score written), by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.judge_calls = Counter(
+            "observer_judge_calls_total", "LLM calls the judge made", registry=r
+        )
+        self.judge_tokens = Counter(
+            "observer_judge_tokens_total", "Tokens the judge used", ["kind"], registry=r
+        )
+        self.judge_cost = Counter(
+            "observer_judge_cost_usd_total", "Judge cost at the configured prices", registry=r
+        )
+        self.critical_unsupported = Counter(
+            "observer_critical_unsupported_total",
+            "Judged traces with an unsupported claim holding a number, date or amount",
+            registry=r,
+        )
+
     def value(self, name: str, **labels: str) -> float:
         """Current value of a sample (0 when never set), for summaries and tests."""
         found = self.registry.get_sample_value(name, labels or None)

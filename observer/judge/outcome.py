@@ -1,0 +1,166 @@
+"""From verdicts to the judge's scores (DESIGN §4, §5). Pure.
+
+Never NaN, never a vacuous 1.0: with no claims there is no faithfulness
+score, only `abstained`; with no cited claim there is no citation accuracy.
+A claim holding a number, a date or an amount is critical; an unsupported
+critical claim sets `critical_unsupported`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from observer.judge.protocol import Claim, Verdict
+from observer.model import RagRecord, ScoreDataType, ScoreEvent
+from observer.scores import score_id
+
+JUDGE_SCORE_NAMES = ("faithfulness", "citation_accuracy", "critical_unsupported", "abstained")
+_COMMENT_MAX = 500
+_CRITICAL_RE = re.compile(
+    r"[0-9０-９]|[$€£¥￥₹]|%|"
+    r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\b|"
+    r"[一二三四五六七八九十百千万亿两]+\s*(?:元|块|万|亿|年|月|日|天|周|小时|分钟|个|次|倍|人)",
+)
+
+
+def is_critical(text: str) -> bool:
+    """A claim with a number, a date or an amount: wrong ones do the most harm."""
+    return _CRITICAL_RE.search(text) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeResult:
+    trace_id: str
+    claims: tuple[Claim, ...] = ()
+    verdicts: tuple[Verdict, ...] = ()
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    error: str | None = None
+    unsupported: tuple[str, ...] = field(default=())
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def abstained(self) -> bool | None:
+        return None if self.error else not self.claims
+
+    @property
+    def faithfulness(self) -> float | None:
+        if self.error or not self.verdicts:
+            return None
+        return sum(v.supported for v in self.verdicts) / len(self.verdicts)
+
+    @property
+    def citation_accuracy(self) -> float | None:
+        if self.error:
+            return None
+        cited = [v for v in self.verdicts if v.cited_support is not None]
+        return sum(bool(v.cited_support) for v in cited) / len(cited) if cited else None
+
+    @property
+    def critical_unsupported(self) -> bool | None:
+        if self.error:
+            return None
+        by_id = {c.id: c for c in self.claims}
+        return any(not v.supported and is_critical(by_id[v.id].text) for v in self.verdicts)
+
+    def critical_claims(self) -> list[str]:
+        by_id = {c.id: c for c in self.claims}
+        return [
+            by_id[v.id].text
+            for v in self.verdicts
+            if not v.supported and is_critical(by_id[v.id].text)
+        ]
+
+
+def _quote(texts: Sequence[str], budget: int = 300) -> str:
+    out: list[str] = []
+    used = 0
+    for text in texts:
+        short = text if len(text) <= 80 else text[:77] + "..."
+        if used + len(short) > budget:
+            out.append(f"+{len(texts) - len(out)} more")
+            break
+        out.append(f'"{short}"')
+        used += len(short)
+    return "; ".join(out)
+
+
+def judge_score_events(record: RagRecord, result: JudgeResult) -> list[ScoreEvent]:
+    """The judge's scores, with the same id and timestamp rules as every score."""
+    if result.error:
+        return []
+    by_id = {c.id: c for c in result.claims}
+    unsupported = [by_id[v.id].text for v in result.verdicts if not v.supported]
+    entries: list[tuple[str, float, ScoreDataType, str]] = []
+    faithfulness = result.faithfulness
+    if faithfulness is not None:
+        supported = len(result.verdicts) - len(unsupported)
+        note = f"; unsupported: {_quote(unsupported)}" if unsupported else ""
+        entries.append(
+            (
+                "faithfulness",
+                faithfulness,
+                "NUMERIC",
+                f"{supported}/{len(result.verdicts)} claims supported by the context{note}",
+            )
+        )
+    accuracy = result.citation_accuracy
+    if accuracy is not None:
+        cited = [v for v in result.verdicts if v.cited_support is not None]
+        wrong = [by_id[v.id].text for v in cited if not v.cited_support]
+        note = f"; not in their cited sources: {_quote(wrong)}" if wrong else ""
+        entries.append(
+            (
+                "citation_accuracy",
+                accuracy,
+                "NUMERIC",
+                f"{len(cited) - len(wrong)}/{len(cited)} cited claims supported by "
+                f"their citations{note}",
+            )
+        )
+    critical = result.critical_claims()
+    entries.append(
+        (
+            "critical_unsupported",
+            1.0 if critical else 0.0,
+            "BOOLEAN",
+            f"unsupported claims with numbers, dates or amounts: {_quote(critical)}"
+            if critical
+            else "no unsupported claim with a number, date or amount",
+        )
+    )
+    entries.append(
+        (
+            "abstained",
+            1.0 if not result.claims else 0.0,
+            "BOOLEAN",
+            "the answer makes no factual claim (a refusal)"
+            if not result.claims
+            else f"{len(result.claims)} claims",
+        )
+    )
+    return [
+        ScoreEvent(
+            id=score_id(record.trace_id, record.observation_id, name),
+            trace_id=record.trace_id,
+            observation_id=record.observation_id,
+            name=name,
+            value=value,
+            data_type=data_type,
+            comment=comment[:_COMMENT_MAX],
+            timestamp=record.timestamp,
+            environment=record.environment,
+        )
+        for name, value, data_type, comment in entries
+    ]

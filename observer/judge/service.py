@@ -1,0 +1,199 @@
+"""The judge in the daemon: sampled, budgeted, asynchronous, bounded.
+
+`offer()` is called by the pipeline after a trace's deterministic scores are
+safely in the outbox; it decides (pure sampler), reserves budget and puts the
+trace on a bounded queue without ever blocking: a full queue is counted
+(`queue_full`) and the trace is simply not judged. A pool of worker threads
+judges, writes the judge's scores to the same outbox and hands an
+unsupported critical claim to `on_critical` at once.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import structlog
+
+from observer.judge.client import JudgeClient
+from observer.judge.outcome import JudgeResult, judge_score_events
+from observer.judge.sampler import Decision, SamplerParams, decide
+from observer.model import RagRecord, Signals
+from observer.state import OutboxFull, State
+from observer.telemetry.metrics import Metrics
+
+log = structlog.get_logger("observer.judge")
+
+CriticalHook = Callable[[RagRecord, JudgeResult], None]
+
+
+def buckets(now: datetime) -> tuple[str, str]:
+    """(hour bucket, day bucket) of the budget caps, in UTC."""
+    moment = now.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H"), moment.strftime("%Y-%m-%d")
+
+
+class JudgeService:
+    def __init__(
+        self,
+        client: JudgeClient,
+        state: State,
+        metrics: Metrics,
+        params: SamplerParams,
+        *,
+        notify: Callable[[], None] = lambda: None,
+        concurrency: int = 4,
+        queue_size: int = 1000,
+        on_critical: CriticalHook | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.client = client
+        self.state = state
+        self.metrics = metrics
+        self.params = params
+        self.notify = notify
+        self.concurrency = concurrency
+        self.on_critical = on_critical
+        self.clock = clock
+        # None is the stop sentinel.
+        self._queue: queue.Queue[tuple[RagRecord, Signals] | None] = queue.Queue(maxsize=queue_size)
+        self._workers: list[threading.Thread] = []
+        self._budget_lock = threading.Lock()
+        self._idle = threading.Condition()
+        self._pending = 0  # queued or being judged
+
+    # -- intake -----------------------------------------------------------------
+
+    def offer(self, record: RagRecord, signals: Signals) -> Decision | str:
+        """Decide and enqueue; never blocks. Returns the decision (or `queue_full`)."""
+        hour, day = buckets(self.clock())
+        with self._budget_lock:
+            judged, tokens = self.state.judge_budget(hour, day)
+            decision = decide(record.trace_id, signals, self.params, judged, tokens)
+            if decision in ("sampled", "risk"):
+                try:
+                    with self._idle:
+                        self._queue.put_nowait((record, signals))
+                        self._pending += 1
+                except queue.Full:
+                    self.metrics.judge_decisions.labels(decision="queue_full").inc()
+                    log.warning("judge_dropped", trace_id=record.trace_id, reason="queue_full")
+                    return "queue_full"
+                # Reserve now, so concurrent workers cannot overshoot the hourly cap.
+                self.state.spend_judge_budget(hour, day, judged=1, tokens=0)
+        self.metrics.judge_decisions.labels(decision=decision).inc()
+        return decision
+
+    # -- workers ----------------------------------------------------------------
+
+    def start(self) -> None:
+        for index in range(self.concurrency - len(self._workers)):
+            worker = threading.Thread(
+                target=self._work, name=f"observer-judge-{index}", daemon=True
+            )
+            worker.start()
+            self._workers.append(worker)
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                self.judge_now(*item)
+            except Exception:  # a worker never dies
+                log.exception("judge_crashed")
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def judge_now(self, record: RagRecord, signals: Signals) -> JudgeResult:
+        """Judge one trace (in the calling thread) and record everything about it."""
+        result = self.client.judge(record, signals)
+        hour, day = buckets(self.clock())
+        self.state.spend_judge_budget(hour, day, judged=0, tokens=result.tokens)
+        self.metrics.judge_calls.inc(result.calls)
+        self.metrics.judge_tokens.labels(kind="prompt").inc(result.prompt_tokens)
+        self.metrics.judge_tokens.labels(kind="completion").inc(result.completion_tokens)
+        self.metrics.judge_cost.inc(result.cost_usd)
+        if result.error:
+            reason = result.error.split(":", 1)[0]
+            self.metrics.judge_errors.labels(reason=reason).inc()
+            self.metrics.judged.labels(result="error").inc()
+            log.warning(
+                "judge_failed",
+                trace_id=record.trace_id,
+                reason=reason,
+                calls=result.calls,
+                error=result.error[:300],
+            )
+            return result
+        scores = judge_score_events(record, result)
+        try:
+            self.state.enqueue(scores)
+        except OutboxFull:
+            self.metrics.scores_dropped.labels(reason="outbox_full").inc(len(scores))
+            log.error(
+                "score_dropped", reason="outbox_full", trace_id=record.trace_id, count=len(scores)
+            )
+        self.notify()
+        self.metrics.judged.labels(result="abstained" if result.abstained else "judged").inc()
+        log.info(
+            "trace_judged",
+            trace_id=record.trace_id,
+            claims=len(result.claims),
+            faithfulness=result.faithfulness,
+            citation_accuracy=result.citation_accuracy,
+            critical_unsupported=result.critical_unsupported,
+            calls=result.calls,
+            tokens=result.tokens,
+        )
+        if result.critical_unsupported:
+            self.metrics.critical_unsupported.inc()
+            log.error(
+                "critical_unsupported_detected",
+                trace_id=record.trace_id,
+                observation_id=record.observation_id,
+                claims=len(result.critical_claims()),
+            )
+            if self.on_critical is not None:
+                self.on_critical(record, result)
+        return result
+
+    # -- lifecycle --------------------------------------------------------------
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until the queue is empty and no worker is busy; True when done in time."""
+        deadline = time.monotonic() + timeout_s
+        with self._idle:
+            while self._pending:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._idle.wait(min(remaining, 0.1))
+        return True
+
+    def pending(self) -> int:
+        with self._idle:
+            return self._pending
+
+    def shutdown(self, timeout_s: float) -> bool:
+        """Finish in-flight judging within `timeout_s`; what is still queued is not judged."""
+        done = self.drain(timeout_s)
+        while True:
+            try:
+                if self._queue.get_nowait() is not None:
+                    with self._idle:
+                        self._pending -= 1
+            except queue.Empty:
+                break
+        for _ in self._workers:
+            self._queue.put(None)
+        for worker in self._workers:
+            worker.join(timeout=max(0.1, timeout_s))
+        self._workers.clear()
+        return done
