@@ -1,0 +1,182 @@
+"""The judge inside the daemon: fake Langfuse + OpenAI stub, both over real HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from observer import app
+from observer.judge.outcome import JudgeResult
+from observer.model import RagRecord
+from observer.scores import score_id
+from observer.telemetry.metrics import Metrics
+from tests.daemon_helpers import after, configure, demo_observations
+from tests.fakes.langfuse_server import FakeLangfuse
+from tests.fakes.openai_stub import OpenAIStub
+
+SCORED = 75
+
+
+@pytest.fixture
+def servers(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeLangfuse, OpenAIStub]]:
+    with FakeLangfuse() as langfuse, OpenAIStub() as stub:
+        langfuse.add_observations(demo_observations())
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("OBSERVER_JUDGE_BASE_URL", stub.url + "/v1")
+        monkeypatch.setenv("OBSERVER_JUDGE_MODEL", "stub-judge")
+        yield langfuse, stub
+
+
+def run(
+    monkeypatch: pytest.MonkeyPatch,
+    langfuse: FakeLangfuse,
+    state: Path,
+    critical: list[str] | None = None,
+    **env: str,
+) -> tuple[app.OnceResult, Metrics]:
+    settings = configure(monkeypatch, langfuse, OBSERVER_JUDGE__ENABLED="true", **env)
+    metrics = Metrics()
+
+    def on_critical(record: RagRecord, result: JudgeResult) -> None:
+        if critical is not None:
+            critical.append(record.trace_id)
+
+    parts = app.build(settings, state_path=state, metrics=metrics, on_critical=on_critical)
+    try:
+        return app.run_once(parts, after(demo_observations())), metrics
+    finally:
+        parts.state.close()
+
+
+def judged(langfuse: FakeLangfuse) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for score in langfuse.scores:
+        if score["name"] in ("faithfulness", "abstained", "critical_unsupported"):
+            out.setdefault(score["traceId"], {})[score["name"]] = score
+    return out
+
+
+def test_every_sampled_trace_is_judged_and_scored_once(
+    servers: tuple[FakeLangfuse, OpenAIStub], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    langfuse, stub = servers
+    critical: list[str] = []
+    result, metrics = run(
+        monkeypatch, langfuse, tmp_path / "s.sqlite", critical, OBSERVER_JUDGE__RATE="1.0"
+    )
+    assert result.exit_code == 0, result.error
+    got = judged(langfuse)
+    assert len(got) == SCORED
+    assert stub.calls <= 2 * SCORED
+    assert metrics.value("observer_judge_decisions_total", decision="sampled") == SCORED
+    assert langfuse.duplicates() == []
+    deterministic = {s["traceId"]: s for s in langfuse.scores if s["name"] == "confidence"}
+    for trace_id, scores in got.items():
+        assert "abstained" in scores and "critical_unsupported" in scores
+        anchor = deterministic[trace_id]
+        for score in scores.values():
+            assert score["id"] == score_id(trace_id, anchor["observationId"], score["name"])
+            assert score["timestamp"] == anchor["timestamp"]
+    # The demo holds fabricated figures: the critical ones were handed on at once.
+    assert critical and set(critical) <= set(got)
+    assert metrics.value("observer_critical_unsupported_total") == len(critical)
+    assert all(got[t]["critical_unsupported"]["value"] == 1 for t in critical)
+
+
+def test_hourly_budget_caps_the_judge(
+    servers: tuple[FakeLangfuse, OpenAIStub], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    langfuse, stub = servers
+    _, metrics = run(
+        monkeypatch,
+        langfuse,
+        tmp_path / "s.sqlite",
+        OBSERVER_JUDGE__RATE="1.0",
+        OBSERVER_JUDGE__MAX_JUDGED_PER_HOUR="10",
+    )
+    assert len(judged(langfuse)) == 10
+    assert metrics.value("observer_judge_decisions_total", decision="over_budget") == SCORED - 10
+    assert stub.calls <= 20
+
+
+def test_daily_token_budget_caps_the_judge(
+    servers: tuple[FakeLangfuse, OpenAIStub], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    langfuse, _ = servers
+    _, metrics = run(
+        monkeypatch,
+        langfuse,
+        tmp_path / "s.sqlite",
+        OBSERVER_JUDGE__RATE="1.0",
+        OBSERVER_JUDGE__CONCURRENCY="1",
+        OBSERVER_JUDGE__MAX_TOKENS_PER_DAY="1",
+    )
+    # Budget is checked when a trace is offered; tokens are known once it is judged.
+    assert 1 <= len(judged(langfuse)) < SCORED
+    assert metrics.value("observer_judge_decisions_total", decision="over_budget") > 0
+
+
+def test_the_same_sample_on_two_runs(
+    servers: tuple[FakeLangfuse, OpenAIStub], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    langfuse, _ = servers
+    run(
+        monkeypatch,
+        langfuse,
+        tmp_path / "a.sqlite",
+        OBSERVER_JUDGE__RATE="0.3",
+        OBSERVER_JUDGE__RISK_OVERSAMPLING="false",
+    )
+    first = set(judged(langfuse))
+    assert 5 < len(first) < 50
+    with FakeLangfuse() as other:
+        other.add_observations(demo_observations())
+        run(
+            monkeypatch,
+            other,
+            tmp_path / "b.sqlite",
+            OBSERVER_JUDGE__RATE="0.3",
+            OBSERVER_JUDGE__RISK_OVERSAMPLING="false",
+        )
+        assert set(judged(other)) == first
+
+
+def test_a_dead_judge_never_costs_a_deterministic_score(
+    servers: tuple[FakeLangfuse, OpenAIStub], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    langfuse, stub = servers
+    stub.stop()
+    result, metrics = run(
+        monkeypatch,
+        langfuse,
+        tmp_path / "s.sqlite",
+        OBSERVER_JUDGE__RATE="1.0",
+        OBSERVER_JUDGE__MAX_RETRIES="0",
+    )
+    assert result.exit_code == 0
+    assert len(langfuse.scores) == 569
+    assert judged(langfuse) == {}
+    assert metrics.value("observer_judge_errors_total", reason="unreachable") == SCORED
+
+
+def test_a_full_queue_drops_samples_without_blocking(
+    servers: tuple[FakeLangfuse, OpenAIStub], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    langfuse, stub = servers
+    stub.latency_s = 0.05
+    result, metrics = run(
+        monkeypatch,
+        langfuse,
+        tmp_path / "s.sqlite",
+        OBSERVER_JUDGE__RATE="1.0",
+        OBSERVER_JUDGE__CONCURRENCY="1",
+        OBSERVER_JUDGE__QUEUE_SIZE="1",
+    )
+    assert result.exit_code == 0
+    full = metrics.value("observer_judge_decisions_total", decision="queue_full")
+    assert full > 0
+    assert len(judged(langfuse)) == SCORED - full
+    assert len([s for s in langfuse.scores if s["name"] == "confidence"]) == SCORED
