@@ -125,3 +125,46 @@ def test_check_with_wrong_keys_exits_4(fake: FakeLangfuse, monkeypatch: pytest.M
     assert result.exit_code == 4
     assert "rejected the keys" in result.stdout
     assert "sk-lf-wrong" not in result.output
+
+
+def test_judge_command_adds_the_judges_findings_in_input_order(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from tests.fakes.openai_stub import OpenAIStub
+
+    with OpenAIStub() as stub:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("OBSERVER_JUDGE_BASE_URL", stub.url + "/v1")
+        monkeypatch.setenv("OBSERVER_JUDGE_MODEL", "stub-judge")
+        lines = (Path(__file__).parent.parent / "examples" / "records.jsonl").read_text()
+        source = tmp_path / "in.jsonl"
+        source.write_text(lines + "not a record\n")
+        result = run(["judge", str(source)])
+    assert result.exit_code == 0, result.output
+    out = [json.loads(line) for line in result.stdout.splitlines()]
+    expected_ids = [json.loads(line)["trace_id"] for line in lines.splitlines()]
+    assert [o["trace_id"] for o in out] == expected_ids
+    first = out[0]
+    for key in (
+        "claims",
+        "verdicts",
+        "faithfulness",
+        "citation_accuracy",
+        "critical_unsupported",
+        "abstained",
+        "calls",
+        "tokens",
+        "judge_error",
+        "coverage",
+        "crag_grade",
+    ):
+        assert key in first
+    assert all(o["calls"] <= 2 for o in out)
+    assert any(o["abstained"] for o in out)
+    assert '"line": 75' in result.stderr
+
+
+def test_judge_command_without_a_model_exits_2() -> None:
+    result = run(["judge", "-"])
+    assert result.exit_code == 2
+    assert "OBSERVER_JUDGE_MODEL" in result.stderr

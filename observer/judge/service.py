@@ -154,7 +154,7 @@ class JudgeService:
         )
         if result.critical_unsupported:
             self.metrics.critical_unsupported.inc()
-            log.error(
+            log.warning(
                 "critical_unsupported_detected",
                 trace_id=record.trace_id,
                 observation_id=record.observation_id,

@@ -1,0 +1,174 @@
+"""Judge cost and throughput: `python bench/judge.py` prints two tables.
+
+1. Calls and tokens per judged trace over the bundled examples: observer's
+   judge measured against the OpenAI-compatible stub (tokens counted the
+   stub's way, characters / 4), side by side with the call patterns of RAGAS
+   faithfulness (2 calls: statements, then verdicts), DeepEval faithfulness
+   (4: truths from the context, claims, verdicts, reason) and TruLens
+   groundedness (1 + one per sentence), whose prompt tokens are estimated
+   from what each call must carry (context, answer, statements) plus the
+   same instruction overhead as observer's prompts, by the same rule.
+2. Judged traces per second through the daemon's worker pool (JudgeService)
+   with the stub answering every call in 300 ms, at concurrency 4 and 16.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import openai
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from observer.judge.client import JudgeClient  # noqa: E402
+from observer.judge.protocol import CLAIMS_SYSTEM, VERDICTS_SYSTEM, context_of  # noqa: E402
+from observer.judge.sampler import SamplerParams  # noqa: E402
+from observer.judge.service import JudgeService  # noqa: E402
+from observer.model import RagRecord, Signals  # noqa: E402
+from observer.records import parse_record  # noqa: E402
+from observer.signals import SignalParams, compute  # noqa: E402
+from observer.state import State  # noqa: E402
+from observer.telemetry.logging import configure_logging  # noqa: E402
+from observer.telemetry.metrics import Metrics  # noqa: E402
+from tests.fakes.openai_stub import OpenAIStub  # noqa: E402
+
+
+def tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def load() -> list[tuple[RagRecord, Signals]]:
+    params = SignalParams()
+    with (ROOT / "examples" / "records.jsonl").open("rb") as handle:
+        records = [parse_record(line) for line in handle if line.strip()]
+    return [(r, compute(r, params)) for r in records]
+
+
+def peers(record: RagRecord, signals: Signals) -> dict[str, tuple[int, int]]:
+    """(calls, estimated prompt tokens) of each peer's faithfulness pattern."""
+    context = tokens(context_of(record))
+    answer = tokens(record.answer)
+    question = tokens(record.question)
+    overhead = (tokens(CLAIMS_SYSTEM) + tokens(VERDICTS_SYSTEM)) // 2
+    statements = answer  # extracted statements restate the answer
+    sentences = max(1, sum(1 for s in signals.citations.sentences if s.substantive))
+    return {
+        "RAGAS": (2, (overhead + question + answer) + (overhead + context + statements)),
+        "DeepEval": (
+            4,
+            (overhead + context)
+            + (overhead + answer)
+            + (overhead + context + statements)
+            + (overhead + statements),
+        ),
+        "TruLens": (
+            1 + sentences,
+            (overhead + answer) + sentences * (overhead + context + answer // sentences),
+        ),
+    }
+
+
+def cost_table(pairs: list[tuple[RagRecord, Signals]]) -> Table:
+    with OpenAIStub() as stub:
+        api = openai.OpenAI(base_url=stub.url + "/v1", api_key="sk-bench", max_retries=0)
+        client = JudgeClient(api, "stub")
+        results = [client.judge(r, s) for r, s in pairs]
+    judged = [res for res in results if res.error is None]
+    ours_calls = statistics.mean(r.calls for r in judged)
+    ours_prompt = statistics.mean(r.prompt_tokens for r in judged)
+    ours_total = statistics.mean(r.tokens for r in judged)
+    peer_rows: dict[str, list[tuple[int, int]]] = {}
+    for record, signals in pairs:
+        for name, row in peers(record, signals).items():
+            peer_rows.setdefault(name, []).append(row)
+    table = Table(title=f"LLM calls and tokens per judged trace ({len(judged)} example records)")
+    for column in (
+        "judge",
+        "calls / trace",
+        "max calls",
+        "prompt tokens / trace",
+        "total tokens / trace",
+        "how counted",
+    ):
+        table.add_column(column, justify="right")
+    table.add_row(
+        "observer",
+        f"{ours_calls:.2f}",
+        str(max(r.calls for r in judged)),
+        f"{ours_prompt:,.0f}",
+        f"{ours_total:,.0f}",
+        "measured (stub)",
+    )
+    for name, rows in peer_rows.items():
+        table.add_row(
+            name,
+            f"{statistics.mean(c for c, _ in rows):.2f}",
+            str(max(c for c, _ in rows)),
+            f"{statistics.mean(t for _, t in rows):,.0f}",
+            "",
+            "estimated",
+        )
+    return table
+
+
+def throughput(
+    pairs: list[tuple[RagRecord, Signals]], concurrency: int, count: int
+) -> tuple[float, int]:
+    with OpenAIStub() as stub, tempfile.TemporaryDirectory() as scratch:
+        stub.latency_s = 0.3
+        api = openai.OpenAI(base_url=stub.url + "/v1", api_key="sk-bench", max_retries=0)
+        state = State(Path(scratch) / "bench.sqlite")
+        service = JudgeService(
+            JudgeClient(api, "stub"),
+            state,
+            Metrics(),
+            SamplerParams(enabled=True, rate=1.0, max_judged_per_hour=10**9),
+            concurrency=concurrency,
+            queue_size=count,
+        )
+        service.start()
+        began = time.perf_counter()
+        for i in range(count):
+            record, signals = pairs[i % len(pairs)]
+            service.offer(dataclasses.replace(record, trace_id=f"{record.trace_id}-{i}"), signals)
+        service.drain(600)
+        elapsed = time.perf_counter() - began
+        service.shutdown(5)
+        state.close()
+        return count / elapsed, stub.calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", type=int, default=96, help="traces per throughput run")
+    args = parser.parse_args()
+    configure_logging("console", "error")
+    pairs = load()
+    console = Console(width=120)
+    console.print(cost_table(pairs))
+    table = Table(title="judged traces/s through the worker pool, stub answering in 300 ms")
+    for column in ("concurrency", "traces", "LLM calls", "traces/s", "ideal (2 calls x 300 ms)"):
+        table.add_column(column, justify="right")
+    for concurrency in (4, 16):
+        rate, calls = throughput(pairs, concurrency, args.traces)
+        table.add_row(
+            str(concurrency),
+            str(args.traces),
+            str(calls),
+            f"{rate:.1f}",
+            f"{concurrency / 0.6:.1f}",
+        )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
