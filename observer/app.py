@@ -176,10 +176,14 @@ def build(
             on_critical=on_critical,
         )
 
+    disabled = metrics.judge_decisions.labels(decision="disabled")
+
     def on_scored(record: RagRecord, signals: Signals) -> None:
         summary.add(signals)
         if judge is not None:
             judge.offer(record, signals)
+        else:
+            disabled.inc()
 
     pipeline = Pipeline(
         source,

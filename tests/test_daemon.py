@@ -244,6 +244,8 @@ def test_rejected_score_is_dropped_and_counted_the_rest_delivered(
     assert result.exit_code == 0
     assert metrics.value("observer_scores_dropped_total", reason="rejected") == 2
     assert len(loaded.scores) == SCORES_PER_PASS - 2
+    # No judge configured: every scored trace is counted as a `disabled` decision.
+    assert metrics.value("observer_judge_decisions_total", decision="disabled") == SCORED_TRACES
 
 
 def test_unreachable_langfuse_exits_3_with_the_reason(
