@@ -27,6 +27,27 @@ def score_id(trace_id: str, observation_id: str | None, name: str) -> str:
     return str(uuid.uuid5(SCORE_ID_NAMESPACE, f"{trace_id}\x1f{observation_id or ''}\x1f{name}"))
 
 
+ScoreEntry = tuple[str, float | str, ScoreDataType, str]  # name, value, data type, comment
+
+
+def score_events_of(record: RagRecord, entries: list[ScoreEntry]) -> list[ScoreEvent]:
+    """Scores of one record: every one on the generation, with the id and timestamp rules."""
+    return [
+        ScoreEvent(
+            id=score_id(record.trace_id, record.observation_id, name),
+            trace_id=record.trace_id,
+            observation_id=record.observation_id,
+            name=name,
+            value=value,
+            data_type=data_type,
+            comment=comment[:_COMMENT_MAX],
+            timestamp=record.timestamp,
+            environment=record.environment,
+        )
+        for name, value, data_type, comment in entries
+    ]
+
+
 def _refs(refs: tuple[int, ...] | tuple[str, ...], limit: int = 10) -> str:
     shown = ", ".join(str(r) for r in refs[:limit])
     return f"[{shown}{', ...' if len(refs) > limit else ''}]"
@@ -79,7 +100,7 @@ def score_events(record: RagRecord, signals: Signals, params: SignalParams) -> l
             " (fallback answer)" if signals.needs_fallback else ""
         )
 
-    entries: list[tuple[str, float | str, ScoreDataType, str]] = [
+    entries: list[ScoreEntry] = [
         ("confidence", signals.confidence, "NUMERIC", confidence_comment),
     ]
     if cites.coverage is not None:
@@ -131,17 +152,4 @@ def score_events(record: RagRecord, signals: Signals, params: SignalParams) -> l
                 f"{unsupported}",
             )
         )
-    return [
-        ScoreEvent(
-            id=score_id(record.trace_id, record.observation_id, name),
-            trace_id=record.trace_id,
-            observation_id=record.observation_id,
-            name=name,
-            value=value,
-            data_type=data_type,
-            comment=comment[:_COMMENT_MAX],
-            timestamp=record.timestamp,
-            environment=record.environment,
-        )
-        for name, value, data_type, comment in entries
-    ]
+    return score_events_of(record, entries)

@@ -191,14 +191,7 @@ class State:
         with self._transaction() as db:
             if scores and self._outbox_size + len(scores) > self.max_outbox:
                 raise OutboxFull(f"outbox holds {self._outbox_size} scores (max {self.max_outbox})")
-            for score in scores:
-                self._seq += 1
-                db.execute(
-                    "INSERT INTO outbox (score_id, seq, trace_id, payload) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT(score_id) DO UPDATE SET payload = excluded.payload, "
-                    "seq = excluded.seq, attempts = 0, next_attempt = 0",
-                    (score.id, self._seq, score.trace_id, _payload(score)),
-                )
+            self._queue(db, scores)
             db.execute(
                 "INSERT INTO traces (trace_id, fingerprint, root_start, seen_at) "
                 "VALUES (?, ?, ?, ?) "
@@ -208,22 +201,24 @@ class State:
             )
             self._outbox_size = self._scalar("SELECT COUNT(*) FROM outbox")
 
+    def _queue(self, db: sqlite3.Connection, scores: Sequence[ScoreEvent]) -> None:
+        # A score already queued under its id is replaced: its newest value is what
+        # Langfuse must end up with.
+        for score in scores:
+            self._seq += 1
+            db.execute(
+                "INSERT INTO outbox (score_id, seq, trace_id, payload) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(score_id) DO UPDATE SET payload = excluded.payload, "
+                "seq = excluded.seq, attempts = 0, next_attempt = 0",
+                (score.id, self._seq, score.trace_id, _payload(score)),
+            )
+
     def enqueue(self, scores: Sequence[ScoreEvent]) -> None:
         """Queue scores that belong to no trace pass (the judge's). Raises OutboxFull."""
-        self.record_scores(scores)
-
-    def record_scores(self, scores: Sequence[ScoreEvent]) -> None:
         with self._transaction() as db:
             if self._outbox_size + len(scores) > self.max_outbox:
                 raise OutboxFull(f"outbox holds {self._outbox_size} scores (max {self.max_outbox})")
-            for score in scores:
-                self._seq += 1
-                db.execute(
-                    "INSERT INTO outbox (score_id, seq, trace_id, payload) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT(score_id) DO UPDATE SET payload = excluded.payload, "
-                    "seq = excluded.seq, attempts = 0, next_attempt = 0",
-                    (score.id, self._seq, score.trace_id, _payload(score)),
-                )
+            self._queue(db, scores)
             self._outbox_size = self._scalar("SELECT COUNT(*) FROM outbox")
 
     # -- judge budget ---------------------------------------------------------

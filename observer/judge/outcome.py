@@ -13,11 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from observer.judge.protocol import Claim, Verdict
-from observer.model import RagRecord, ScoreDataType, ScoreEvent
-from observer.scores import score_id
+from observer.model import RagRecord, ScoreEvent
+from observer.scores import ScoreEntry, score_events_of
 
 JUDGE_SCORE_NAMES = ("faithfulness", "citation_accuracy", "critical_unsupported", "abstained")
-_COMMENT_MAX = 500
 _CRITICAL_RE = re.compile(
     r"[0-9０-９]|[$€£¥￥₹]|%|"
     r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\b|"
@@ -102,7 +101,7 @@ def judge_score_events(record: RagRecord, result: JudgeResult) -> list[ScoreEven
         return []
     by_id = {c.id: c for c in result.claims}
     unsupported = [by_id[v.id].text for v in result.verdicts if not v.supported]
-    entries: list[tuple[str, float, ScoreDataType, str]] = []
+    entries: list[ScoreEntry] = []
     faithfulness = result.faithfulness
     if faithfulness is not None:
         supported = len(result.verdicts) - len(unsupported)
@@ -150,17 +149,4 @@ def judge_score_events(record: RagRecord, result: JudgeResult) -> list[ScoreEven
             else f"{len(result.claims)} claims",
         )
     )
-    return [
-        ScoreEvent(
-            id=score_id(record.trace_id, record.observation_id, name),
-            trace_id=record.trace_id,
-            observation_id=record.observation_id,
-            name=name,
-            value=value,
-            data_type=data_type,
-            comment=comment[:_COMMENT_MAX],
-            timestamp=record.timestamp,
-            environment=record.environment,
-        )
-        for name, value, data_type, comment in entries
-    ]
+    return score_events_of(record, entries)

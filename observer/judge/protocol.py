@@ -166,14 +166,15 @@ def response_format(name: str, schema: dict[str, Any], json_schema: bool) -> dic
     return {"type": "json_object"}
 
 
+def _system(instructions: str, schema: dict[str, Any], json_schema: bool) -> str:
+    # Without json_schema support the schema travels in the prompt.
+    return instructions if json_schema else instructions + _JSON_OBJECT_NOTE + json.dumps(schema)
+
+
 def claims_messages(
     record: RagRecord, sentences: Sequence[Sentence], json_schema: bool
 ) -> list[dict[str, str]]:
-    system = (
-        CLAIMS_SYSTEM
-        if json_schema
-        else CLAIMS_SYSTEM + _JSON_OBJECT_NOTE + json.dumps(CLAIMS_SCHEMA)
-    )
+    system = _system(CLAIMS_SYSTEM, CLAIMS_SCHEMA, json_schema)
     numbered = "\n".join(f"[{i}] {s.text}" for i, s in enumerate(sentences))
     user = _tag("question", record.question) + "\n" + _tag("answer_sentences", numbered)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -182,11 +183,7 @@ def claims_messages(
 def verdicts_messages(
     record: RagRecord, claims: Sequence[Claim], json_schema: bool
 ) -> list[dict[str, str]]:
-    system = (
-        VERDICTS_SYSTEM
-        if json_schema
-        else VERDICTS_SYSTEM + _JSON_OBJECT_NOTE + json.dumps(VERDICTS_SCHEMA)
-    )
+    system = _system(VERDICTS_SYSTEM, VERDICTS_SCHEMA, json_schema)
     lines = "\n".join(
         json.dumps(
             {"id": c.id, "text": c.text, "sentence": c.sentence, "citations": list(c.citations)},
