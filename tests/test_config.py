@@ -114,3 +114,36 @@ def test_base_url_wins_over_deprecated_host(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("LANGFUSE_HOST", "http://old")
     monkeypatch.setenv("LANGFUSE_BASE_URL", "http://new")
     assert load_settings().langfuse.base_url == "http://new"
+
+
+def test_judge_reads_the_openai_variables_and_masks_the_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-secret")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("OBSERVER_JUDGE_MODEL", "gpt-judge")
+    settings = load_settings()
+    assert (settings.judge.model, settings.judge.base_url) == ("gpt-judge", "http://127.0.0.1:9/v1")
+    assert masked(settings)["judge"]["api_key"] == "********"
+    assert "sk-openai-secret" not in repr(settings)
+    monkeypatch.setenv("OBSERVER_JUDGE_BASE_URL", "http://127.0.0.1:8/v1")
+    assert load_settings().judge.base_url == "http://127.0.0.1:8/v1"
+
+
+def test_judge_enabled_without_a_model_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OBSERVER_JUDGE__ENABLED", "true")
+    with pytest.raises(ConfigError, match=re.escape("judge.model")):
+        load_settings()
+
+
+def test_judge_key_in_the_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        load_settings(write(tmp_path, '[judge]\napi_key = "sk-leak"\n'))
+
+
+def test_mapping_hook_must_be_importable(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot import"):
+        load_settings(write(tmp_path, '[mapping]\nhook = "no_such_module_xyz:build"\n'))
+    with pytest.raises(ConfigError, match="has no function"):
+        load_settings(write(tmp_path, '[mapping]\nhook = "json:no_such_function"\n'))
+    assert load_settings(write(tmp_path, '[mapping]\nhook = "json:loads"\n')).mapping_rules().hook
