@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
@@ -95,8 +95,8 @@ class LangfuseSource:
 
     def probe(self) -> int:
         """One cheap request that proves reachability and keys; returns observations seen."""
-        now = datetime.now().astimezone()
-        response = self._request(now.replace(year=now.year - 1), now, None, limit=1, fields="core")
+        now = datetime.now(UTC)
+        response = self._request(now - timedelta(days=365), now, None, limit=1, fields="core")
         return len(response.data)
 
     def _request(
