@@ -196,9 +196,7 @@ def sources_of(output: Any, rules: MappingRules) -> tuple[Source, ...] | Skip:
 
 
 def _start(observation: Observation) -> datetime:
-    return (
-        parse_time(observation.get("startTime")) or datetime.min.replace(tzinfo=None).astimezone()
-    )
+    return parse_time(observation.get("startTime")) or _EARLIEST
 
 
 def _is(observation: Observation, types: Sequence[str], names: Sequence[str]) -> bool:

@@ -23,13 +23,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import copy
-import errno
 import json
 import math
 import re
-import socket
 import threading
 import time
 import uuid
@@ -38,10 +35,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
+
+from .loopback import LoopbackHandler, LoopbackService
 
 __all__ = [
     "DEFAULT_FIELD_GROUPS",
@@ -415,86 +412,8 @@ def _compile_condition(condition: Any) -> _Predicate:
 # --------------------------------------------------------------------------------------
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True  # a forgotten server never blocks interpreter exit
-    block_on_close = False  # (it would not join daemon threads anyway: see join_handlers)
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], fake: FakeLangfuse) -> None:
-        self.fake = fake
-        self.stopped = threading.Event()
-        self._connections: dict[socket.socket, threading.Thread] = {}
-        self._connections_lock = threading.Lock()
-        self._cut = False
-        self._cut_handlers: list[threading.Thread] = []
-        super().__init__(address, _Handler)
-
-    def track(self, connection: socket.socket) -> None:
-        with self._connections_lock:
-            if not self._cut:
-                self._connections[connection] = threading.current_thread()
-                return
-        _cut(connection)  # accepted just before the outage began
-
-    def untrack(self, connection: socket.socket) -> None:
-        with self._connections_lock:
-            self._connections.pop(connection, None)
-
-    def cut_connections(self) -> None:
-        """Cut every open (keep-alive or in-flight) connection, like a crashed server."""
-        with self._connections_lock:
-            self._cut = True
-            connections = list(self._connections.items())
-            self._connections.clear()
-        for connection, thread in connections:
-            _cut(connection)
-            self._cut_handlers.append(thread)
-
-    def join_handlers(self, timeout: float) -> None:
-        """Wait until the handlers of cut connections have recorded and exited."""
-        deadline = time.monotonic() + timeout
-        for thread in self._cut_handlers:
-            if thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - time.monotonic()))
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Connections cut by stop() raise in their handler thread; stay quiet."""
-
-
-def _cut(connection: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        connection.shutdown(socket.SHUT_RDWR)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"  # keep-alive, like the real API behind a proxy
-    disable_nagle_algorithm = True  # headers and body go out in separate writes
-    timeout = 30.0
+class _Handler(LoopbackHandler):
     server_version = "FakeLangfuse/" + SERVER_VERSION
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.track(self.connection)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.untrack(self.connection)
-
-    def _dispatch(self) -> None:
-        self.server.fake._handle(self)
-
-    do_GET = _dispatch
-    do_POST = _dispatch
-    do_PUT = _dispatch
-    do_PATCH = _dispatch
-    do_DELETE = _dispatch
-    do_HEAD = _dispatch
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silence the default stderr access log."""
 
 
 # --------------------------------------------------------------------------------------
@@ -502,22 +421,24 @@ class _Handler(BaseHTTPRequestHandler):
 # --------------------------------------------------------------------------------------
 
 
-class FakeLangfuse:
+class FakeLangfuse(LoopbackService):
     """In-process fake Langfuse server. Use as a context manager or start()/stop()."""
+
+    service_name = "FakeLangfuse"
+    thread_prefix = "fake-langfuse"
+    handler_class = _Handler
+    join_handlers_on_stop = True  # cut requests are recorded (status 0) before stop() returns
 
     public_key: str
     secret_key: str
     latency_s: float
 
     def __init__(self) -> None:
+        super().__init__()
         self.public_key = "pk-lf-test"
         self.secret_key = "sk-lf-test"
         self.latency_s = 0.0
         self._lock = threading.RLock()
-        self._lifecycle_lock = threading.Lock()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-        self._port = 0
         self._observations: dict[str, _StoredObservation] = {}
         self._scores: dict[tuple[str, str, str], JsonDict] = {}
         self._score_posts: list[list[JsonDict]] = []
@@ -525,76 +446,6 @@ class FakeLangfuse:
         self._fail_rules: list[_FailRule] = []
         self._reject_next: int = 0
         self._in_flight = 0
-
-    # ---- lifecycle -------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        if self._port == 0:
-            raise RuntimeError("FakeLangfuse has not been started")
-        return f"http://127.0.0.1:{self._port}"
-
-    @property
-    def running(self) -> bool:
-        return self._server is not None
-
-    def start(self) -> FakeLangfuse:
-        """Listen (again) on 127.0.0.1; after a stop() the same port is reused."""
-        with self._lifecycle_lock:
-            if self._server is not None:
-                return self
-            server = self._bind()
-            self._port = int(server.server_address[1])
-            thread = threading.Thread(
-                target=server.serve_forever,
-                kwargs={"poll_interval": 0.01},
-                name=f"fake-langfuse-{self._port}",
-                daemon=True,
-            )
-            self._server = server
-            self._thread = thread
-            thread.start()
-            return self
-
-    def _bind(self) -> _Server:
-        """Bind 127.0.0.1; a fixed port (restart) is retried for up to 2 s while busy."""
-        deadline = time.monotonic() + 2.0
-        while True:
-            try:
-                return _Server(("127.0.0.1", self._port), self)
-            except OSError as exc:
-                if self._port == 0 or exc.errno != errno.EADDRINUSE:
-                    raise
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-
-    def stop(self) -> None:
-        """A real outage: stop accepting, close the port and cut open connections."""
-        with self._lifecycle_lock:
-            server, thread = self._server, self._thread
-            self._server = None
-            self._thread = None
-            if server is None:
-                return
-            server.stopped.set()  # wakes handlers sleeping in latency_s
-            server.shutdown()  # no more accept()
-            server.cut_connections()
-            server.server_close()  # the port is closed from here on
-            server.join_handlers(timeout=5)
-            if thread is not None:
-                thread.join(timeout=5)
-
-    def __enter__(self) -> FakeLangfuse:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # ---- data ------------------------------------------------------------------------
 
@@ -720,7 +571,7 @@ class FakeLangfuse:
 
     # ---- request handling ------------------------------------------------------------
 
-    def _handle(self, handler: _Handler) -> None:
+    def _handle(self, handler: LoopbackHandler) -> None:
         with self._lock:
             self._in_flight += 1
         try:
@@ -744,7 +595,7 @@ class FakeLangfuse:
         except OSError:
             handler.close_connection = True
 
-    def _answer(self, handler: _Handler) -> _Response | None:
+    def _answer(self, handler: LoopbackHandler) -> _Response | None:
         """Read, delay, route and record one request; None when stop() cut it off."""
         split = urlsplit(handler.path)
         path = split.path
@@ -771,7 +622,7 @@ class FakeLangfuse:
         return response
 
     def _record(
-        self, handler: _Handler, path: str, query: dict[str, list[str]], status: int
+        self, handler: LoopbackHandler, path: str, query: dict[str, list[str]], status: int
     ) -> None:
         record = RequestRecord(
             method=handler.command,
@@ -808,7 +659,7 @@ class FakeLangfuse:
         path: str,
         query: dict[str, list[str]],
         body: bytes,
-        handler: _Handler,
+        handler: LoopbackHandler,
     ) -> _Response:
         failure = self._take_failure(path)
         if failure is not None:

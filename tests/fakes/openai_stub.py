@@ -31,21 +31,18 @@ sources); see ``default_judge``.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import re
-import socket
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Final
 from urllib.parse import urlsplit
+
+from .loopback import LoopbackHandler, LoopbackHTTPServer, LoopbackService
 
 __all__ = [
     "CHAT_PATH",
@@ -327,77 +324,8 @@ def _format_seconds(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else repr(float(seconds))
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True  # a forgotten stub never blocks interpreter exit
-    block_on_close = False
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], stub: OpenAIStub) -> None:
-        self.stub = stub
-        self.stopped = threading.Event()  # wakes handlers sleeping in latency / ("sleep", s)
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
-        self._closed = False
-        super().__init__(address, _Handler)
-
-    def track(self, connection: socket.socket) -> None:
-        with self._connections_lock:
-            if not self._closed:
-                self._connections.add(connection)
-                return
-        _cut(connection)
-
-    def untrack(self, connection: socket.socket) -> None:
-        with self._connections_lock:
-            self._connections.discard(connection)
-
-    def cut_connections(self) -> None:
-        """Cut open keep-alive connections, so a stopped stub answers nothing."""
-        with self._connections_lock:
-            self._closed = True
-            connections = list(self._connections)
-            self._connections.clear()
-        for connection in connections:
-            _cut(connection)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Clients that timed out or stop() cutting a connection raise here; stay quiet."""
-
-
-def _cut(connection: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        connection.shutdown(socket.SHUT_RDWR)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"  # keep-alive, as the client's connection pool expects
-    disable_nagle_algorithm = True
-    timeout = 30.0
+class _Handler(LoopbackHandler):
     server_version = "OpenAIStub/1.0"
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.track(self.connection)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.untrack(self.connection)
-
-    def _dispatch(self) -> None:
-        self.server.stub._handle(self)
-
-    do_GET = _dispatch
-    do_POST = _dispatch
-    do_PUT = _dispatch
-    do_PATCH = _dispatch
-    do_DELETE = _dispatch
-    do_HEAD = _dispatch
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silence the default stderr access log."""
 
 
 # --------------------------------------------------------------------------------------
@@ -405,8 +333,12 @@ class _Handler(BaseHTTPRequestHandler):
 # --------------------------------------------------------------------------------------
 
 
-class OpenAIStub:
+class OpenAIStub(LoopbackService):
     """In-process OpenAI chat-completions stub. Use as a context manager or start()/stop()."""
+
+    service_name = "OpenAIStub"
+    thread_prefix = "openai-stub"
+    handler_class = _Handler
 
     latency_s: float
     reject_json_schema: bool
@@ -414,89 +346,17 @@ class OpenAIStub:
     judge: Judge
 
     def __init__(self, judge: Judge | None = None) -> None:
+        super().__init__()
         self.judge = judge if judge is not None else default_judge
         self.latency_s = 0.0
         self.reject_json_schema = False
         self.finish_reason = "stop"
         self._lock = threading.Lock()
-        self._lifecycle_lock = threading.Lock()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-        self._port = 0
         self._script: deque[Scripted] = deque()
         self._requests: list[dict[str, Any]] = []
         self._request_headers: list[dict[str, str]] = []
         self._judge_errors: list[BaseException] = []
         self._counter = 0
-
-    # ---- lifecycle -------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``; the client's base_url is ``url + "/v1"``."""
-        if self._port == 0:
-            raise RuntimeError("OpenAIStub has not been started")
-        return f"http://127.0.0.1:{self._port}"
-
-    @property
-    def running(self) -> bool:
-        return self._server is not None
-
-    def start(self) -> OpenAIStub:
-        """Listen (again) on 127.0.0.1; after a stop() the same port is reused."""
-        with self._lifecycle_lock:
-            if self._server is not None:
-                return self
-            server = self._bind()
-            self._port = int(server.server_address[1])
-            thread = threading.Thread(
-                target=server.serve_forever,
-                kwargs={"poll_interval": 0.01},
-                name=f"openai-stub-{self._port}",
-                daemon=True,
-            )
-            self._server = server
-            self._thread = thread
-            thread.start()
-            return self
-
-    def _bind(self) -> _Server:
-        deadline = time.monotonic() + 2.0
-        while True:
-            try:
-                return _Server(("127.0.0.1", self._port), self)
-            except OSError as exc:
-                if self._port == 0 or exc.errno != errno.EADDRINUSE:
-                    raise
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-
-    def stop(self) -> None:
-        """Stop accepting, close the port and cut open connections (an outage)."""
-        with self._lifecycle_lock:
-            server, thread = self._server, self._thread
-            self._server = None
-            self._thread = None
-            if server is None:
-                return
-            server.stopped.set()
-            server.shutdown()
-            server.cut_connections()
-            server.server_close()
-            if thread is not None:
-                thread.join(timeout=5)
-
-    def __enter__(self) -> OpenAIStub:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # ---- test controls and inspection ---------------------------------------------------
 
@@ -552,7 +412,7 @@ class OpenAIStub:
 
     # ---- request handling ------------------------------------------------------------
 
-    def _handle(self, handler: _Handler) -> None:
+    def _handle(self, handler: LoopbackHandler) -> None:
         length = int(handler.headers.get("Content-Length") or 0)
         raw = handler.rfile.read(length) if length > 0 else b""
         path = urlsplit(handler.path).path
@@ -562,7 +422,7 @@ class OpenAIStub:
             reply = self._chat(handler, raw)
         self._respond(handler, reply)
 
-    def _chat(self, handler: _Handler, raw: bytes) -> _Reply:
+    def _chat(self, handler: LoopbackHandler, raw: bytes) -> _Reply:
         auth = handler.headers.get("Authorization") or ""
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
@@ -646,12 +506,12 @@ class OpenAIStub:
         return _Reply(200, body)
 
     @staticmethod
-    def _sleep(server: _Server, seconds: float) -> None:
+    def _sleep(server: LoopbackHTTPServer, seconds: float) -> None:
         if seconds > 0:
             server.stopped.wait(seconds)
 
     @staticmethod
-    def _respond(handler: _Handler, reply: _Reply) -> None:
+    def _respond(handler: LoopbackHandler, reply: _Reply) -> None:
         payload = json.dumps(reply.body).encode()
         handler.send_response(reply.status, HTTPStatus(reply.status).phrase)
         handler.send_header("Content-Type", "application/json")
