@@ -334,7 +334,10 @@ class _Handler(LoopbackHandler):
 
 
 class OpenAIStub(LoopbackService):
-    """In-process OpenAI chat-completions stub. Use as a context manager or start()/stop()."""
+    """In-process OpenAI chat-completions stub. Use as a context manager or start()/stop().
+
+    ``url`` is ``http://127.0.0.1:PORT``; the client's base_url is ``url + "/v1"``.
+    """
 
     service_name = "OpenAIStub"
     thread_prefix = "openai-stub"

@@ -105,18 +105,44 @@ def test_hourly_budget_caps_the_judge(
 def test_daily_token_budget_caps_the_judge(
     servers: tuple[FakeLangfuse, OpenAIStub], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    langfuse, _ = servers
+    from observer.judge.service import buckets
+    from observer.state import State
+
+    langfuse, stub = servers
+    # Today's tokens are already spent (by an earlier run or another replica).
+    state_path = tmp_path / "s.sqlite"
+    state = State(state_path)
+    hour, day = buckets(app.now_utc())
+    state.spend_judge_budget(hour, day, judged=0, tokens=5000)
+    state.close()
     _, metrics = run(
         monkeypatch,
         langfuse,
-        tmp_path / "s.sqlite",
+        state_path,
         OBSERVER_JUDGE__RATE="1.0",
-        OBSERVER_JUDGE__CONCURRENCY="1",
-        OBSERVER_JUDGE__MAX_TOKENS_PER_DAY="1",
+        OBSERVER_JUDGE__MAX_TOKENS_PER_DAY="5000",
     )
-    # Budget is checked when a trace is offered; tokens are known once it is judged.
-    assert 1 <= len(judged(langfuse)) < SCORED
-    assert metrics.value("observer_judge_decisions_total", decision="over_budget") > 0
+    assert judged(langfuse) == {}
+    assert stub.calls == 0
+    assert metrics.value("observer_judge_decisions_total", decision="over_budget") == SCORED
+
+
+def test_judging_spends_the_token_budget(
+    servers: tuple[FakeLangfuse, OpenAIStub], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from observer.judge.service import buckets
+    from observer.state import State
+
+    langfuse, _ = servers
+    _, metrics = run(monkeypatch, langfuse, tmp_path / "s.sqlite", OBSERVER_JUDGE__RATE="1.0")
+    state = State(tmp_path / "s.sqlite")
+    judged_now, tokens = state.judge_budget(*buckets(app.now_utc()))
+    state.close()
+    assert judged_now == SCORED
+    used = metrics.value("observer_judge_tokens_total", kind="prompt") + metrics.value(
+        "observer_judge_tokens_total", kind="completion"
+    )
+    assert tokens == used > 0
 
 
 def test_the_same_sample_on_two_runs(
