@@ -16,5 +16,5 @@ configure_logging("console", "warning")
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests see only the variables they set themselves."""
     for name in list(os.environ):
-        if name.startswith(("OBSERVER_", "LANGFUSE_")):
+        if name.startswith(("OBSERVER_", "LANGFUSE_", "OPENAI_")):
             monkeypatch.delenv(name)
