@@ -79,8 +79,3 @@ def _markers(pattern: re.Pattern[str], text: str) -> list[Marker]:
         if refs is not None:
             found.append((match.start(), match.end(), refs))
     return found
-
-
-def find_markers(text: str) -> list[Marker]:
-    """Every marker in `text`, in order."""
-    return mask_markers(text, " ", " ")[1]

@@ -33,13 +33,6 @@ def canonical(number: str) -> str:
     return f"{whole}.{fraction}" if fraction else whole
 
 
-def numbers_in(text: str) -> list[str]:
-    """Canonical numbers of `text`, in order, repeats kept."""
-    return [
-        n if n.isdigit() and n[0] != "0" else canonical(n) for n in NUMBER_RE.findall(fold(text))
-    ]
-
-
 def number_set(text: str) -> frozenset[str]:
     """The distinct canonical numbers of `text`."""
     return frozenset(

@@ -69,13 +69,6 @@ class Split:
     numbers: list[tuple[list[str], tuple[int, ...]]]
 
 
-def is_substantive(scan_segment: str, params: SignalParams) -> bool:
-    """DESIGN §3.2 step 4 on a segment of scan text (markers masked)."""
-    if _content_re(params.min_chars).match(scan_segment) is None:
-        return False
-    return _pleasantry_re(params.pleasantry_prefixes).match(scan_segment) is None
-
-
 def split_answer(answer: str, n_sources: int, params: SignalParams) -> Split:
     """The answer's sentences, in order, each with its refs and verdicts.
 
@@ -113,6 +106,7 @@ def split_answer(answer: str, n_sources: int, params: SignalParams) -> Split:
             all_refs.update(refs)
         segment = scan[start:end]
         cited = False
+        # Step 4: min_chars of content (markers, markdown and whitespace aside), no pleasantry.
         if content_re.match(segment) is not None and pleasantry_re.match(segment) is None:
             substantive = True
             n_substantive += 1
