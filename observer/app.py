@@ -22,6 +22,7 @@ import structlog
 from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-untyped]
 from langfuse.api.client import LangfuseAPI
 
+from observer import langfuse_api
 from observer.config import ConfigError, Settings
 from observer.errors import AuthRejected, RemoteError
 from observer.judge.client import JudgeClient
@@ -69,9 +70,7 @@ def build_api(settings: Settings) -> LangfuseAPI:
     if missing:
         raise ConfigError(f"set {' and '.join(missing)} in the environment to read from Langfuse")
     assert lf.public_key is not None and lf.secret_key is not None
-    from observer.langfuse_api import build_api as build
-
-    return build(
+    return langfuse_api.build_api(
         lf.base_url,
         lf.public_key,
         lf.secret_key.get_secret_value(),
