@@ -262,19 +262,7 @@ def backfill(
         while cursor < end and not parts.stop.is_set():
             chunk_end = min(end, cursor + chunk)
             result = parts.pipeline.process_window(cursor, chunk_end, now)
-            for name in (
-                "observations",
-                "scored",
-                "rescored",
-                "unchanged",
-                "unsettled",
-                "skipped",
-                "deferred",
-                "scores",
-            ):
-                setattr(totals, name, getattr(totals, name) + getattr(result, name))
-            for reason, count in result.skip_reasons.items():
-                totals.skip_reasons[reason] = totals.skip_reasons.get(reason, 0) + count
+            totals.add(result)
             cursor = chunk_end
             progress(cursor, result)
     except (RemoteError, Stopped) as error:

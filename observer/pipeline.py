@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -79,6 +79,15 @@ class PassResult:
     scores: int = 0
     hold: datetime | None = None  # oldest root the watermark must not pass
     skip_reasons: dict[str, int] = field(default_factory=dict)
+
+    def add(self, other: PassResult) -> None:
+        """Add another window's counts to these (backfill totals its chunks)."""
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, int):
+                setattr(self, item.name, value + getattr(other, item.name))
+        for reason, count in other.skip_reasons.items():
+            self.skip_reasons[reason] = self.skip_reasons.get(reason, 0) + count
 
     @property
     def traces(self) -> int:

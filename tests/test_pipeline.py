@@ -54,3 +54,34 @@ def test_garbage_observations_do_not_stop_the_pass(tmp_path: Path) -> None:
     assert result.partial >= 1  # the root-less trace is left to the pass that holds its root
     assert state.watermark() == NOW - timedelta(seconds=20)
     state.close()
+
+
+def test_pass_results_add_up_every_counter() -> None:
+    from observer.pipeline import PassResult
+
+    total = PassResult(NOW, NOW)
+    total.add(
+        PassResult(
+            NOW,
+            NOW,
+            observations=10,
+            scored=2,
+            partial=1,
+            scores=16,
+            skip_reasons={"no_generation": 1},
+        )
+    )
+    total.add(
+        PassResult(
+            NOW,
+            NOW,
+            observations=5,
+            rescored=1,
+            skipped=1,
+            partial=2,
+            skip_reasons={"no_generation": 2, "own_trace": 1},
+        )
+    )
+    assert (total.observations, total.scored, total.rescored, total.skipped) == (15, 2, 1, 1)
+    assert (total.partial, total.scores) == (3, 16)
+    assert total.skip_reasons == {"no_generation": 3, "own_trace": 1}
