@@ -97,6 +97,25 @@ class Metrics:
             registry=r,
         )
 
+        self.alert_notifications = Counter(
+            "observer_alert_notifications_total",
+            "Alert notifications by notifier and result (sent, failed, dropped)",
+            ["notifier", "result"],
+            registry=r,
+        )
+        self.alert_evaluations = Counter(
+            "observer_alert_evaluations_total",
+            "Alert rule evaluations by outcome (ok, pending, firing, no_data, insufficient)",
+            ["rule", "outcome"],
+            registry=r,
+        )
+        self.alerts_active = Gauge(
+            "observer_alerts_active",
+            "Alerts currently firing, by rule, group and severity (1 firing, 0 not)",
+            ["rule", "environment", "query_type", "severity"],
+            registry=r,
+        )
+
     def value(self, name: str, **labels: str) -> float:
         """Current value of a sample (0 when never set), for summaries and tests."""
         found = self.registry.get_sample_value(name, labels or None)

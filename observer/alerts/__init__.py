@@ -1,0 +1,1 @@
+"""Alerts: rules over the signal history (pure), rule state, and notifiers (I/O)."""
