@@ -230,10 +230,18 @@ def run_once(parts: Parts, now: datetime | None = None) -> OnceResult:
     parts.dispatcher.flush(grace)
     left = parts.state.outbox_size()
     if left:
-        why = parts.dispatcher.last_error or "scores not acknowledged in time"
         code = EXIT_AUTH if parts.dispatcher.auth_failed else EXIT_UNREACHABLE
-        return OnceResult(code, result, left, f"{left} scores kept for the next run: {why}")
+        return OnceResult(code, result, left, undelivered_message(parts, left))
     return OnceResult(EXIT_OK, result, 0)
+
+
+def undelivered_message(parts: Parts, left: int) -> str:
+    """What happened to the scores still in the outbox: refused, or not sent in time."""
+    kept = f"{left:,} scores kept in the outbox for the next run"
+    if parts.dispatcher.last_error:
+        return f"{kept}: Langfuse did not accept them ({parts.dispatcher.last_error})"
+    grace = parts.settings.run.shutdown_grace_s
+    return f"{kept}: not all sent before the grace of {grace:g} s ran out (run.shutdown_grace_s)"
 
 
 def _stop_judge(parts: Parts, timeout_s: float) -> None:
@@ -275,12 +283,7 @@ def backfill(
     flushed = parts.dispatcher.shutdown(parts.settings.run.shutdown_grace_s)
     left = parts.state.outbox_size()
     if not flushed and left:
-        return OnceResult(
-            EXIT_UNREACHABLE,
-            totals,
-            left,
-            f"{left} scores kept for the next run: {parts.dispatcher.last_error}",
-        )
+        return OnceResult(EXIT_UNREACHABLE, totals, left, undelivered_message(parts, left))
     return OnceResult(EXIT_OK, totals, 0)
 
 

@@ -103,6 +103,9 @@ class State:
                 )
             # Prove it is writable now, not at the first scored trace.
             self._set_meta("opened_at", iso(datetime.now().astimezone()))
+            # Backoffs belong to the process that failed: a new one tries every queued
+            # score at once, so a restart after an outage delivers what the outbox holds.
+            self._db.execute("UPDATE outbox SET next_attempt = 0, attempts = 0")
         except sqlite3.Error as error:
             raise StateError(f"state file {self.path} is not usable: {error}") from None
         self._seq = self._scalar("SELECT COALESCE(MAX(seq), 0) FROM outbox")

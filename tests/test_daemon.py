@@ -232,6 +232,41 @@ def test_outage_keeps_scores_for_the_next_run(
     assert loaded.duplicates() == []
 
 
+def test_restart_after_an_outage_delivers_what_the_outbox_holds(
+    loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The failed process's backoffs are its own: a new one sends every queued score."""
+    settings = configure(
+        monkeypatch, loaded, OBSERVER_RUN__SHUTDOWN_GRACE_S="2", OBSERVER_SINK__MAX_BACKOFF_S="300"
+    )
+    now = after(demo_observations())
+    loaded.fail_next(500, count=1000, path_prefix="/api/public/scores")
+    first = once(settings, tmp_path / "s.sqlite", now)
+    assert first.exit_code == 3
+    assert first.error is not None and "did not accept" in first.error and "500" in first.error
+    assert loaded.scores == []
+    loaded.clear_failures()  # Langfuse is back
+    again = once(settings, tmp_path / "s.sqlite", now + timedelta(seconds=30))
+    assert again.exit_code == 0, again.error
+    assert len(loaded.scores) == SCORES_PER_PASS
+    assert loaded.duplicates() == []
+
+
+def test_a_retry_after_of_the_last_process_does_not_hold_back_the_next(
+    loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings = configure(monkeypatch, loaded, OBSERVER_RUN__SHUTDOWN_GRACE_S="2")
+    now = after(demo_observations())
+    loaded.fail_next(429, count=1, retry_after=3600, path_prefix="/api/public/scores")
+    first = once(settings, tmp_path / "s.sqlite", now)
+    assert first.exit_code == 3 and first.error is not None
+    assert "100 scores kept in the outbox" in first.error
+    again = once(settings, tmp_path / "s.sqlite", now + timedelta(seconds=30))
+    assert again.exit_code == 0, again.error
+    assert len(loaded.scores) == SCORES_PER_PASS
+    assert loaded.duplicates() == []
+
+
 def test_rejected_score_is_dropped_and_counted_the_rest_delivered(
     loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

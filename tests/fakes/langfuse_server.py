@@ -562,6 +562,11 @@ class FakeLangfuse(LoopbackService):
         with self._lock:
             self._fail_rules.append(_FailRule(status, count, retry_after, path_prefix))
 
+    def clear_failures(self) -> None:
+        """Forget every pending ``fail_next`` rule: the outage is over."""
+        with self._lock:
+            self._fail_rules.clear()
+
     def reject_next_scores(self, count: int) -> None:
         """The next score POST gets 207; its last ``count`` scores are rejected."""
         if count < 0:
