@@ -7,6 +7,7 @@ the outbox for the next run); 4 Langfuse rejected the keys.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -27,6 +28,7 @@ from observer.config import ConfigError, Settings
 from observer.errors import AuthRejected, RemoteError
 from observer.judge.client import JudgeClient
 from observer.judge.service import CriticalHook, JudgeService
+from observer.mapping.decode import iso
 from observer.model import RagRecord, Signals
 from observer.pipeline import PassResult, Pipeline
 from observer.sinks import ScoreSink
@@ -37,7 +39,7 @@ from observer.sources import ObservationSource
 from observer.sources.langfuse import LangfuseSource, Stopped
 from observer.sources.ratelimit import RateLimiter
 from observer.sources.replay import ReplaySource
-from observer.state import State
+from observer.state import State, StateError
 from observer.summary import Summary
 from observer.telemetry.metrics import Metrics
 
@@ -202,6 +204,55 @@ def build(
 
 def now_utc() -> datetime:
     return datetime.now(UTC)
+
+
+# -- check ----------------------------------------------------------------------
+
+
+def check_state(path: Path) -> str:
+    """Whether `run` could use the state file; raises StateError when it could not."""
+    if not path.exists():
+        if not path.parent.is_dir():
+            raise StateError(f"state file {path}: directory {path.parent} does not exist")
+        if not os.access(path.parent, os.W_OK):
+            raise StateError(f"state file {path}: directory {path.parent} is not writable")
+        return "usable (will be created)"
+    state = State(path)
+    try:
+        watermark = state.watermark()
+        traces, outbox = state.trace_count(), state.outbox_size()
+    finally:
+        state.close()
+    at = iso(watermark) if watermark is not None else "none yet"
+    return f"usable: watermark {at}, {traces:,} traces known, {outbox:,} scores in the outbox"
+
+
+@dataclass
+class CheckResult:
+    rows: list[tuple[str, str]]
+    exit_code: int
+
+
+def check(settings: Settings, state_path: Path) -> CheckResult:
+    """Prove the state file and Langfuse (reachable, keys accepted)."""
+    rows: list[tuple[str, str]] = []
+    code = EXIT_OK
+    try:
+        rows.append(("state", f"{state_path}: {check_state(state_path)}"))
+    except StateError as error:
+        rows.append(("state", f"NOT USABLE: {error}"))
+        code = EXIT_CONFIG
+    try:
+        probe = LangfuseSource(build_api(settings), RateLimiter(60), Metrics(), max_attempts=1)
+        probe.probe()
+        rows.append(("reachable", "yes, keys accepted"))
+    except ConfigError as error:
+        rows.append(("reachable", f"not checked: {error}"))
+        code = code or EXIT_CONFIG
+    except RemoteError as error:
+        rows.append(("reachable", f"NO: {error}"))
+        code = code or exit_code(error)
+    return CheckResult(rows, code)
 
 
 # -- run --once -----------------------------------------------------------------

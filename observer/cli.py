@@ -24,7 +24,6 @@ from rich.table import Table
 
 from observer import __version__, app
 from observer.config import ConfigError, Settings, load_settings, masked
-from observer.errors import RemoteError
 from observer.judge.outcome import JudgeResult
 from observer.mapping.decode import iso, parse_time
 from observer.output import dumps_line, signals_json
@@ -32,12 +31,10 @@ from observer.pipeline import PassResult
 from observer.records import RecordError, parse_record
 from observer.scores import SIGNAL_SCORE_NAMES
 from observer.signals import SignalParams, compute
-from observer.sources.langfuse import FIELDS, LangfuseSource
-from observer.sources.ratelimit import RateLimiter
+from observer.sources.langfuse import FIELDS
 from observer.state import StateError
 from observer.summary import Summary, summary_table
 from observer.telemetry.logging import configure_logging
-from observer.telemetry.metrics import Metrics
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -316,20 +313,10 @@ def check(config_path: str | None, state_path: str | None) -> None:
         f"at most {src.requests_per_minute:g} requests/min, {src.page_limit} per page",
     )
     table.add_row("writes", "POST /api/public/scores (" + ", ".join(SIGNAL_SCORE_NAMES) + ")")
-    table.add_row("state", state_path or settings.state.path)
-    code = app.EXIT_OK
-    try:
-        api = app.build_api(settings)
-        metrics = Metrics()
-        probe = LangfuseSource(api, RateLimiter(60), metrics, max_attempts=1)
-        probe.probe()
-        table.add_row("reachable", "yes, keys accepted")
-    except ConfigError as error:
-        table.add_row("reachable", f"not checked: {error}")
-        code = app.EXIT_CONFIG
-    except RemoteError as error:
-        table.add_row("reachable", f"NO: {error}")
-        code = app.exit_code(error)
+    outcome = app.check(settings, Path(state_path or settings.state.path))
+    for key, value in outcome.rows:
+        table.add_row(key, value)
+    code = outcome.exit_code
     console.print(table)
     raise SystemExit(code)
 

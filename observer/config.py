@@ -16,8 +16,17 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, cast
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -79,6 +88,17 @@ class LangfuseSettings(_Section):
     base_url: str = "https://cloud.langfuse.com"
     public_key: str | None = None
     secret_key: SecretStr | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        # A URL without a scheme would otherwise be retried for seconds as "unreachable".
+        parsed = urlsplit(value.strip())
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(
+                f"must be an http:// or https:// URL with a host, got {value!r}"
+            )
+        return value.strip().rstrip("/")
 
 
 class SourceSettings(_Section):
@@ -321,6 +341,15 @@ def _read_toml(path: Path) -> dict[str, Any]:
     return data
 
 
+# Keys that are usually set through the SDKs' own variables: errors name those too.
+_SDK_VARIABLES = {
+    "langfuse.base_url": "LANGFUSE_BASE_URL",
+    "langfuse.public_key": "LANGFUSE_PUBLIC_KEY",
+    "judge.base_url": "OBSERVER_JUDGE_BASE_URL or OPENAI_BASE_URL",
+    "judge.model": "OBSERVER_JUDGE_MODEL",
+}
+
+
 def _describe(error: ValidationError, origin: str) -> str:
     lines = [f"invalid configuration ({origin}):"]
     for item in error.errors(include_url=False):
@@ -328,6 +357,9 @@ def _describe(error: ValidationError, origin: str) -> str:
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key"
+        message = message.removeprefix("Value error, ")
+        if where in _SDK_VARIABLES:
+            where = f"{where} ({_SDK_VARIABLES[where]})"
         # Never echo the rejected value of a secret.
         lines.append(f"  {where}: {message}")
     return "\n".join(lines)

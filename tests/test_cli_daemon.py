@@ -119,6 +119,31 @@ def test_check_reports_what_it_will_read(fake: FakeLangfuse) -> None:
     assert fake.secret_key not in result.stdout
 
 
+def test_check_says_the_state_file_is_usable(fake: FakeLangfuse, tmp_path: Path) -> None:
+    result = run(["check", "--state", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 0, result.output
+    assert "will be created" in result.stdout
+
+
+def test_check_refuses_a_state_file_run_would_refuse(fake: FakeLangfuse, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"this is not a database" * 100)
+    assert run(["run", "--once", "--state", str(bad)]).exit_code == 2
+    result = run(["check", "--state", str(bad)])
+    assert result.exit_code == 2
+    assert "NOT USABLE" in result.stdout and "keys accepted" in result.stdout
+
+
+def test_base_url_without_scheme_exits_2_at_once(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LANGFUSE_BASE_URL", fake.url.removeprefix("http://"))
+    result = run(["run", "--once", "--state", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 2
+    assert "LANGFUSE_BASE_URL" in result.stderr
+    assert fake.observation_requests() == 0
+
+
 def test_check_with_wrong_keys_exits_4(fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-lf-wrong")
     result = run(["check"])

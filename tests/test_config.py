@@ -147,3 +147,18 @@ def test_mapping_hook_must_be_importable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="has no function"):
         load_settings(write(tmp_path, '[mapping]\nhook = "json:no_such_function"\n'))
     assert load_settings(write(tmp_path, '[mapping]\nhook = "json:loads"\n')).mapping_rules().hook
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:34589", "cloud.langfuse.com", "ftp://x", "https://"])
+def test_base_url_without_a_scheme_is_bad_configuration(
+    monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    monkeypatch.setenv("LANGFUSE_BASE_URL", url)
+    with pytest.raises(ConfigError) as error:
+        load_settings()
+    assert "LANGFUSE_BASE_URL" in str(error.value) and "http://" in str(error.value)
+
+
+def test_base_url_trailing_slash_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LANGFUSE_BASE_URL", "http://127.0.0.1:3000/")
+    assert load_settings().langfuse.base_url == "http://127.0.0.1:3000"
