@@ -180,7 +180,6 @@ def build(
     disabled = metrics.judge_decisions.labels(decision="disabled")
 
     def on_scored(record: RagRecord, signals: Signals) -> None:
-        summary.add(signals)
         if judge is not None:
             judge.offer(record, signals)
         else:
@@ -197,6 +196,7 @@ def build(
         overlap_s=settings.source.overlap_s,
         lookback_s=settings.source.lookback_s,
         on_scored=on_scored,
+        on_signals=lambda _record, signals: summary.add(signals),
         should_stop=stop.is_set,
     )
     return Parts(settings, state, metrics, source, dispatcher, pipeline, stop, summary, judge)
@@ -266,13 +266,23 @@ class OnceResult:
     error: str | None = None
 
 
-def run_once(parts: Parts, now: datetime | None = None) -> OnceResult:
-    """One pass up to now (every trace older than the settle delay), push, flush."""
+def run_once(
+    parts: Parts, now: datetime | None = None, window_start: datetime | None = None
+) -> OnceResult:
+    """One pass up to now (every trace older than the settle delay), push, flush.
+
+    With `window_start`, that whole window is read instead of the one after the
+    watermark (the demo), and the watermark is not touched.
+    """
     grace = parts.settings.run.shutdown_grace_s
     if parts.judge is not None:
         parts.judge.start()
+    now = now or now_utc()
     try:
-        result = parts.pipeline.poll(now or now_utc())
+        if window_start is None:
+            result = parts.pipeline.poll(now)
+        else:
+            result = parts.pipeline.process_window(window_start, now, now)
     except RemoteError as error:
         _stop_judge(parts, grace)
         parts.dispatcher.flush(grace)
@@ -445,9 +455,8 @@ def demo(settings: Settings, out: Path, state_path: Path) -> tuple[OnceResult, P
     """The daemon pipeline over the bundled traces, scores to a JSONL file."""
     replay = ReplaySource(demo_traces_path())
     earliest, latest = replay.time_range()
-    out.write_bytes(b"")
     parts = build(settings, state_path=state_path, source=replay, sink=JsonlScoreSink(out))
-    # The bundled traces are from the past: a clock just after them, a lookback that covers them.
+    # The bundled traces are from the past: a clock just after them, a window over all of
+    # them on every run (so a rerun on the same state reports them unchanged).
     now = latest + timedelta(seconds=settings.source.settle_s + 60)
-    parts.pipeline.lookback = now - earliest + timedelta(minutes=1)
-    return run_once(parts, now), parts
+    return run_once(parts, now, window_start=earliest - timedelta(minutes=1)), parts

@@ -6,7 +6,9 @@ bad configuration.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import sys
 import tempfile
 from collections import deque
@@ -31,6 +33,7 @@ from observer.pipeline import PassResult
 from observer.records import RecordError, parse_record
 from observer.scores import SIGNAL_SCORE_NAMES
 from observer.signals import SignalParams, compute
+from observer.sinks.jsonl import JsonlScoreSink
 from observer.sources.langfuse import FIELDS
 from observer.state import StateError
 from observer.summary import Summary, summary_table
@@ -59,17 +62,50 @@ def _settings(config_path: str | None) -> Settings:
         raise SystemExit(2) from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _closed_pipe_exit() -> None:
+    """`observer ... | head` ends quietly with 0, the Unix convention for a reader that left."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush cannot fail
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass
+    raise SystemExit(0)
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:  # rich exits 1 here; a reader that left is no error
+        self.quiet = True
+        _closed_pipe_exit()
+
+
+class _Commands(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            _closed_pipe_exit()
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="observer")
 def main() -> None:
     """Trust signals for RAG answers traced in Langfuse."""
+
+
+def bad_line_json(number: int, error: RecordError) -> str:
+    """`{"line": N, "column": C, "error": ...}`: C is within input line N, when known."""
+    report: dict[str, Any] = {"line": number}
+    if error.column is not None:
+        report["column"] = error.column
+    report["error"] = str(error)
+    return json.dumps(report, ensure_ascii=False)
 
 
 def score_lines(
     lines: Iterable[bytes],
     params: SignalParams,
     emit: Callable[[dict[str, Any]], None] | None,
-    report_error: Callable[[int, str], None],
+    report_error: Callable[[int, RecordError], None],
     summary: Summary,
 ) -> None:
     """Score RagRecord JSON lines; a bad line is reported and skipped."""
@@ -80,13 +116,16 @@ def score_lines(
             record = parse_record(line)
         except RecordError as error:
             summary.bad_lines += 1
-            report_error(number, str(error))
+            report_error(number, error)
             continue
         try:
             signals = compute(record, params)
         except Exception as error:  # a strange record must never stop the stream
             summary.bad_lines += 1
-            report_error(number, f"internal error while scoring: {type(error).__name__}: {error}")
+            report_error(
+                number,
+                RecordError(f"internal error while scoring: {type(error).__name__}: {error}"),
+            )
             continue
         summary.add(signals)
         if emit is not None:
@@ -113,20 +152,16 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
     def emit(obj: dict[str, Any]) -> None:
         out.write(dumps_line(obj))
 
-    def report_error(number: int, message: str) -> None:
-        sys.stderr.write(json.dumps({"line": number, "error": message}, ensure_ascii=False) + "\n")
+    def report_error(number: int, error: RecordError) -> None:
+        sys.stderr.write(bad_line_json(number, error) + "\n")
 
     summary = Summary()
-    try:
-        score_lines(source, params, None if show_summary else emit, report_error, summary)
-        out.flush()
-        if show_summary:
-            Console().print(
-                summary_table(summary, title=f"observer score: {getattr(source, 'name', '-')}")
-            )
-    except BrokenPipeError:  # `observer score ... | head` is fine
-        sys.stderr.close()
-        raise SystemExit(0) from None
+    score_lines(source, params, None if show_summary else emit, report_error, summary)
+    out.flush()
+    if show_summary:
+        _Console().print(
+            summary_table(summary, title=f"observer score: {getattr(source, 'name', '-')}")
+        )
     if strict and summary.bad_lines:
         raise SystemExit(1)
 
@@ -202,7 +237,7 @@ def run(config_path: str | None, state_path: str | None, once: bool) -> None:
         raise SystemExit(app.run_daemon(parts))
     outcome = app.run_once(parts)
     if outcome.passed is not None:
-        Console(stderr=False).print(_pass_table("observer run --once", outcome.passed, parts, {}))
+        _Console().print(_pass_table("observer run --once", outcome.passed, parts, {}))
     parts.state.close()
     if outcome.error:
         click.echo(f"observer: {outcome.error}", err=True)
@@ -252,7 +287,7 @@ def backfill(
         TaskProgressColumn(),
         TimeElapsedColumn(),
         TextColumn("{task.fields[note]}"),
-        console=Console(stderr=True),
+        console=_Console(stderr=True),
     ) as bar:
         task = bar.add_task("backfill", total=total_s, note="")
         seen = {"scored": 0, "traces": 0}
@@ -269,7 +304,7 @@ def backfill(
         with app.signals_set(parts.stop):
             outcome = app.backfill(parts, begin, finish, timedelta(hours=chunk_hours), progress)
     if outcome.passed is not None:
-        Console().print(_pass_table("observer backfill", outcome.passed, parts, {}))
+        _Console().print(_pass_table("observer backfill", outcome.passed, parts, {}))
     parts.state.close()
     if outcome.error:
         click.echo(f"observer: {outcome.error}", err=True)
@@ -284,7 +319,7 @@ def check(config_path: str | None, state_path: str | None) -> None:
     settings = _settings(config_path)
     rules = settings.mapping_rules()
     src = settings.source
-    console = Console()
+    console = _Console()
     table = Table(title="observer check", show_header=False)
     table.add_column("")
     table.add_column("", overflow="fold")
@@ -347,17 +382,48 @@ def demo(out: str, state_path: str | None, config_path: str | None) -> None:
         except (ConfigError, StateError) as error:
             click.echo(f"observer: {error}", err=True)
             raise SystemExit(app.EXIT_CONFIG) from None
-        console = Console()
+        console = _Console()
+        sink = parts.dispatcher.sink
+        written = sink.written if isinstance(sink, JsonlScoreSink) else 0
         if outcome.passed is not None:
-            extra = {"scores written to": out}
+            if written:
+                extra = {"scores written to": f"{out} ({written:,} scores)"}
+            else:
+                extra = {
+                    "scores written": "none: every trace is unchanged since the last run on "
+                    f"this state, which wrote its scores ({out} left as it was)"
+                }
             console.print(
                 _pass_table("observer demo: bundled Langfuse traces", outcome.passed, parts, extra)
             )
-        console.print(summary_table(parts.summary, title="signals of the scored traces"))
+        console.print(
+            summary_table(
+                parts.summary, title=f"signals of the {parts.summary.records} answer traces read"
+            )
+        )
+        console.print(_demo_next_steps(out))
         parts.state.close()
     if outcome.error:
         click.echo(f"observer: {outcome.error}", err=True)
     raise SystemExit(outcome.exit_code)
+
+
+def _demo_next_steps(out: str) -> str:
+    return "\n".join(
+        [
+            "",
+            "[bold]Next[/bold]",
+            f"  the scores Langfuse would get:  head -3 {out}",
+            "  score records of your own:      .venv/bin/observer score FILE.jsonl --summary",
+            "  then your own Langfuse:",
+            "    export LANGFUSE_PUBLIC_KEY=pk-lf-... LANGFUSE_SECRET_KEY=sk-lf-...",
+            "    export LANGFUSE_BASE_URL=https://cloud.langfuse.com",
+            "    .venv/bin/observer check",
+            "    .venv/bin/observer run --once",
+            "  and in Langfuse, open a trace: the scores sit on its answer generation",
+            "  (confidence, citation_coverage, crag_grade, ungrounded ...).",
+        ]
+    )
 
 
 def judge_json(signals_obj: dict[str, Any], result: JudgeResult) -> dict[str, Any]:
@@ -412,7 +478,7 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
         BarColumn(),
         TextColumn("{task.completed} done"),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=_Console(stderr=True),
         disable=not show,
     )
 
@@ -433,7 +499,7 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
                 record = parse_record(line)
             except RecordError as error:
                 bad += 1
-                sys.stderr.write(json.dumps({"line": number, "error": str(error)}) + "\n")
+                sys.stderr.write(bad_line_json(number, error) + "\n")
                 continue
             signals = compute(record, params)
             window.append((signals_json(signals), pool.submit(client.judge, record, signals)))

@@ -43,6 +43,8 @@ from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.pipeline")
 
+# on_scored: a trace's scores are safely in the outbox (new or changed traces);
+# on_signals: every answer trace read, changed or not (summaries).
 ScoredHook = Callable[[RagRecord, Signals], None]
 # Spans of one trace can come from hosts whose clocks differ a little: a child
 # may "start" just before its root. A trace counts as complete only once the
@@ -125,6 +127,7 @@ class Pipeline:
         overlap_s: float = 300.0,
         lookback_s: float = 3600.0,
         on_scored: ScoredHook | None = None,
+        on_signals: ScoredHook | None = None,
         should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
         self.source = source
@@ -137,6 +140,7 @@ class Pipeline:
         self.overlap = timedelta(seconds=overlap_s)
         self.lookback = timedelta(seconds=lookback_s)
         self.on_scored = on_scored
+        self.on_signals = on_signals
         self.should_stop = should_stop
         self._params_digest = params_digest(params)
 
@@ -239,6 +243,8 @@ class Pipeline:
             self._skip(trace_id, mapped, root_start, known, now, result)
             return
         signals = compute(mapped, self.params)
+        if self.on_signals is not None:
+            self.on_signals(mapped, signals)
         fingerprint = hashlib.sha256(
             orjson.dumps(mapped) + self._params_digest.encode()
         ).hexdigest()

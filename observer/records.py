@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import TypeAdapter, ValidationError
 
 from observer.model import RagRecord
@@ -10,7 +12,19 @@ _ADAPTER: TypeAdapter[RagRecord] = TypeAdapter(RagRecord)
 
 
 class RecordError(ValueError):
-    """A line or object that is not a valid RagRecord; the message says why."""
+    """A line or object that is not a valid RagRecord; the message says why.
+
+    `column` is the 1-based column of a JSON syntax error within the line, when
+    the parser gave one.
+    """
+
+    def __init__(self, message: str, column: int | None = None) -> None:
+        super().__init__(message)
+        self.column = column
+
+
+# The JSON parser reports positions as "at line L column C" of the text it was given.
+_POSITION = re.compile(r"\s*at line \d+ column (\d+)$")
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
@@ -20,18 +34,24 @@ def _location(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def _describe(error: ValidationError) -> str:
+def _describe(error: ValidationError) -> RecordError:
     problems = []
+    column: int | None = None
     for item in error.errors(include_url=False):
         where = _location(item["loc"])
         message = item["msg"]
         if item["type"] in ("json_invalid",):
-            problems.append(f"invalid JSON: {item['ctx'].get('error', message)}")
+            detail = str(item["ctx"].get("error", message))
+            position = _POSITION.search(detail)
+            if position is not None:
+                column = int(position.group(1))
+                detail = detail[: position.start()]
+            problems.append(f"invalid JSON: {detail}")
         elif item["type"] in ("dataclass_type", "dict_type") and not where:
             problems.append("expected a JSON object (one RagRecord per line)")
         else:
             problems.append(f"{where}: {message}" if where else message)
-    return "; ".join(problems)
+    return RecordError("; ".join(problems), column)
 
 
 def parse_record(line: str | bytes) -> RagRecord:
@@ -39,7 +59,7 @@ def parse_record(line: str | bytes) -> RagRecord:
     try:
         return _ADAPTER.validate_json(line)
     except ValidationError as error:
-        raise RecordError(_describe(error)) from None
+        raise _describe(error) from None
 
 
 def record_from_obj(obj: object) -> RagRecord:
@@ -47,4 +67,4 @@ def record_from_obj(obj: object) -> RagRecord:
     try:
         return _ADAPTER.validate_python(obj)
     except ValidationError as error:
-        raise RecordError(_describe(error)) from None
+        raise _describe(error) from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,37 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def demo_observations() -> list[dict[str, Any]]:
     return [json.loads(line) for line in demo_traces_path().read_text().splitlines()]
+
+
+@dataclass(frozen=True)
+class DemoCounts:
+    """What one pass over the bundled traces must give, derived from the pure core."""
+
+    traces: int
+    scored: int
+    skipped: int
+    scores: int
+
+
+def demo_counts() -> DemoCounts:
+    """Map and score every demo trace without the daemon, so tests follow the demo as it grows."""
+    from observer.mapping.convention import Skip, map_trace
+    from observer.scores import score_events
+    from observer.signals import compute
+
+    settings = Settings()
+    rules, params = settings.mapping_rules(), settings.signal_params()
+    by_trace: dict[str, list[dict[str, Any]]] = {}
+    for observation in demo_observations():
+        by_trace.setdefault(observation["traceId"], []).append(observation)
+    scored = scores = 0
+    for trace_id, observations in by_trace.items():
+        mapped = map_trace(trace_id, observations, rules)
+        if isinstance(mapped, Skip):
+            continue
+        scored += 1
+        scores += len(score_events(mapped, compute(mapped, params), params))
+    return DemoCounts(len(by_trace), scored, len(by_trace) - scored, scores)
 
 
 def latest_start(observations: list[dict[str, Any]]) -> datetime:

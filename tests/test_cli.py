@@ -98,6 +98,9 @@ def test_bad_lines_reported_on_stderr_and_skipped() -> None:
     errors = lines_of(result.stderr)
     assert [e["line"] for e in errors] == [2, 4, 5]
     assert "invalid JSON" in str(errors[0]["error"])
+    # The position within the bad line is its column, never a second "line".
+    assert errors[0]["column"] == 2 and " line " not in str(errors[0]["error"])
+    assert "column" not in errors[1]
     assert "answer: Field required" in str(errors[1]["error"])
     assert "expected a JSON object" in str(errors[2]["error"])
 

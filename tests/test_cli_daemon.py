@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,8 +13,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from observer.cli import main
-from tests.daemon_helpers import configure, demo_observations
+from tests.daemon_helpers import ROOT, configure, demo_counts, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
+
+DEMO = demo_counts()
 
 
 def run(args: list[str]) -> Result:
@@ -30,28 +35,50 @@ def test_demo_needs_no_account_and_writes_the_scores(tmp_path: Path) -> None:
     out = tmp_path / "scores.jsonl"
     result = run(["demo", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert "traces scored" in result.stdout and "75" in result.stdout
+    assert f"traces scored                     │ {DEMO.scored}" in result.stdout
     assert "no_generation" in result.stdout and "own_trace" in result.stdout
     scores = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(scores) == 569
+    assert len(scores) == DEMO.scores
     assert {s["name"] for s in scores} >= {"confidence", "crag_grade", "ungrounded"}
     assert len({s["id"] for s in scores}) == len(scores)
+    assert "observer check" in result.stdout and "run --once" in result.stdout  # what next
 
 
-def test_demo_twice_on_one_state_writes_nothing_new(tmp_path: Path) -> None:
-    state = tmp_path / "demo.sqlite"
-    assert run(["demo", "--out", str(tmp_path / "a.jsonl"), "--state", str(state)]).exit_code == 0
-    again = run(["demo", "--out", str(tmp_path / "b.jsonl"), "--state", str(state)])
+def test_demo_rerun_on_one_state_reports_every_trace_unchanged(tmp_path: Path) -> None:
+    state, out = tmp_path / "demo.sqlite", tmp_path / "a.jsonl"
+    assert run(["demo", "--out", str(out), "--state", str(state)]).exit_code == 0
+    again = run(["demo", "--out", str(out), "--state", str(state)])
     assert again.exit_code == 0
-    assert (tmp_path / "b.jsonl").read_text() == ""
-    assert "traces unchanged" in again.stdout
+    assert f"traces unchanged (nothing pushed) │ {DEMO.scored}" in again.stdout
+    assert f"signals of the {DEMO.scored} answer traces read" in again.stdout
+    assert "none: every trace is unchanged" in again.stdout
+    assert len(out.read_text().splitlines()) == DEMO.scores  # the first run's file is kept
+
+
+@pytest.mark.parametrize("command", [["demo"], ["score", "examples/records.jsonl"], ["--help"]])
+def test_a_closed_pipe_ends_quietly_with_0(command: list[str], tmp_path: Path) -> None:
+    observer = [sys.executable, "-m", "observer", *command]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OBSERVER_", "LANGFUSE_"))}
+    with subprocess.Popen(
+        observer,
+        cwd=ROOT if command[0] == "score" else tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.readline()
+        process.stdout.close()  # like `| head -1`
+        error = process.stderr.read()
+        assert process.wait(timeout=60) == 0, error
+    assert error == b""
 
 
 def test_run_once_scores_and_reports(fake: FakeLangfuse, tmp_path: Path) -> None:
     result = run(["run", "--once", "--state", str(tmp_path / "s.sqlite")])
     assert result.exit_code == 0, result.output
     assert "traces scored" in result.stdout
-    assert len(fake.scores) == 569
+    assert len(fake.scores) == DEMO.scores
 
 
 def test_run_once_without_keys_says_which_variables(
@@ -94,7 +121,7 @@ def test_backfill_scores_a_past_window_with_progress(fake: FakeLangfuse, tmp_pat
     )
     assert result.exit_code == 0, result.output
     assert "backfill" in result.stderr  # the progress bar
-    assert len(fake.scores) == 569
+    assert len(fake.scores) == DEMO.scores
     assert fake.duplicates() == []
 
 

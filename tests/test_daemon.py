@@ -19,14 +19,16 @@ from observer.telemetry.metrics import Metrics
 from tests.daemon_helpers import (
     after,
     configure,
+    demo_counts,
     demo_observations,
     expected_signals,
     once,
 )
 from tests.fakes.langfuse_server import FakeLangfuse
 
-SCORED_TRACES = 75
-SCORES_PER_PASS = 569
+DEMO = demo_counts()
+SCORED_TRACES = DEMO.scored
+SCORES_PER_PASS = DEMO.scores
 
 
 @pytest.fixture

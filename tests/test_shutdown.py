@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_helpers import after, configure, demo_observations, once
+from tests.daemon_helpers import after, configure, demo_counts, demo_observations, once
 from tests.fakes.langfuse_server import FakeLangfuse
 
-SCORES = 569
+SCORES = demo_counts().scores
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ class Dispatcher:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._state = state
-        self._sink = sink
+        self.sink = sink
         self._metrics = metrics
         self._batch_size = batch_size
         self._interval_s = interval_s
@@ -134,7 +134,7 @@ class Dispatcher:
     def _send(self, batch: Sequence[ScoreEvent], attempts: int) -> int | None:
         """One batch; the number acknowledged, or None when sending must pause."""
         try:
-            result = self._sink.send(batch)
+            result = self.sink.send(batch)
         except RateLimited as error:
             wait = (
                 error.retry_after_s if error.retry_after_s is not None else self._backoff(attempts)

@@ -28,14 +28,18 @@ def score_json(score: ScoreEvent) -> dict[str, object]:
 
 
 class JsonlScoreSink:
+    """Writes what one run pushes; the file is replaced at the first score, never emptied."""
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        self.written = 0
 
     def send(self, scores: Sequence[ScoreEvent]) -> SendResult:
         data = b"".join(
             orjson.dumps(score_json(s), option=orjson.OPT_APPEND_NEWLINE) for s in scores
         )
-        with self._lock, self.path.open("ab") as handle:
+        with self._lock, self.path.open("ab" if self.written else "wb") as handle:
             handle.write(data)
+            self.written += len(scores)
         return SendResult(accepted=len(scores))

@@ -13,11 +13,11 @@ from observer.judge.outcome import JudgeResult
 from observer.model import RagRecord
 from observer.scores import score_id
 from observer.telemetry.metrics import Metrics
-from tests.daemon_helpers import after, configure, demo_observations
+from tests.daemon_helpers import after, configure, demo_counts, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.fakes.openai_stub import OpenAIStub
 
-SCORED = 75
+SCORED = demo_counts().scored
 
 
 @pytest.fixture
@@ -183,7 +183,7 @@ def test_a_dead_judge_never_costs_a_deterministic_score(
         OBSERVER_JUDGE__MAX_RETRIES="0",
     )
     assert result.exit_code == 0
-    assert len(langfuse.scores) == 569
+    assert len(langfuse.scores) == demo_counts().scores
     assert judged(langfuse) == {}
     assert metrics.value("observer_judge_errors_total", reason="unreachable") == SCORED
 

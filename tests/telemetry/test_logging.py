@@ -1,0 +1,45 @@
+"""Logs: one line per pass on a terminal, every per-trace event in JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
+from observer.telemetry.logging import configure_logging
+
+
+@pytest.fixture(autouse=True)
+def restore() -> Iterator[None]:
+    yield
+    configure_logging("console", "warning")  # what tests/conftest.py set
+
+
+def emit() -> None:
+    log = structlog.get_logger("observer.pipeline")
+    log.info("trace_scored", trace_id="t1", band="HIGH")
+    log.info("poll_completed", scored=1)
+    log.warning("trace_deferred", trace_id="t2", reason="outbox_full")
+
+
+def test_terminal_shows_passes_not_traces(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("console", "info")
+    emit()
+    err = capsys.readouterr().err
+    assert "poll_completed" in err and "trace_deferred" in err
+    assert "trace_scored" not in err
+
+
+def test_terminal_at_debug_shows_traces(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("console", "debug")
+    emit()
+    assert "trace_scored" in capsys.readouterr().err
+
+
+def test_json_keeps_every_event(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("json", "info")
+    emit()
+    events = [json.loads(line)["event"] for line in capsys.readouterr().err.splitlines()]
+    assert events == ["trace_scored", "poll_completed", "trace_deferred"]
