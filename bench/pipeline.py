@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from observer.app import demo_traces_path  # noqa: E402
 from observer.langfuse_api import NO_RETRIES, build_api  # noqa: E402
-from observer.mapping.decode import iso, parse_time  # noqa: E402
+from observer.times import iso, parse_time  # noqa: E402
 
 
 def make_traces(count: int, end: datetime) -> list[dict[str, Any]]:

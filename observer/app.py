@@ -28,7 +28,6 @@ from observer.config import ConfigError, Settings
 from observer.errors import AuthRejected, RemoteError
 from observer.judge.client import JudgeClient
 from observer.judge.service import CriticalHook, JudgeService
-from observer.mapping.decode import iso
 from observer.model import RagRecord, Signals
 from observer.pipeline import PassResult, Pipeline
 from observer.sinks import ScoreSink
@@ -42,6 +41,7 @@ from observer.sources.replay import ReplaySource
 from observer.state import State, StateError
 from observer.summary import Summary
 from observer.telemetry.metrics import Metrics
+from observer.times import iso
 
 log = structlog.get_logger("observer.app")
 

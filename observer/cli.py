@@ -27,7 +27,6 @@ from rich.table import Table
 from observer import __version__, app
 from observer.config import ConfigError, Settings, load_settings, masked
 from observer.judge.outcome import JudgeResult
-from observer.mapping.decode import iso, parse_time
 from observer.output import dumps_line, signals_json
 from observer.pipeline import PassResult
 from observer.records import RecordError, parse_record
@@ -38,6 +37,7 @@ from observer.sources.langfuse import FIELDS
 from observer.state import StateError
 from observer.summary import Summary, summary_table
 from observer.telemetry.logging import configure_logging
+from observer.times import iso, parse_time
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -33,13 +33,13 @@ import orjson
 import structlog
 
 from observer.mapping.convention import MappingRules, Skip, map_trace
-from observer.mapping.decode import parse_time
 from observer.model import RagRecord, Signals
 from observer.scores import score_events
 from observer.signals import SignalParams, compute
 from observer.sources import ObservationSource
 from observer.state import OutboxFull, State
 from observer.telemetry.metrics import Metrics
+from observer.times import parse_time
 
 log = structlog.get_logger("observer.pipeline")
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import orjson
 
-from observer.mapping.decode import iso, parse_time
 from observer.model import ScoreEvent
+from observer.times import iso, parse_time
 
 SCHEMA_VERSION = 1
 _SCHEMA = """

@@ -14,8 +14,8 @@ import pytest
 from observer import app
 from observer.app import demo_traces_path
 from observer.config import Settings, load_settings
-from observer.mapping.decode import parse_time
 from observer.records import parse_record
+from observer.times import parse_time
 from tests.fakes.langfuse_server import FakeLangfuse
 
 ROOT = Path(__file__).resolve().parent.parent

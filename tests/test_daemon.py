@@ -176,7 +176,7 @@ def test_unsettled_trace_waits_and_holds_the_watermark(
     settings = configure(monkeypatch, fake, OBSERVER_SOURCE__SETTLE_S="600")
     newest = max(observations, key=lambda o: o["updatedAt"])
     # "now" is five minutes after the newest activity: that trace is still settling.
-    from observer.mapping.decode import parse_time
+    from observer.times import parse_time
 
     now = parse_time(newest["updatedAt"])
     assert now is not None
@@ -378,7 +378,7 @@ def test_child_starting_before_its_root_still_joins_the_trace(
     between the two: without a skew margin the trace would be mapped without
     its sources.
     """
-    from observer.mapping.decode import iso, parse_time
+    from observer.times import iso, parse_time
 
     demo = demo_observations()
     trace_id = next(o["traceId"] for o in demo if o["name"] == "rerank")

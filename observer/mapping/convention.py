@@ -20,11 +20,10 @@ from observer.mapping.decode import (
     as_float_list,
     as_str,
     decode,
-    iso,
-    parse_time,
 )
 from observer.model import RagRecord, Source
 from observer.records import RecordError, record_from_obj
+from observer.times import iso, parse_time
 
 Observation = Mapping[str, Any]
 JUDGE_ENVIRONMENT = "langfuse-llm-as-a-judge"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import UTC, datetime
 from typing import Any
 
 
@@ -62,26 +61,3 @@ def as_float_list(value: Any) -> tuple[float, ...] | None:
     if any(n is None for n in numbers):
         return None
     return tuple(n for n in numbers if n is not None)
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An API timestamp (ISO string or datetime) as an aware UTC datetime."""
-    if isinstance(value, datetime):
-        moment = value
-    elif isinstance(value, str) and value:
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
-            return None
-    else:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
-
-
-def iso(moment: datetime) -> str:
-    """UTC ISO-8601 with milliseconds and Z, as Langfuse writes it."""
-    return (
-        moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-    )

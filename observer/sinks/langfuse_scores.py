@@ -23,10 +23,10 @@ from langfuse.api.scores.types.create_score_batch_results import CreateScoreBatc
 from langfuse.api.scores.types.create_score_request import CreateScoreRequest
 
 from observer.langfuse_api import NO_RETRIES, translate
-from observer.mapping.decode import parse_time
 from observer.model import ScoreEvent
 from observer.sinks import SendResult
 from observer.sinks.jsonl import score_json
+from observer.times import parse_time
 
 SCORES_PATH = "api/public/scores"
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from observer.mapping.decode import parse_time
+from observer.times import parse_time
 
 
 class ReplaySource:
