@@ -1,0 +1,109 @@
+"""Alertmanager: `POST {url}/api/v2/alerts` with one alert per notification.
+
+Alertmanager knows an alert by its label set: `alertname` (the rule),
+`severity` (`warn` | `page`), the group's labels (`environment`,
+`query_type`, whichever the rule groups by) and `service="observer"`. Routing,
+grouping, silences and inhibition are Alertmanager's; we only post.
+
+Staying alive while firing: Alertmanager resolves an alert by itself at its
+`endsAt`. So a firing alert is posted with `endsAt = sent_at + firing_ttl_s`
+and the caller re-posts it while it fires (the engine does so after every
+pass), each post pushing `endsAt` further. If observer stops, the alert
+resolves `firing_ttl_s` after the last post. The default, an hour, outlasts
+restarts and a Langfuse outage of many passes without flapping the page, yet
+does not leave an alert firing for ever once observer is gone; a watchdog on
+observer's own metrics is the way to learn that observer is down. A resolve
+is posted with `endsAt = ended_at` (in the past), which resolves it at once.
+
+Annotations: `summary`, `description`, `runbook_url` (when set) and
+`langfuse_url` (the first example trace, when any); `generatorURL` is the
+configured `generator_url`, else that first trace (Alertmanager's "Source").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from typing import Any
+
+from observer.alerts.model import Notification
+from observer.alerts.notifiers import _http
+from observer.alerts.notifiers._text import iso
+
+_LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+DEFAULT_FIRING_TTL_S = 3600.0
+
+
+class AlertmanagerNotifier:
+    kind = "alertmanager"
+
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        *,
+        secret: str | None = None,
+        timeout_s: float = 10.0,
+        firing_ttl_s: float = DEFAULT_FIRING_TTL_S,
+        generator_url: str | None = None,
+    ) -> None:
+        """`url` is Alertmanager's base URL (`http://alertmanager:9093`); `secret`, when
+        set, is sent as `Authorization: Bearer` (for an Alertmanager behind a proxy)."""
+        if firing_ttl_s <= 0:
+            raise ValueError(f"alertmanager notifier {name!r}: firing_ttl_s must be positive")
+        self.name = name
+        self._what = f"alertmanager notifier {name!r}"
+        self._endpoint = _http.check_url(self._what, url) + "/api/v2/alerts"
+        self._secret = secret
+        self._firing_ttl = timedelta(seconds=firing_ttl_s)
+        self._generator_url = generator_url
+        self._client = _http.make_client(timeout_s)
+
+    def send(self, notification: Notification) -> None:
+        headers = {"Content-Type": "application/json"}
+        if self._secret:
+            headers["Authorization"] = f"Bearer {self._secret}"
+        body = json.dumps([self.alert(notification)]).encode()
+        _http.post(
+            self._client,
+            self._what,
+            self._endpoint,
+            content=body,
+            headers=headers,
+            secrets=(self._secret,),
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def alert(self, notification: Notification) -> dict[str, Any]:
+        """The postable alert (Alertmanager's `PostableAlert`) for one notification."""
+        n = notification
+        labels = {"alertname": n.rule, "severity": n.severity}
+        for key, value in n.group:
+            # Left out: a label name Alertmanager refuses, an empty value (it means "absent").
+            if value and _LABEL_NAME.fullmatch(key) and key not in labels:
+                labels[key] = value
+        labels["service"] = "observer"
+
+        annotations = {"summary": n.summary, "description": n.description}
+        if n.runbook_url:
+            annotations["runbook_url"] = n.runbook_url
+        if n.trace_urls:
+            annotations["langfuse_url"] = n.trace_urls[0]
+
+        resolved = n.state == "resolved"
+        ends = (n.ended_at or n.sent_at) if resolved else n.sent_at + self._firing_ttl
+        ends = max(ends, n.started_at)  # Alertmanager refuses an end before the start
+
+        alert: dict[str, Any] = {
+            "labels": labels,
+            "annotations": annotations,
+            "startsAt": iso(n.started_at),
+            "endsAt": iso(ends),
+        }
+        source = self._generator_url or (n.trace_urls[0] if n.trace_urls else None)
+        if source:
+            alert["generatorURL"] = source
+        return alert
