@@ -1,0 +1,177 @@
+"""Real servers for tests (Alertmanager now; Prometheus and PostgreSQL later), on 127.0.0.1.
+
+``require_binary(name_or_path)`` is the one rule for a server that is not
+installed: the test is skipped, unless ``OBSERVER_REQUIRE_SERVERS=1`` (set by
+``.ci/run``), in which case it fails and says what to install. The variable is
+also read when this module is imported, because the suite's autouse
+``clean_env`` fixture removes every ``OBSERVER_*`` variable before each test.
+
+``alertmanager(workdir)`` starts ``prometheus-alertmanager`` on a free port
+(no cluster gossip, storage and a one-null-receiver config in ``workdir``),
+waits for ``/-/ready`` and stops it by pid afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+__all__ = [
+    "REQUIRE_SERVERS_VARIABLE",
+    "RunningServer",
+    "alertmanager",
+    "free_port",
+    "require_binary",
+]
+
+REQUIRE_SERVERS_VARIABLE = "OBSERVER_REQUIRE_SERVERS"
+_REQUIRED_AT_IMPORT = os.environ.get(REQUIRE_SERVERS_VARIABLE) == "1"
+
+# What to install for each binary, for the failure message.
+_PACKAGES = {
+    "prometheus-alertmanager": "prometheus-alertmanager",
+    "alertmanager": "prometheus-alertmanager",
+    "prometheus": "prometheus",
+    "promtool": "prometheus",
+    "initdb": "postgresql",
+    "pg_ctl": "postgresql",
+}
+
+
+def servers_required() -> bool:
+    return _REQUIRED_AT_IMPORT or os.environ.get(REQUIRE_SERVERS_VARIABLE) == "1"
+
+
+def require_binary(name_or_path: str, *, required: bool | None = None) -> str:
+    """The absolute path of an executable, found on PATH (or as given, or in /usr/lib/postgresql).
+
+    Absent: ``pytest.skip``, or ``pytest.fail`` when servers are required
+    (``required``, else ``OBSERVER_REQUIRE_SERVERS=1``).
+    """
+    found = _find(name_or_path)
+    if found is not None:
+        return found
+    name = Path(name_or_path).name
+    package = _PACKAGES.get(name, name)
+    if required if required is not None else servers_required():
+        pytest.fail(
+            f"{name_or_path} is not installed and {REQUIRE_SERVERS_VARIABLE}=1 requires it: "
+            f"apt-get install -y {package}",
+            pytrace=False,
+        )
+    pytest.skip(f"{name_or_path} is not installed (apt-get install -y {package})")
+
+
+def _find(name_or_path: str) -> str | None:
+    if os.sep in name_or_path:
+        path = Path(name_or_path)
+        return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+    found = shutil.which(name_or_path)
+    if found is None:  # Debian keeps PostgreSQL's server binaries off PATH
+        candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name_or_path}"))
+        found = str(candidates[-1]) if candidates else None
+    return found
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now (the OS's pick; a server started right after gets it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    url: str
+    pid: int
+    log_path: Path
+
+
+def _wait_ready(
+    process: subprocess.Popen[bytes], url: str, log_path: Path, timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = log_path.read_text()[-2000:]
+            raise RuntimeError(f"{url}: the server exited with {process.returncode}:\n{tail}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} not ready within {timeout_s}s:\n{log_path.read_text()[-2000:]}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+ALERTMANAGER_CONFIG = """\
+route:
+  receiver: "null"
+  group_wait: 1s
+  group_interval: 1s
+  repeat_interval: 1h
+receivers:
+  - name: "null"
+"""
+
+
+@contextmanager
+def alertmanager(workdir: Path, *, timeout_s: float = 30.0) -> Iterator[RunningServer]:
+    """A real Alertmanager on 127.0.0.1 for the duration of the block."""
+    binary = require_binary("prometheus-alertmanager")
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "alertmanager.yml"
+    config.write_text(ALERTMANAGER_CONFIG)
+    log_path = workdir / "alertmanager.log"
+    for attempt in range(3):  # another process may take the free port before we bind it
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [
+                    binary,
+                    f"--config.file={config}",
+                    f"--storage.path={workdir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                    "--cluster.listen-address=",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        try:
+            _wait_ready(process, f"{url}/-/ready", log_path, timeout_s)
+        except RuntimeError:
+            _stop(process)
+            if attempt == 2 or "address already in use" not in log_path.read_text():
+                raise
+            continue
+        try:
+            yield RunningServer(url=url, pid=process.pid, log_path=log_path)
+        finally:
+            _stop(process)
+        return
