@@ -60,6 +60,8 @@ class RagRecord:
     context: str | None = None
     # The app's own CRAG grade, when it logged one: compared, never trusted.
     app_crag_grade: str | None = None
+    # The Langfuse project the trace belongs to: alerts link to the trace with it.
+    project_id: str | None = None
 
 
 class Grade(StrEnum):

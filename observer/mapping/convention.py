@@ -308,6 +308,7 @@ def _map(
         if isinstance(decode(meta("context")), str)
         else None,
         app_crag_grade=as_str(decode(meta("crag_grade"))),
+        project_id=as_str(root.get("projectId")),
     )
 
 

@@ -6,26 +6,27 @@ dispatcher posts from the outbox and deletes a score only once Langfuse has
 acknowledged it. A crash at any point leaves either the old state or the new
 one; a restart re-sends what was not acknowledged under the same ids.
 
-Thread-safe: one connection guarded by a lock (the poll job and the
-dispatcher thread share it). WAL mode keeps writers from blocking readers.
+The signal history (`history`) and the alert rules' state (`alerts`) live in
+the same file, in stores of their own.
 """
 
 from __future__ import annotations
 
 import sqlite3
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import orjson
 
+from observer.alerts.engine import Row
 from observer.model import ScoreEvent
+from observer.state.alerts import ALERTS_SCHEMA, AlertStore
+from observer.state.db import Database, StateError
+from observer.state.history import HISTORY_SCHEMA, History, write_row
 from observer.times import iso, parse_time
 
-SCHEMA_VERSION = 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS traces (
@@ -53,10 +54,6 @@ CREATE TABLE IF NOT EXISTS judge_budget (
 """
 
 
-class StateError(Exception):
-    """The state file cannot be opened, read or written; the message says which and why."""
-
-
 class OutboxFull(Exception):
     """The outbox holds `max_outbox` scores; the trace is deferred, not lost."""
 
@@ -78,70 +75,31 @@ def _score(payload: bytes) -> ScoreEvent:
 
 
 class State:
+    """Watermark, fingerprints, outbox and judge budget; `history` and `alerts` beside them."""
+
     def __init__(self, path: str | Path, max_outbox: int = 100_000) -> None:
-        self.path = Path(path)
+        self._file = Database(path, _SCHEMA + HISTORY_SCHEMA + ALERTS_SCHEMA)
+        self.path = self._file.path
         self.max_outbox = max_outbox
-        self._lock = threading.Lock()
+        self._lock = self._file.lock
+        self._db = self._file.db
+        self._scalar = self._file.scalar
+        self._get_meta = self._file.get_meta
+        self._set_meta = self._file.set_meta
+        self._transaction = self._file.transaction
+        self.history = History(self._file)
+        self.alerts = AlertStore(self._file)
         try:
-            if self.path.parent and not self.path.parent.exists():
-                raise StateError(
-                    f"state file {self.path}: directory {self.path.parent} does not exist"
-                )
-            self._db = sqlite3.connect(
-                str(self.path), check_same_thread=False, isolation_level=None, timeout=10
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            version = self._get_meta("schema_version")
-            if version is None:
-                self._set_meta("schema_version", str(SCHEMA_VERSION))
-            elif version != str(SCHEMA_VERSION):
-                raise StateError(
-                    f"state file {self.path} has schema {version}; "
-                    f"this observer needs {SCHEMA_VERSION}"
-                )
-            # Prove it is writable now, not at the first scored trace.
-            self._set_meta("opened_at", iso(datetime.now().astimezone()))
             # Backoffs belong to the process that failed: a new one tries every queued
             # score at once, so a restart after an outage delivers what the outbox holds.
             self._db.execute("UPDATE outbox SET next_attempt = 0, attempts = 0")
+            self._seq = self._scalar("SELECT COALESCE(MAX(seq), 0) FROM outbox")
+            self._outbox_size = self._scalar("SELECT COUNT(*) FROM outbox")
         except sqlite3.Error as error:
             raise StateError(f"state file {self.path} is not usable: {error}") from None
-        self._seq = self._scalar("SELECT COALESCE(MAX(seq), 0) FROM outbox")
-        self._outbox_size = self._scalar("SELECT COUNT(*) FROM outbox")
-
-    # -- plumbing -------------------------------------------------------------
-
-    def _scalar(self, sql: str, *args: object) -> int:
-        row = self._db.execute(sql, args).fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
-
-    def _get_meta(self, key: str) -> str | None:
-        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return str(row[0]) if row else None
-
-    def _set_meta(self, key: str, value: str) -> None:
-        self._db.execute(
-            "INSERT INTO meta (key, value) VALUES (?, ?) "
-            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            (key, value),
-        )
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                yield self._db
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._file.close()
 
     # -- watermark ------------------------------------------------------------
 
@@ -184,6 +142,7 @@ class State:
         root_start: datetime,
         scores: Sequence[ScoreEvent],
         now: datetime,
+        history: Row | None = None,
     ) -> None:
         """Store the trace's fingerprint and queue its scores, atomically.
 
@@ -202,6 +161,8 @@ class State:
                 "seen_at = excluded.seen_at",
                 (trace_id, fingerprint, iso(root_start), iso(now)),
             )
+            if history is not None:
+                write_row(db, history)
             self._outbox_size = self._scalar("SELECT COUNT(*) FROM outbox")
 
     def _queue(self, db: sqlite3.Connection, scores: Sequence[ScoreEvent]) -> None:

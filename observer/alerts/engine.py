@@ -1,0 +1,311 @@
+"""The window-rule engine: history rows and rule state in, new state and transitions out.
+
+Pure and deterministic: no clock, no I/O. `evaluate` is called with the
+evaluation point `at` (unix seconds): for signals of traces the watermark (the
+point up to which every trace has been processed, so a lagging daemon never
+judges a half-empty window), for the daemon's own samples (`lag_s`,
+`scores_dropped`) the clock. The daemon, `observer alerts status` and
+`observer alerts backtest` all run this same function.
+
+Per rule and group, a state machine::
+
+    ok --breach--> pending --held `for`--> firing(warn|page) --clear--> ok (resolved)
+                     |                      |  repeat: renotified; warn->page after `for`:
+                     +--clear--> ok         |  escalated; page->warn: deescalated
+    no samples for `no_data_for`: keep (hold) | ok (resolve) | alert (fire, severity page)
+
+Fewer than `min_samples` samples in the window is no verdict: the state is
+held as it is and never pages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from observer.alerts.rules import Value, WindowRule
+
+GroupKey = tuple[tuple[str, str], ...]
+Status = Literal["ok", "pending", "firing"]
+Transition = Literal[
+    "pending", "cleared", "firing", "renotified", "escalated", "deescalated", "resolved", "no_data"
+]
+# Transitions a person is told about; `pending` and `cleared` only change the state.
+NOTIFYING: frozenset[str] = frozenset(
+    {"firing", "renotified", "escalated", "deescalated", "resolved", "no_data"}
+)
+MAX_EXAMPLES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One entry of the signal history: a scored trace, or a sample of the daemon."""
+
+    at: float  # event time, unix seconds: the answer generation's start (or the sample's time)
+    values: Mapping[str, Value]
+    trace_id: str | None = None
+    project_id: str | None = None
+    environment: str = "default"
+    query_type: str = "none"
+
+    def label(self, name: str) -> str:
+        return self.environment if name == "environment" else self.query_type
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    trace_id: str
+    project_id: str | None
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class AlertState:
+    """What survives between evaluations (and restarts) for one rule and group."""
+
+    status: Status = "ok"
+    severity: str | None = None  # of the pending or firing alert
+    since: float | None = None  # pending since, or firing since
+    last_notified: float | None = None
+    escalate_since: float | None = None  # a page-level breach while firing as warn
+    no_data_since: float | None = None
+    no_data_firing: bool = False  # firing because the data stopped (no_data = "alert")
+    value: float | None = None
+    samples: int = 0
+    evaluated_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AlertEvent:
+    rule: str
+    group: GroupKey
+    transition: Transition
+    at: float
+    severity: str
+    previous_severity: str | None
+    value: float | None
+    samples: int
+    since: float  # when the alert started (for a resolve: when it had started firing)
+    examples: tuple[Example, ...] = ()
+
+    @property
+    def notify(self) -> bool:
+        return self.transition in NOTIFYING
+
+
+@dataclass
+class Evaluation:
+    states: dict[GroupKey, AlertState] = field(default_factory=dict)
+    events: list[AlertEvent] = field(default_factory=list)
+    capped: int = 0  # groups left out by max_groups
+
+
+def aggregate(name: str, values: Sequence[float]) -> float:
+    """mean | rate | count | p50 | p95 | min | max of a non-empty list."""
+    if name in ("mean", "rate"):
+        return math.fsum(values) / len(values)
+    if name == "count":
+        return math.fsum(values)
+    if name == "min":
+        return min(values)
+    if name == "max":
+        return max(values)
+    if name in ("p50", "p95"):
+        return quantile(sorted(values), 0.5 if name == "p50" else 0.95)
+    raise ValueError(f"unknown aggregate {name!r}")
+
+
+def quantile(ordered: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (what numpy and Prometheus do)."""
+    if len(ordered) == 1:
+        return ordered[0]
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def group_of(rule: WindowRule, row: Row) -> GroupKey:
+    return tuple((label, row.label(label)) for label in rule.groups)
+
+
+def in_scope(rule: WindowRule, row: Row) -> bool:
+    return all(row.label(key) == wanted for key, wanted in rule.where)
+
+
+def window_rows(rows: Sequence[Row], rule: WindowRule, at: float) -> Iterable[Row]:
+    """Rows in (at - window, at], of the rule's kind (trace or daemon sample)."""
+    start = at - rule.window_s
+    for row in rows:
+        if start < row.at <= at and (row.trace_id is None) == rule.pipeline:
+            yield row
+
+
+def evaluate(
+    rule: WindowRule,
+    rows: Sequence[Row],
+    states: Mapping[GroupKey, AlertState],
+    at: float,
+    max_groups: int = 50,
+) -> Evaluation:
+    """One evaluation of one rule at `at` over `rows` (any superset of its window)."""
+    samples: dict[GroupKey, list[tuple[float, Row]]] = {}
+    for row in window_rows(rows, rule, at):
+        if not in_scope(rule, row):
+            continue
+        value = rule.expression.value(row.values)
+        if value is not None:
+            samples.setdefault(group_of(rule, row), []).append((value, row))
+    groups = set(samples) | set(states)
+    if not rule.groups:
+        groups.add(())
+    ordered = sorted(
+        groups,
+        # Groups that already alert keep their place; then the busiest.
+        key=lambda g: (states.get(g, AlertState()).status == "ok", -len(samples.get(g, ())), g),
+    )
+    result = Evaluation(capped=max(0, len(ordered) - max_groups))
+    for group in ordered[:max_groups]:
+        found = samples.get(group, [])
+        state, transition = step(rule, states.get(group, AlertState()), found, at)
+        result.states[group] = state
+        if transition is not None:
+            kind, severity, previous, since = transition
+            result.events.append(
+                AlertEvent(
+                    rule=rule.name,
+                    group=group,
+                    transition=kind,
+                    at=at,
+                    severity=severity,
+                    previous_severity=previous,
+                    value=state.value,
+                    samples=state.samples,
+                    since=since,
+                    examples=worst(rule, found) if kind in NOTIFYING else (),
+                )
+            )
+    return result
+
+
+def worst(rule: WindowRule, found: Sequence[tuple[float, Row]]) -> tuple[Example, ...]:
+    """Up to five traces that pull the value over the threshold, worst first."""
+    if rule.expression.is_flag:
+        bad = [(v, r) for v, r in found if v == 1.0]
+        bad.sort(key=lambda item: -item[1].at)  # the most recent first
+    else:
+        upward = rule.op in (">", ">=")
+        bad = sorted(found, key=lambda item: (-item[0] if upward else item[0], -item[1].at))
+    return tuple(
+        Example(row.trace_id, row.project_id, value)
+        for value, row in bad[:MAX_EXAMPLES]
+        if row.trace_id is not None
+    )
+
+
+Step = tuple[Transition, str, str | None, float] | None
+
+
+def step(
+    rule: WindowRule, state: AlertState, found: Sequence[tuple[float, Row]], at: float
+) -> tuple[AlertState, Step]:
+    """The state machine for one group: the new state and what happened, if anything."""
+    if not found:
+        return _no_data(rule, state, at)
+    value = aggregate(rule.aggregate, [v for v, _ in found])
+    state = replace(state, no_data_since=None, value=value, samples=len(found), evaluated_at=at)
+    if len(found) < rule.min_samples:
+        return state, None  # no verdict: hold whatever the state was
+    breach = _breach(rule, value)
+    if state.status == "firing" and state.no_data_firing:
+        # Data is back: the no-data alert ends; a breach now starts its own alert.
+        resolved = _ok(state)
+        if breach is None:
+            return resolved, ("resolved", state.severity or "page", None, state.since or at)
+        state = resolved
+    if breach is None:
+        if state.status == "firing":
+            return _ok(state), ("resolved", state.severity or "page", None, state.since or at)
+        if state.status == "pending":
+            return _ok(state), ("cleared", state.severity or "warn", None, state.since or at)
+        return state, None
+    if state.status == "ok":
+        state = replace(state, status="pending", severity=breach, since=at)
+        if rule.for_s > 0:
+            return state, ("pending", breach, None, at)
+    if state.status == "pending":
+        state = replace(state, severity=breach)
+        pending_since = state.since if state.since is not None else at
+        if at - pending_since >= rule.for_s:
+            fired = replace(state, status="firing", since=at, last_notified=at)
+            return fired, ("firing", breach, None, at)
+        return state, None
+    # firing
+    since = state.since if state.since is not None else at
+    current = state.severity or "page"
+    if breach == current:
+        state = replace(state, escalate_since=None)
+        last = state.last_notified if state.last_notified is not None else since
+        if rule.repeat_s > 0 and at - last >= rule.repeat_s:
+            return replace(state, last_notified=at), ("renotified", current, None, since)
+        return state, None
+    if breach == "page":
+        started = state.escalate_since if state.escalate_since is not None else at
+        if at - started >= rule.for_s:
+            escalated = replace(state, severity="page", escalate_since=None, last_notified=at)
+            return escalated, ("escalated", "page", current, since)
+        return replace(state, escalate_since=started), None
+    lowered = replace(state, severity="warn", escalate_since=None, last_notified=at)
+    return lowered, ("deescalated", "warn", current, since)
+
+
+def _breach(rule: WindowRule, value: float) -> str | None:
+    if rule.breaches(value, rule.threshold):
+        return "page"
+    if rule.warn_threshold is not None and rule.breaches(value, rule.warn_threshold):
+        return "warn"
+    return None
+
+
+def _ok(state: AlertState) -> AlertState:
+    return replace(
+        state,
+        status="ok",
+        severity=None,
+        since=None,
+        last_notified=None,
+        escalate_since=None,
+        no_data_firing=False,
+    )
+
+
+def _no_data(rule: WindowRule, state: AlertState, at: float) -> tuple[AlertState, Step]:
+    quiet_since = state.no_data_since if state.no_data_since is not None else at
+    state = replace(state, no_data_since=quiet_since, value=None, samples=0, evaluated_at=at)
+    if rule.no_data == "keep" or at - quiet_since < rule.no_data_for_s:
+        return state, None
+    if rule.no_data == "ok":
+        if state.status == "firing":
+            return _ok(state), ("resolved", state.severity or "page", None, state.since or at)
+        if state.status == "pending":
+            return _ok(state), ("cleared", state.severity or "warn", None, state.since or at)
+        return state, None
+    # no_data = "alert"
+    if state.status == "firing" and state.no_data_firing:
+        since = state.since if state.since is not None else at
+        last = state.last_notified if state.last_notified is not None else since
+        if rule.repeat_s > 0 and at - last >= rule.repeat_s:
+            return replace(state, last_notified=at), ("renotified", "page", None, since)
+        return state, None
+    fired = replace(
+        state,
+        status="firing",
+        severity="page",
+        since=at,
+        last_notified=at,
+        escalate_since=None,
+        no_data_firing=True,
+    )
+    return fired, ("no_data", "page", state.severity, at)

@@ -1,0 +1,65 @@
+"""History rows from what the pipeline and the judge found (pure).
+
+One row per scored trace: the event time (the answer generation's start),
+ids, environment, query type, and every signal value alert rules can read.
+The judge's values are merged into the same row when they arrive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from observer.alerts.engine import Row
+from observer.alerts.rules import Value
+from observer.judge.outcome import JudgeResult
+from observer.model import RagRecord, Signals
+from observer.times import parse_time
+
+NO_QUERY_TYPE = "none"
+
+
+def signal_values(signals: Signals) -> dict[str, Value]:
+    cites = signals.citations
+    numeric = signals.numeric
+    return {
+        "confidence": signals.confidence,
+        "citation_coverage": cites.coverage,
+        "rerank_top1": signals.rerank_top1,
+        "crag_grade": signals.crag.grade.value,
+        "ungrounded": signals.ungrounded,
+        "confidence_band": signals.band.value,
+        "invalid_citations": float(len(cites.invalid_refs)),
+        "numeric_grounding": numeric.ratio,
+        "unsupported_numbers": float(numeric.numbers - numeric.grounded),
+        "needs_fallback": signals.needs_fallback,
+        "crag_mismatch": signals.crag_mismatch,
+    }
+
+
+def judge_values(result: JudgeResult) -> dict[str, Value]:
+    """A judge error is a sample of `judge_error` and nothing else."""
+    if result.error:
+        return {"judge_error": True}
+    return {
+        "judge_error": False,
+        "faithfulness": result.faithfulness,
+        "citation_accuracy": result.citation_accuracy,
+        "critical_unsupported": result.critical_unsupported,
+    }
+
+
+def event_time(record: RagRecord, fallback: datetime) -> float:
+    moment = parse_time(record.timestamp) if record.timestamp else None
+    return (moment or fallback).timestamp()
+
+
+def trace_row(record: RagRecord, values: Mapping[str, Value], fallback_time: datetime) -> Row:
+    return Row(
+        at=event_time(record, fallback_time),
+        values={k: v for k, v in values.items() if v is not None},
+        trace_id=record.trace_id,
+        project_id=record.project_id,
+        environment=record.environment or "default",
+        query_type=record.query_type or NO_QUERY_TYPE,
+    )

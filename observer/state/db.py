@@ -1,0 +1,82 @@
+"""The SQLite file under every store: one connection, one lock, transactions, meta.
+
+Thread-safe: one connection guarded by a lock (the poll job, the dispatcher,
+the judge workers and the alert evaluation share it). WAL mode keeps writers
+from blocking readers.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+from observer.times import iso
+
+SCHEMA_VERSION = 1
+
+
+class StateError(Exception):
+    """The state file cannot be opened, read or written; the message says which and why."""
+
+
+class Database:
+    def __init__(self, path: str | Path, schema: str) -> None:
+        self.path = Path(path)
+        self.lock = threading.Lock()
+        try:
+            if self.path.parent and not self.path.parent.exists():
+                raise StateError(
+                    f"state file {self.path}: directory {self.path.parent} does not exist"
+                )
+            self.db = sqlite3.connect(
+                str(self.path), check_same_thread=False, isolation_level=None, timeout=10
+            )
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(schema)
+            version = self.get_meta("schema_version")
+            if version is None:
+                self.set_meta("schema_version", str(SCHEMA_VERSION))
+            elif version != str(SCHEMA_VERSION):
+                raise StateError(
+                    f"state file {self.path} has schema {version}; "
+                    f"this observer needs {SCHEMA_VERSION}"
+                )
+            # Prove it is writable now, not at the first scored trace.
+            self.set_meta("opened_at", iso(datetime.now().astimezone()))
+        except sqlite3.Error as error:
+            raise StateError(f"state file {self.path} is not usable: {error}") from None
+
+    def scalar(self, sql: str, *args: object) -> int:
+        row = self.db.execute(sql, args).fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def get_meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return str(row[0]) if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.db.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self.lock:
+            try:
+                self.db.execute("BEGIN IMMEDIATE")
+                yield self.db
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()

@@ -1,0 +1,141 @@
+"""The signal history: one row per scored trace, and the daemon's own samples.
+
+What every alert window, `observer alerts status` and `observer alerts
+backtest` read, so they agree with each other and survive restarts. A
+re-scored trace replaces its row; the judge's values are merged into it.
+Kept `alerts.history_days` and pruned by housekeeping.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from observer.alerts.engine import Row
+from observer.alerts.rules import Value
+from observer.state.db import Database
+
+HISTORY_SCHEMA = """
+CREATE TABLE IF NOT EXISTS history (
+    trace_id TEXT PRIMARY KEY,
+    at REAL NOT NULL,
+    project_id TEXT,
+    environment TEXT NOT NULL,
+    query_type TEXT NOT NULL,
+    signals BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS history_at ON history (at);
+CREATE TABLE IF NOT EXISTS samples (
+    at REAL NOT NULL,
+    name TEXT NOT NULL,
+    value REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS samples_at ON samples (at);
+"""
+
+
+def write_row(db: sqlite3.Connection, row: Row) -> None:
+    """Insert or replace a trace's row (inside the caller's transaction)."""
+    db.execute(
+        "INSERT INTO history (trace_id, at, project_id, environment, query_type, signals) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(trace_id) DO UPDATE SET at = excluded.at, "
+        "project_id = excluded.project_id, environment = excluded.environment, "
+        "query_type = excluded.query_type, signals = excluded.signals",
+        (
+            row.trace_id,
+            row.at,
+            row.project_id,
+            row.environment,
+            row.query_type,
+            orjson.dumps(dict(row.values)),
+        ),
+    )
+
+
+def _row(record: tuple[Any, ...]) -> Row:
+    trace_id, at, project_id, environment, query_type, signals = record
+    return Row(
+        at=float(at),
+        values=orjson.loads(signals),
+        trace_id=str(trace_id),
+        project_id=project_id,
+        environment=str(environment),
+        query_type=str(query_type),
+    )
+
+
+class History:
+    def __init__(self, database: Database) -> None:
+        self._file = database
+
+    def put(self, row: Row) -> None:
+        with self._file.transaction() as db:
+            write_row(db, row)
+
+    def merge(self, trace_id: str, values: Mapping[str, Value]) -> Row | None:
+        """Add values (the judge's) to a trace's row; the updated row, or None if unknown."""
+        with self._file.transaction() as db:
+            found = db.execute(
+                "SELECT trace_id, at, project_id, environment, query_type, signals "
+                "FROM history WHERE trace_id = ?",
+                (trace_id,),
+            ).fetchone()
+            if found is None:
+                return None
+            row = _row(found)
+            merged = {**row.values, **{k: v for k, v in values.items() if v is not None}}
+            updated = Row(
+                row.at, merged, row.trace_id, row.project_id, row.environment, row.query_type
+            )
+            write_row(db, updated)
+        return updated
+
+    def add_samples(self, at: float, values: Mapping[str, float]) -> None:
+        """The daemon's own samples (lag_s, scores_dropped) at clock time `at`."""
+        with self._file.transaction() as db:
+            db.executemany(
+                "INSERT INTO samples (at, name, value) VALUES (?, ?, ?)",
+                [(at, name, float(value)) for name, value in values.items()],
+            )
+
+    def rows(self, start: float, end: float) -> list[Row]:
+        """Trace rows and samples with start < at <= end, oldest first."""
+        with self._file.lock:
+            traces = self._file.db.execute(
+                "SELECT trace_id, at, project_id, environment, query_type, signals "
+                "FROM history WHERE at > ? AND at <= ? ORDER BY at",
+                (start, end),
+            ).fetchall()
+            samples = self._file.db.execute(
+                "SELECT at, name, value FROM samples WHERE at > ? AND at <= ? ORDER BY at",
+                (start, end),
+            ).fetchall()
+        rows = [_row(t) for t in traces]
+        rows.extend(
+            Row(at=float(at), values={str(name): float(value)}) for at, name, value in samples
+        )
+        rows.sort(key=lambda r: r.at)
+        return rows
+
+    def span(self) -> tuple[float, float] | None:
+        """The event times of the oldest and newest rows, or None when empty."""
+        with self._file.lock:
+            low, high = self._file.db.execute(
+                "SELECT MIN(at), MAX(at) FROM (SELECT at FROM history UNION ALL "
+                "SELECT at FROM samples)"
+            ).fetchone()
+        return None if low is None else (float(low), float(high))
+
+    def count(self) -> int:
+        with self._file.lock:
+            return self._file.scalar("SELECT COUNT(*) FROM history")
+
+    def prune(self, before: float) -> int:
+        """Forget rows older than `before` (unix seconds)."""
+        with self._file.transaction() as db:
+            pruned = db.execute("DELETE FROM history WHERE at < ?", (before,)).rowcount
+            pruned += db.execute("DELETE FROM samples WHERE at < ?", (before,)).rowcount
+        return pruned
