@@ -22,6 +22,7 @@ configured `generator_url`, else that first trace (Alertmanager's "Source").
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from datetime import timedelta
@@ -44,26 +45,34 @@ class AlertmanagerNotifier:
         url: str,
         *,
         secret: str | None = None,
+        username: str | None = None,
         timeout_s: float = 10.0,
         firing_ttl_s: float = DEFAULT_FIRING_TTL_S,
         generator_url: str | None = None,
     ) -> None:
-        """`url` is Alertmanager's base URL (`http://alertmanager:9093`); `secret`, when
-        set, is sent as `Authorization: Bearer` (for an Alertmanager behind a proxy)."""
-        if firing_ttl_s <= 0:
-            raise ValueError(f"alertmanager notifier {name!r}: firing_ttl_s must be positive")
+        """`url` is Alertmanager's base URL (`http://alertmanager:9093`). `secret`, when set,
+        is the basic-auth password of `username` (Alertmanager's own `--web.config.file`),
+        or without a username a bearer token (an Alertmanager behind an auth proxy)."""
         self.name = name
         self._what = f"alertmanager notifier {name!r}"
+        if firing_ttl_s <= 0:
+            raise ValueError(f"{self._what}: firing_ttl_s must be positive")
         self._endpoint = _http.check_url(self._what, url) + "/api/v2/alerts"
         self._secret = secret
+        self._authorization: str | None = None
+        if secret and username is not None:
+            pair = base64.b64encode(f"{username}:{secret}".encode()).decode()
+            self._authorization = f"Basic {pair}"
+        elif secret:
+            self._authorization = f"Bearer {secret}"
         self._firing_ttl = timedelta(seconds=firing_ttl_s)
         self._generator_url = generator_url
         self._client = _http.make_client(timeout_s)
 
     def send(self, notification: Notification) -> None:
         headers = {"Content-Type": "application/json"}
-        if self._secret:
-            headers["Authorization"] = f"Bearer {self._secret}"
+        if self._authorization is not None:
+            headers["Authorization"] = self._authorization
         body = json.dumps([self.alert(notification)]).encode()
         _http.post(
             self._client,
@@ -71,7 +80,7 @@ class AlertmanagerNotifier:
             self._endpoint,
             content=body,
             headers=headers,
-            secrets=(self._secret,),
+            secrets=(self._secret, self._authorization),
         )
 
     def close(self) -> None:

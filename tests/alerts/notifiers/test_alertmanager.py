@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -105,6 +106,12 @@ def test_alertmanager_refusing_the_alert_is_not_retryable_and_says_why(receiver:
         AlertmanagerNotifier("am", receiver.url).send(firing())
     assert not caught.value.retryable
     assert "start time must be before end time" in str(caught.value)
+
+
+def test_with_a_username_the_secret_is_a_basic_auth_password(receiver: Receiver) -> None:
+    AlertmanagerNotifier("am", receiver.url, secret="pa55:word", username="observer").send(firing())
+    expected = base64.b64encode(b"observer:pa55:word").decode()
+    assert receiver.requests[0].headers["authorization"] == f"Basic {expected}"
 
 
 @pytest.mark.parametrize("url", ["alertmanager:9093", "ftp://host/", ""])

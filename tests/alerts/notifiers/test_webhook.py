@@ -24,7 +24,7 @@ def receiver() -> Iterator[Receiver]:
 
 
 def test_the_receiver_verifies_the_signature_and_reads_every_field(receiver: Receiver) -> None:
-    message = firing()
+    message = firing(summary="Couverture basse ✓ 生产环境")  # the signature covers UTF-8 bytes
     WebhookNotifier("hook", receiver.url + "/alerts", secret=SECRET).send(message)
 
     (request,) = receiver.requests
