@@ -24,10 +24,14 @@ from apscheduler.schedulers.background import BackgroundScheduler  # type: ignor
 from langfuse.api.client import LangfuseAPI
 
 from observer import langfuse_api
+from observer.alerts.delivery import Delivery
+from observer.alerts.notifiers import Notifier, NotifyError
+from observer.alerts.service import AlertService
 from observer.config import ConfigError, Settings
 from observer.errors import AuthRejected, RemoteError
 from observer.judge.client import JudgeClient
-from observer.judge.service import CriticalHook, JudgeService
+from observer.judge.outcome import JudgeResult
+from observer.judge.service import JudgedHook, JudgeService
 from observer.model import RagRecord, Signals
 from observer.pipeline import PassResult, Pipeline
 from observer.sinks import ScoreSink
@@ -107,6 +111,57 @@ def build_judge_client(settings: Settings) -> JudgeClient:
     )
 
 
+def build_notifiers(settings: Settings) -> dict[str, Notifier]:
+    """Every configured notifier, its secret from the variable it names (ConfigError if unset)."""
+    from observer.alerts.notifiers.alertmanager import AlertmanagerNotifier
+    from observer.alerts.notifiers.pagerduty import PagerDutyNotifier
+    from observer.alerts.notifiers.slack import SlackNotifier
+    from observer.alerts.notifiers.webhook import WebhookNotifier
+
+    built: dict[str, Notifier] = {}
+    for n in settings.alerts.notifiers:
+        secret = settings.notifier_secret(n)
+        try:
+            notifier: Notifier
+            if n.kind == "alertmanager":
+                notifier = AlertmanagerNotifier(n.name, n.url, secret=secret, timeout_s=n.timeout_s)
+            elif n.kind == "pagerduty":
+                assert secret is not None
+                if n.url:
+                    notifier = PagerDutyNotifier(n.name, secret, url=n.url, timeout_s=n.timeout_s)
+                else:
+                    notifier = PagerDutyNotifier(n.name, secret, timeout_s=n.timeout_s)
+            elif n.kind == "slack":
+                assert secret is not None
+                notifier = SlackNotifier(n.name, secret, timeout_s=n.timeout_s)
+            else:
+                notifier = WebhookNotifier(n.name, n.url, secret=secret, timeout_s=n.timeout_s)
+        except (ValueError, NotifyError) as error:
+            raise ConfigError(f"alerts.notifiers[{n.name}]: {error}") from None
+        built[n.name] = notifier
+    return built
+
+
+def build_alerts(settings: Settings, state: State, metrics: Metrics) -> AlertService:
+    notifiers = build_notifiers(settings)
+    a = settings.alerts
+    if notifiers:
+        delivery: Delivery | None = Delivery(notifiers, metrics)
+    else:
+        delivery = None
+    return AlertService(
+        state,
+        metrics,
+        a.window_rules(),
+        a.trace_rule_list(),
+        notifier_kinds={n.name: n.kind for n in a.notifiers},
+        delivery=delivery,
+        base_url=settings.langfuse.base_url,
+        max_groups=a.max_groups,
+        history_days=a.history_days,
+    )
+
+
 @dataclass
 class Parts:
     """Everything one command needs, wired."""
@@ -119,6 +174,7 @@ class Parts:
     pipeline: Pipeline
     stop: threading.Event
     summary: Summary
+    alerts: AlertService
     judge: JudgeService | None = None
 
 
@@ -131,12 +187,17 @@ def build(
     metrics: Metrics | None = None,
     stop: threading.Event | None = None,
     judge_client: JudgeClient | None = None,
-    on_critical: CriticalHook | None = None,
+    on_judged: JudgedHook | None = None,
 ) -> Parts:
     """Wire the pipeline. Without `source`/`sink`, both talk to Langfuse."""
     metrics = metrics or Metrics()
     stop = stop or threading.Event()
     state = State(state_path or settings.state.path, max_outbox=settings.sink.max_outbox)
+    try:
+        alerts = build_alerts(settings, state, metrics)
+    except ConfigError:
+        state.close()
+        raise
     api: LangfuseAPI | None = None
     if source is None or sink is None:
         api = build_api(settings)
@@ -174,12 +235,13 @@ def build(
             notify=dispatcher.notify,
             concurrency=settings.judge.concurrency,
             queue_size=settings.judge.queue_size,
-            on_critical=on_critical,
+            on_judged=_both(alerts.judged, on_judged),
         )
 
     disabled = metrics.judge_decisions.labels(decision="disabled")
 
     def on_scored(record: RagRecord, signals: Signals) -> None:
+        alerts.scored(record, signals)
         if judge is not None:
             judge.offer(record, signals)
         else:
@@ -199,7 +261,20 @@ def build(
         on_signals=lambda _record, signals: summary.add(signals),
         should_stop=stop.is_set,
     )
-    return Parts(settings, state, metrics, source, dispatcher, pipeline, stop, summary, judge)
+    return Parts(
+        settings, state, metrics, source, dispatcher, pipeline, stop, summary, alerts, judge
+    )
+
+
+def _both(first: JudgedHook, second: JudgedHook | None) -> JudgedHook:
+    if second is None:
+        return first
+
+    def hook(record: RagRecord, result: JudgeResult) -> None:
+        first(record, result)
+        second(record, result)
+
+    return hook
 
 
 def now_utc() -> datetime:
@@ -288,12 +363,27 @@ def run_once(
         parts.dispatcher.flush(grace)
         return OnceResult(exit_code(error), None, parts.state.outbox_size(), str(error))
     _stop_judge(parts, parts.settings.judge.timeout_s * 4 + grace)
+    if window_start is None:
+        alert_after_pass(parts, now)
+    deadline = time.monotonic() + grace
     parts.dispatcher.flush(grace)
+    # Notifications got their own threads at once; they share what is left of the grace.
+    if not parts.alerts.shutdown(max(0.5, deadline - time.monotonic())):
+        log.warning("alert_notifications_undelivered")
     left = parts.state.outbox_size()
     if left:
         code = EXIT_AUTH if parts.dispatcher.auth_failed else EXIT_UNREACHABLE
         return OnceResult(code, result, left, undelivered_message(parts, left))
     return OnceResult(EXIT_OK, result, 0)
+
+
+def alert_after_pass(parts: Parts, now: datetime) -> None:
+    """The pass's own samples into the history, then every rule evaluated. Never raises."""
+    try:
+        parts.alerts.record_pass(now, parts.metrics.value("observer_watermark_lag_seconds"))
+        parts.alerts.evaluate(now)
+    except Exception:  # alerting must never stop scoring
+        log.exception("alert_evaluation_failed")
 
 
 def undelivered_message(parts: Parts, left: int) -> str:
@@ -377,7 +467,9 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
         if parts.stop.is_set() or not busy.acquire(blocking=False):
             return
         try:
-            result = parts.pipeline.poll(clock())
+            moment = clock()
+            result = parts.pipeline.poll(moment)
+            alert_after_pass(parts, moment)
             log.info(
                 "poll_completed",
                 observations=result.observations,
@@ -407,6 +499,9 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
             pruned = parts.state.prune_traces(watermark - keep)
             if pruned:
                 log.info("fingerprints_pruned", count=pruned)
+        history = parts.alerts.prune(clock())
+        if history:
+            log.info("history_pruned", rows=history)
         parts.dispatcher.notify()
 
     scheduler = BackgroundScheduler(timezone=UTC)
@@ -442,6 +537,7 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
         # In-flight judging gets half of what is left; unjudged samples are not retried.
         _stop_judge(parts, max(0.1, (deadline - time.monotonic()) / 2))
         flushed = parts.dispatcher.shutdown(max(0.5, deadline - time.monotonic()))
+        parts.alerts.shutdown(max(0.5, deadline - time.monotonic()))
         left = parts.state.outbox_size()
         parts.state.close()
     log.info("observer_stopped", flushed=flushed, outbox_left=left)

@@ -30,6 +30,16 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from observer.alerts.rules import (
+    RuleError,
+    TraceRule,
+    WindowRule,
+    check_trace_rule,
+    check_window_rule,
+    default_trace_rules,
+    default_window_rules,
+    parse_expression,
+)
 from observer.judge.sampler import SamplerParams
 from observer.mapping.convention import MappingRules
 from observer.signals.params import (
@@ -38,6 +48,7 @@ from observer.signals.params import (
     CragParams,
     SignalParams,
 )
+from observer.times import parse_duration
 
 CONFIG_ENV = "OBSERVER_CONFIG"
 SECRET_KEYS = frozenset({("langfuse", "secret_key"), ("judge", "api_key")})
@@ -185,6 +196,141 @@ class JudgeSettings(_Section):
         return self
 
 
+class WindowRuleSettings(_Section):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    name: str = Field(min_length=1)
+    signal: str = Field(description="a signal, or '<signal> <op> <value>' (a flag)")
+    aggregate: str = "mean"
+    op: str = ">"
+    threshold: float = Field(allow_inf_nan=False)
+    warn_threshold: float | None = Field(None, allow_inf_nan=False)
+    window: str = "15m"
+    min_samples: int = 1
+    for_: str = Field("0s", alias="for")
+    repeat: str = "4h"
+    no_data: str = "keep"
+    no_data_for: str = "30m"
+    group_by: list[str] = Field(default_factory=lambda: ["environment", "query_type"])
+    where: dict[str, str] = Field(default_factory=dict)
+    notify: list[str] = Field(default_factory=list, description="notifier names (empty: all)")
+    runbook_url: str = ""
+
+
+class TraceRuleSettings(_Section):
+    name: str = Field(min_length=1)
+    when: str = Field(description="a flag, or '<signal> <op> <value>'")
+    where: dict[str, str] = Field(default_factory=dict)
+    max_per_hour: int = 20
+    notify: list[str] = Field(default_factory=list, description="notifier names (empty: all)")
+    runbook_url: str = ""
+
+
+NOTIFIER_KINDS = ("alertmanager", "pagerduty", "slack", "webhook")
+
+
+class NotifierSettings(_Section):
+    name: str = Field(min_length=1)
+    kind: Literal["alertmanager", "pagerduty", "slack", "webhook"]
+    url: str = ""
+    secret_env: str = Field("", description="the variable holding the key, URL or secret")
+    timeout_s: float = Field(10.0, gt=0)
+
+
+class AlertsSettings(_Section):
+    defaults: bool = Field(True, description="the default rules apply when none is configured")
+    history_days: float = Field(8.0, gt=0)
+    max_groups: int = Field(50, ge=1, description="alert groups per rule at most")
+    rules: list[WindowRuleSettings] = Field(default_factory=list)
+    trace_rules: list[TraceRuleSettings] = Field(default_factory=list)
+    notifiers: list[NotifierSettings] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _rules_fit(self) -> AlertsSettings:
+        self.window_rules()
+        self.trace_rule_list()
+        names = [n.name for n in self.notifiers]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"alerts.notifiers: the name {name!r} is used twice")
+        for notifier in self.notifiers:
+            where = f"alerts.notifiers[{notifier.name}]"
+            if notifier.kind in ("alertmanager", "webhook") and not notifier.url:
+                raise ValueError(f"{where}.url: a {notifier.kind} notifier needs a url")
+            if notifier.kind in ("pagerduty", "slack") and not notifier.secret_env:
+                what = "routing key" if notifier.kind == "pagerduty" else "webhook URL"
+                raise ValueError(
+                    f"{where}.secret_env: name the environment variable holding the {what}"
+                )
+        targets = [("rules", r.name, r.notify) for r in self.rules]
+        targets += [("trace_rules", r.name, r.notify) for r in self.trace_rules]
+        rule_names = [name for _, name, _ in targets]
+        for kind, rule, notify in targets:
+            if rule_names.count(rule) > 1:
+                raise ValueError(f"alerts.{kind}[{rule}]: the name is used twice")
+            for target in notify:
+                if target not in names:
+                    raise ValueError(
+                        f"alerts.{kind}[{rule}].notify: no notifier named {target!r} "
+                        f"(configured: {', '.join(names) or 'none'})"
+                    )
+        return self
+
+    def window_rules(self) -> tuple[WindowRule, ...]:
+        """The configured window rules, or the defaults when there are none."""
+        if not self.rules:
+            return default_window_rules() if self.defaults else ()
+        return tuple(_window_rule(r) for r in self.rules)
+
+    def trace_rule_list(self) -> tuple[TraceRule, ...]:
+        if not self.trace_rules:
+            return default_trace_rules() if self.defaults else ()
+        return tuple(
+            check_trace_rule(
+                TraceRule(
+                    name=r.name,
+                    expression=parse_expression(r.when, f"alerts.trace_rules[{r.name}].when"),
+                    where=tuple(sorted(r.where.items())),
+                    max_per_hour=r.max_per_hour,
+                    notify=tuple(r.notify),
+                    runbook_url=r.runbook_url or None,
+                )
+            )
+            for r in self.trace_rules
+        )
+
+
+def _duration_s(text: str, where: str) -> float:
+    try:
+        return parse_duration(text).total_seconds()
+    except ValueError as error:
+        raise RuleError(f"{where}: {error}") from None
+
+
+def _window_rule(r: WindowRuleSettings) -> WindowRule:
+    where = f"alerts.rules[{r.name}]"
+    return check_window_rule(
+        WindowRule(
+            name=r.name,
+            expression=parse_expression(r.signal, f"{where}.signal"),
+            aggregate=r.aggregate,
+            op=r.op,
+            threshold=r.threshold,
+            warn_threshold=r.warn_threshold,
+            window_s=_duration_s(r.window, f"{where}.window"),
+            min_samples=r.min_samples,
+            for_s=_duration_s(r.for_, f"{where}.for"),
+            repeat_s=_duration_s(r.repeat, f"{where}.repeat"),
+            no_data=r.no_data,
+            no_data_for_s=_duration_s(r.no_data_for, f"{where}.no_data_for"),
+            group_by=tuple(r.group_by),
+            where=tuple(sorted(r.where.items())),
+            notify=tuple(r.notify),
+            runbook_url=r.runbook_url or None,
+        )
+    )
+
+
 class LogSettings(_Section):
     format: Literal["auto", "json", "console"] = "auto"
     level: Literal["debug", "info", "warning", "error"] = "info"
@@ -256,6 +402,7 @@ class Settings(BaseSettings):
     run: RunSettings = RunSettings()
     mapping: MappingSettings = MappingSettings()
     judge: JudgeSettings = JudgeSettings()
+    alerts: AlertsSettings = AlertsSettings()
     log: LogSettings = LogSettings()
 
     @classmethod
@@ -296,6 +443,25 @@ class Settings(BaseSettings):
             max_judged_per_hour=j.max_judged_per_hour,
             max_tokens_per_day=j.max_tokens_per_day,
         )
+
+    def notifier_secret(self, notifier: NotifierSettings) -> str | None:
+        """The secret a notifier names, from its variable (or a file named by `<VAR>_FILE`)."""
+        name = notifier.secret_env
+        if not name:
+            return None
+        where = f"alerts.notifiers[{notifier.name}].secret_env"
+        value = os.environ.get(name)
+        if not value and os.environ.get(f"{name}_FILE"):
+            path = Path(os.environ[f"{name}_FILE"])
+            try:
+                value = path.read_text().strip()
+            except OSError as error:
+                raise ConfigError(
+                    f"{where}: {name}_FILE {path} cannot be read: {error.strerror}"
+                ) from None
+        if not value:
+            raise ConfigError(f"{where}: the environment variable {name} is not set")
+        return value
 
     def mapping_rules(self) -> MappingRules:
         m = self.mapping
@@ -358,6 +524,8 @@ def _describe(error: ValidationError, origin: str) -> str:
         if item["type"] == "extra_forbidden":
             message = "unknown key"
         message = message.removeprefix("Value error, ")
+        if message.startswith((f"{where}.", f"{where}[")):
+            where, message = message.split(": ", 1) if ": " in message else (where, message)
         if where in _SDK_VARIABLES:
             where = f"{where} ({_SDK_VARIABLES[where]})"
         # Never echo the rejected value of a secret.
@@ -383,7 +551,7 @@ def load_settings(config_path: str | Path | None = None) -> Settings:
 
 def masked(settings: Settings) -> dict[str, Any]:
     """The effective configuration as plain data, secrets masked, unset keys left out."""
-    data = settings.model_dump(mode="python", exclude_none=True)
+    data = settings.model_dump(mode="python", exclude_none=True, by_alias=True)
     for section, key in SECRET_KEYS:
         if key in data.get(section, {}):
             data[section][key] = "********"

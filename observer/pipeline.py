@@ -12,8 +12,8 @@ For each complete trace whose root lies in the window:
 - mapped to a RagRecord (or skipped with a counted reason, logged once);
 - fingerprinted (the record plus the signal parameters): unchanged since
   the last pass -> nothing is pushed; new or changed -> signals, scores and
-  fingerprint go into the state in one transaction, and the dispatcher is
-  nudged. Score ids and timestamps are deterministic, so a re-score updates.
+  fingerprint (and the trace's row of the signal history) go into the state
+  in one transaction, and the dispatcher is nudged. Score ids and timestamps are deterministic, so a re-score updates.
 
 The watermark moves only at the end of a complete pass, to the oldest
 root still unsettled (or `now - settle_s`); the next pass starts `overlap_s`
@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 import structlog
 
+from observer.alerts.history import signal_values, trace_row
 from observer.mapping.convention import MappingRules, Skip, map_trace
 from observer.model import RagRecord, Signals
 from observer.scores import score_events
@@ -253,8 +254,9 @@ class Pipeline:
             self.metrics.traces.labels(outcome="unchanged").inc()
             return
         scores = score_events(mapped, signals, self.params)
+        history = trace_row(mapped, signal_values(signals), now)
         try:
-            self.state.record_trace(trace_id, fingerprint, root_start, scores, now)
+            self.state.record_trace(trace_id, fingerprint, root_start, scores, now, history)
         except OutboxFull as error:
             result.deferred += 1
             self.metrics.traces.labels(outcome="deferred").inc()

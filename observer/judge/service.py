@@ -4,8 +4,8 @@
 safely in the outbox; it decides (pure sampler), reserves budget and puts the
 trace on a bounded queue without ever blocking: a full queue is counted
 (`queue_full`) and the trace is simply not judged. A pool of worker threads
-judges, writes the judge's scores to the same outbox and hands an
-unsupported critical claim to `on_critical` at once.
+judges, writes the judge's scores to the same outbox and hands every result
+to `on_judged` at once (alerting: the history row and the trace rules).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.judge")
 
-CriticalHook = Callable[[RagRecord, JudgeResult], None]
+# Called with every result, errors included (alerting reads them all).
+JudgedHook = Callable[[RagRecord, JudgeResult], None]
 
 
 def buckets(now: datetime) -> tuple[str, str]:
@@ -47,7 +48,7 @@ class JudgeService:
         notify: Callable[[], None] = lambda: None,
         concurrency: int = 4,
         queue_size: int = 1000,
-        on_critical: CriticalHook | None = None,
+        on_judged: JudgedHook | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.client = client
@@ -56,7 +57,7 @@ class JudgeService:
         self.params = params
         self.notify = notify
         self.concurrency = concurrency
-        self.on_critical = on_critical
+        self.on_judged = on_judged
         self.clock = clock
         # None is the stop sentinel.
         self._queue: queue.Queue[tuple[RagRecord, Signals] | None] = queue.Queue(maxsize=queue_size)
@@ -120,6 +121,11 @@ class JudgeService:
         self.metrics.judge_tokens.labels(kind="prompt").inc(result.prompt_tokens)
         self.metrics.judge_tokens.labels(kind="completion").inc(result.completion_tokens)
         self.metrics.judge_cost.inc(result.cost_usd)
+        if self.on_judged is not None:
+            try:
+                self.on_judged(record, result)
+            except Exception:  # alerting must not cost the trace its judge scores
+                log.exception("judge_hook_failed", trace_id=record.trace_id)
         if result.error:
             reason = result.error.split(":", 1)[0]
             self.metrics.judge_errors.labels(reason=reason).inc()
@@ -160,8 +166,6 @@ class JudgeService:
                 observation_id=record.observation_id,
                 claims=len(result.critical_claims()),
             )
-            if self.on_critical is not None:
-                self.on_critical(record, result)
         return result
 
     # -- lifecycle --------------------------------------------------------------

@@ -39,6 +39,7 @@ def as_dict(observation: ObservationV2) -> dict[str, Any]:
     return {
         "id": observation.id,
         "traceId": observation.trace_id,
+        "projectId": observation.project_id,
         "type": observation.type,
         "name": observation.name,
         "startTime": observation.start_time,

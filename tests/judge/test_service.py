@@ -40,11 +40,11 @@ def run(
     settings = configure(monkeypatch, langfuse, OBSERVER_JUDGE__ENABLED="true", **env)
     metrics = Metrics()
 
-    def on_critical(record: RagRecord, result: JudgeResult) -> None:
-        if critical is not None:
+    def on_judged(record: RagRecord, result: JudgeResult) -> None:
+        if critical is not None and result.critical_unsupported:
             critical.append(record.trace_id)
 
-    parts = app.build(settings, state_path=state, metrics=metrics, on_critical=on_critical)
+    parts = app.build(settings, state_path=state, metrics=metrics, on_judged=on_judged)
     try:
         return app.run_once(parts, after(demo_observations())), metrics
     finally:
