@@ -25,7 +25,10 @@ from langfuse.api.client import LangfuseAPI
 
 from observer import langfuse_api
 from observer.alerts.delivery import Delivery
+from observer.alerts.engine import AlertEvent, evaluation_points, replay
+from observer.alerts.model import Notification
 from observer.alerts.notifiers import Notifier, NotifyError
+from observer.alerts.rules import WindowRule
 from observer.alerts.service import AlertService
 from observer.config import ConfigError, Settings
 from observer.errors import AuthRejected, RemoteError
@@ -328,6 +331,96 @@ def check(settings: Settings, state_path: Path) -> CheckResult:
         rows.append(("reachable", f"NO: {error}"))
         code = code or exit_code(error)
     return CheckResult(rows, code)
+
+
+# -- alerts commands ----------------------------------------------------------------
+
+
+def open_alerts(settings: Settings, state_path: Path, *, notify: bool = False) -> AlertService:
+    """Rules over an existing state file, for `alerts status` and `backtest`.
+
+    Without `notify`, nothing is sent. The caller closes `.state`.
+    """
+    if not state_path.exists():
+        raise StateError(f"state file {state_path} does not exist (run the daemon first)")
+    state = State(state_path)
+    if notify:
+        try:
+            return build_alerts(settings, state, Metrics())
+        except ConfigError:
+            state.close()
+            raise
+    a = settings.alerts
+    return AlertService(
+        state,
+        Metrics(),
+        a.window_rules(),
+        a.trace_rule_list(),
+        notifier_kinds={},
+        delivery=None,
+        base_url=settings.langfuse.base_url,
+        max_groups=a.max_groups,
+        history_days=a.history_days,
+    )
+
+
+@dataclass
+class Backtest:
+    rule: WindowRule
+    events: list[AlertEvent]
+
+    @property
+    def notifications(self) -> int:
+        return sum(1 for e in self.events if e.notify)
+
+
+def backtest(
+    alerts: AlertService, start: datetime, end: datetime, step_s: float, rule: str | None = None
+) -> list[Backtest]:
+    """Replay the rules over the stored history, from a clean state, as the daemon would."""
+    chosen = [r for r in alerts.rules if rule is None or r.name == rule]
+    if rule is not None and not chosen:
+        names = ", ".join(r.name for r in alerts.rules) or "none"
+        raise ConfigError(f"no window rule named {rule!r} (configured: {names})")
+    longest = max((r.window_s for r in chosen), default=0.0)
+    rows = alerts.state.history.rows(start.timestamp() - longest, end.timestamp())
+    points = evaluation_points(start.timestamp(), end.timestamp(), step_s, 0.0)
+    return [Backtest(r, replay(r, rows, {}, points, alerts.max_groups).events) for r in chosen]
+
+
+def test_notification(sent_at: datetime) -> Notification:
+    """What `observer alerts test` sends: plainly a test, resolving nothing real."""
+    return Notification(
+        id=f"msg_test_{int(sent_at.timestamp())}",
+        dedup_key="observer-test",
+        rule="observer_test",
+        kind="test",
+        state="firing",
+        severity="warn",
+        group=(("environment", "test"), ("query_type", "test")),
+        summary="observer test alert: notifications reach this receiver",
+        description="Sent by `observer alerts test`. Nothing is wrong; no action needed.",
+        started_at=sent_at,
+        sent_at=sent_at,
+    )
+
+
+def test_notifiers(settings: Settings, name: str | None = None) -> list[tuple[str, str | None]]:
+    """A test alert through each notifier (or the one named): (name, error or None)."""
+    notifiers = build_notifiers(settings)
+    if name is not None and name not in notifiers:
+        known = ", ".join(notifiers) or "none"
+        raise ConfigError(f"no notifier named {name!r} (configured: {known})")
+    delivery = Delivery(notifiers, Metrics(), max_attempts=2, base_s=0.5)
+    try:
+        sent_at = now_utc()
+        return [
+            (each, delivery.send_now(each, test_notification(sent_at)))
+            for each in notifiers
+            if name is None or each == name
+        ]
+    finally:
+        delivery.shutdown(1.0)
 
 
 # -- run --once -----------------------------------------------------------------

@@ -14,9 +14,9 @@ import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
 import tomli_w
@@ -37,7 +37,10 @@ from observer.sources.langfuse import FIELDS
 from observer.state import StateError
 from observer.summary import Summary, summary_table
 from observer.telemetry.logging import configure_logging
-from observer.times import iso, parse_time
+from observer.times import iso, parse_duration, parse_time
+
+if TYPE_CHECKING:
+    from observer.alerts.service import AlertService
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -524,3 +527,171 @@ def config_show(config_path: str | None) -> None:
     """Print the effective configuration as TOML, secrets masked."""
     settings = _settings(config_path)
     click.echo(tomli_w.dumps(masked(settings)), nl=False)
+
+
+@main.group()
+def alerts() -> None:
+    """Alert rules: their state, a test through each notifier, and backtests."""
+
+
+def _alert_service(
+    config_path: str | None, state_path: str | None, notify: bool = False
+) -> tuple[Settings, AlertService]:
+    settings = _settings(config_path)
+    configure_logging(settings.log.format, "warning")
+    try:
+        return settings, app.open_alerts(
+            settings, Path(state_path or settings.state.path), notify=notify
+        )
+    except (ConfigError, StateError) as error:
+        click.echo(f"observer: {error}", err=True)
+        raise SystemExit(app.EXIT_CONFIG) from None
+
+
+def _group(group: tuple[tuple[str, str], ...]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in group) or "-"
+
+
+def _when(at: float | None) -> str:
+    return iso(datetime.fromtimestamp(at, UTC)) if at is not None else "-"
+
+
+@alerts.command("status")
+@_config_option
+@_state_option
+def alerts_status(config_path: str | None, state_path: str | None) -> None:
+    """Each rule and group: value, samples, state, severity and since when.
+
+    Evaluated now over the stored signal history, from the state the daemon
+    saved; nothing is sent and nothing is saved.
+    """
+    _, service = _alert_service(config_path, state_path)
+    try:
+        statuses = service.status()
+        watermark = service.state.watermark()
+    finally:
+        service.state.close()
+    table = Table(title="observer alerts status")
+    for column in ("rule", "group", "value", "samples", "state", "severity", "since"):
+        table.add_column(column, overflow="fold")
+    for item in statuses:
+        s = item.state
+        state: str = s.status
+        if s.samples == 0:
+            state += " (no data)"
+        elif s.samples < item.rule.min_samples:
+            state += f" (under {item.rule.min_samples} samples)"
+        table.add_row(
+            item.rule.name,
+            _group(item.group),
+            "-" if s.value is None else f"{s.value:.4g}",
+            str(s.samples),
+            state,
+            s.severity or "-",
+            _when(s.since),
+        )
+    console = _Console()
+    console.print(table)
+    console.print(
+        f"{len(service.rules)} window rules, {len(service.trace_rules)} trace rules; "
+        f"windows end at the watermark {_when(watermark.timestamp()) if watermark else '(none)'}"
+    )
+
+
+@alerts.command("test")
+@_config_option
+@click.option("--notifier", "name", default=None, help="Only this notifier (default: all).")
+def alerts_test(config_path: str | None, name: str | None) -> None:
+    """Send a test alert through each notifier; exit 1 when one fails."""
+    settings = _settings(config_path)
+    configure_logging(settings.log.format, "error")
+    try:
+        results = app.test_notifiers(settings, name)
+    except ConfigError as error:
+        click.echo(f"observer: {error}", err=True)
+        raise SystemExit(app.EXIT_CONFIG) from None
+    if not results:
+        click.echo("observer: no notifier configured ([[alerts.notifiers]])", err=True)
+        raise SystemExit(app.EXIT_CONFIG)
+    for each, failure in results:
+        click.echo(f"{each}: " + ("sent" if failure is None else f"FAILED: {failure}"))
+    if any(failure is not None for _, failure in results):
+        raise SystemExit(1)
+
+
+@alerts.command("backtest")
+@click.option("--from", "start", required=True, help="ISO-8601 start.")
+@click.option("--to", "end", default=None, help="ISO-8601 end (default now).")
+@click.option("--rule", default=None, help="Only this window rule (default: all).")
+@click.option(
+    "--step", default="1m", show_default=True, help="Evaluate every this long (event time)."
+)
+@_config_option
+@_state_option
+def alerts_backtest(
+    start: str,
+    end: str | None,
+    rule: str | None,
+    step: str,
+    config_path: str | None,
+    state_path: str | None,
+) -> None:
+    """Replay the rules over the stored history: when each would have fired and resolved.
+
+    The same engine as the daemon, from a clean state; nothing is sent. Try a
+    rule here before anyone is paged by it.
+    """
+    begin = _moment(start)
+    finish = _moment(end) if end else app.now_utc()
+    if finish <= begin:
+        raise click.BadParameter("--to must be after --from")
+    try:
+        step_s = parse_duration(step).total_seconds()
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    if step_s <= 0:
+        raise click.BadParameter("--step must be longer than 0s")
+    _, service = _alert_service(config_path, state_path)
+    try:
+        span = service.state.history.span()
+        results = app.backtest(service, begin, finish, step_s, rule)
+    except ConfigError as error:
+        click.echo(f"observer: {error}", err=True)
+        raise SystemExit(app.EXIT_CONFIG) from None
+    finally:
+        service.state.close()
+    console = _Console()
+    if span is None:
+        console.print("the state file holds no signal history yet: nothing to replay")
+    else:
+        console.print(f"history held: {_when(span[0])} .. {_when(span[1])}")
+    summary = Table(title=f"observer alerts backtest {iso(begin)} .. {iso(finish)}")
+    for column in ("rule", "fired", "resolved", "notifications", "firing at the end"):
+        summary.add_column(column)
+    for result in results:
+        fired = sum(1 for e in result.events if e.transition in ("firing", "no_data"))
+        resolved = sum(1 for e in result.events if e.transition == "resolved")
+        summary.add_row(
+            result.rule.name,
+            str(fired),
+            str(resolved),
+            str(result.notifications),
+            str(fired - resolved),
+        )
+    console.print(summary)
+    timeline = Table(title="what would have been notified")
+    for column in ("at", "rule", "group", "event", "severity", "value", "samples"):
+        timeline.add_column(column, overflow="fold")
+    events = sorted((e for r in results for e in r.events if e.notify), key=lambda e: e.at)
+    for event in events:
+        timeline.add_row(
+            _when(event.at),
+            event.rule,
+            _group(event.group),
+            event.transition,
+            event.severity,
+            "-" if event.value is None else f"{event.value:.4g}",
+            str(event.samples),
+        )
+    if events:
+        console.print(timeline)

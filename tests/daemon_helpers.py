@@ -15,7 +15,7 @@ from observer import app
 from observer.app import demo_traces_path
 from observer.config import Settings, load_settings
 from observer.records import parse_record
-from observer.times import parse_time
+from observer.times import iso, parse_time
 from tests.fakes.langfuse_server import FakeLangfuse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,3 +101,46 @@ def once(settings: Settings, state: Path, now: datetime) -> app.OnceResult:
 
 def after(observations: list[dict[str, Any]], seconds: float = 120) -> datetime:
     return latest_start(observations) + timedelta(seconds=seconds)
+
+
+_TIME_KEYS = ("startTime", "endTime", "updatedAt", "createdAt", "completionStartTime")
+
+
+def _new_id(old: Any, salt: str, length: int) -> Any:
+    if not isinstance(old, str):
+        return old
+    return hashlib.sha256(f"{old}|{salt}".encode()).hexdigest()[:length]
+
+
+def packed_traces(start: datetime, spacing_s: float, copies: int = 1) -> list[dict[str, Any]]:
+    """The demo's traces again under new ids, their roots `spacing_s` apart from `start`.
+
+    A real stream in miniature: the demo's answers (their ungrounded share and all)
+    arriving at a steady rate, for windows and alert rules to work on.
+    """
+    by_trace: dict[str, list[dict[str, Any]]] = {}
+    for observation in demo_observations():
+        by_trace.setdefault(observation["traceId"], []).append(observation)
+    out: list[dict[str, Any]] = []
+    index = 0
+    for copy in range(copies):
+        for trace_id, observations in by_trace.items():
+            roots = [o for o in observations if o.get("isRootObservation")]
+            root_start = parse_time((roots or observations)[0]["startTime"])
+            assert root_start is not None
+            shift = start + timedelta(seconds=index * spacing_s) - root_start
+            salt = f"{copy}"
+            for observation in observations:
+                moved = dict(observation)
+                moved["traceId"] = _new_id(trace_id, salt, 32)
+                moved["id"] = _new_id(observation.get("id"), salt, 16)
+                moved["parentObservationId"] = _new_id(
+                    observation.get("parentObservationId"), salt, 16
+                )
+                for key in _TIME_KEYS:
+                    moment = parse_time(observation.get(key))
+                    if moment is not None:
+                        moved[key] = iso(moment + shift)
+                out.append(moved)
+            index += 1
+    return out
