@@ -13,7 +13,8 @@ For each complete trace whose root lies in the window:
 - fingerprinted (the record plus the signal parameters): unchanged since
   the last pass -> nothing is pushed; new or changed -> signals, scores and
   fingerprint (and the trace's row of the signal history) go into the state
-  in one transaction, and the dispatcher is nudged. Score ids and timestamps are deterministic, so a re-score updates.
+  in one transaction, and the dispatcher is nudged. Score ids and timestamps
+  are deterministic, so a re-score updates.
 
 The watermark moves only at the end of a complete pass, to the oldest
 root still unsettled (or `now - settle_s`); the next pass starts `overlap_s`
