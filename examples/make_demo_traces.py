@@ -3,7 +3,7 @@
 
     python examples/make_demo_traces.py
 
-Each RagRecord becomes one trace in the default trace convention (DESIGN §2.1)
+Each RagRecord becomes one trace in the default trace convention (docs/trace-convention.md)
 as `GET /api/public/v2/observations?fields=core,basic,time,io,metadata,
 trace_context` returns it: one observation object per line, camelCase keys,
 `input`/`output` as raw strings (JSON text for a logged structure, the text

@@ -3,7 +3,7 @@
 Precedence, highest first: `OBSERVER_*` variables (nested keys joined with
 `__`, e.g. `OBSERVER_CRAG__HIGH=0.7`; lists as JSON), the Langfuse SDK's own
 `LANGFUSE_*` variables, the TOML file given with `--config` (or
-`OBSERVER_CONFIG`), the defaults of DESIGN §3. Everything is validated at
+`OBSERVER_CONFIG`), the defaults of docs/signals.md. Everything is validated at
 start; a bad value is a `ConfigError` that names the key. Secrets are read
 from the environment only and never printed.
 """

@@ -1,6 +1,7 @@
 """Values that cross module boundaries: frozen dataclasses, no I/O.
 
-`RagRecord` and `Source` are DESIGN §2. pydantic validates them at the edge
+`RagRecord` and `Source` are described in docs/trace-convention.md. pydantic validates them
+at the edge
 (`observer.records`) straight into these dataclasses; the constraints below
 (finite floats, ISO timestamps, `kb`/`web`) are read by that validation.
 """
@@ -44,7 +45,7 @@ class Source:
 @with_config(ConfigDict(allow_inf_nan=False, extra="ignore"))
 @dataclass(frozen=True, slots=True)
 class RagRecord:
-    """One answer with the evidence it was generated from (DESIGN §2)."""
+    """One answer with the evidence it was generated from (docs/trace-convention.md)."""
 
     trace_id: str
     question: str
@@ -77,7 +78,7 @@ class Band(StrEnum):
 
 
 class Sentence(NamedTuple):
-    """A sentence of the answer as the signals split it (DESIGN §3.2).
+    """A sentence of the answer as the signals split it (docs/signals.md).
 
     A NamedTuple rather than a frozen dataclass: an answer has dozens of
     sentences and a tuple is built several times faster, on the hot path.
@@ -91,7 +92,7 @@ class Sentence(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Citations:
-    """Markers and sentence coverage of one answer (DESIGN §3.1, §3.2)."""
+    """Markers and sentence coverage of one answer (docs/signals.md)."""
 
     sentences: tuple[Sentence, ...]
     valid_refs: tuple[int, ...]
@@ -114,7 +115,7 @@ class CragResult:
 
 @dataclass(frozen=True, slots=True)
 class NumericGrounding:
-    """Numbers of the answer checked against the sources (DESIGN §3.5)."""
+    """Numbers of the answer checked against the sources (docs/signals.md#numeric-grounding)."""
 
     numbers: int
     grounded: int
@@ -127,7 +128,7 @@ class NumericGrounding:
 
 @dataclass(frozen=True, slots=True)
 class Signals:
-    """Every deterministic signal of one record (DESIGN §3)."""
+    """Every deterministic signal of one record (docs/signals.md)."""
 
     trace_id: str
     citations: Citations
@@ -148,7 +149,7 @@ ScoreDataType = Literal["NUMERIC", "BOOLEAN", "CATEGORICAL"]
 
 @dataclass(frozen=True, slots=True)
 class ScoreEvent:
-    """One score as Langfuse stores it (DESIGN §4).
+    """One score as Langfuse stores it (docs/scores.md).
 
     `id` is derived from (trace id, observation id, name) and `timestamp` is the
     generation's start time: Langfuse identifies a score by id, name and the

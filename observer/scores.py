@@ -1,4 +1,4 @@
-"""The scores of DESIGN §4 for one record: values, ids, comments. Pure."""
+"""The scores of docs/scores.md for one record: values, ids, comments. Pure."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def _crag_comment(signals: Signals, params: SignalParams) -> str:
 
 
 def score_events(record: RagRecord, signals: Signals, params: SignalParams) -> list[ScoreEvent]:
-    """Every signal score DESIGN §4 writes for this record, with comments."""
+    """Every signal score (docs/scores.md) written for this record, with comments."""
     cites = signals.citations
     numeric = signals.numeric
     ghost = f"; ghost refs {_refs(cites.invalid_refs)}" if cites.invalid_refs else ""

@@ -1,4 +1,4 @@
-"""RagRecord at the edge (DESIGN §2): valid records parse, bad ones name the field."""
+"""RagRecord at the edge (docs/trace-convention.md): valid records parse, bad ones name it."""
 
 from __future__ import annotations
 

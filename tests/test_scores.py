@@ -1,4 +1,4 @@
-"""DESIGN §4: which scores, their types, ids, timestamps and comments."""
+"""docs/scores.md: which scores, their types, ids, timestamps and comments."""
 
 from __future__ import annotations
 

@@ -1,2 +1,2 @@
-"""The sampled, budgeted LLM judge (DESIGN §5): prompts, parsing and sampling
+"""The sampled, budgeted LLM judge (docs/judge.md): prompts, parsing and sampling
 are pure; `client` and `service` do the I/O."""

@@ -1,4 +1,4 @@
-"""From verdicts to the judge's scores (DESIGN §4, §5). Pure.
+"""From verdicts to the judge's scores (docs/scores.md, docs/judge.md). Pure.
 
 Never NaN, never a vacuous 1.0: with no claims there is no faithfulness
 score, only `abstained`; with no cited claim there is no citation accuracy.

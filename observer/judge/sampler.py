@@ -1,4 +1,4 @@
-"""Which traces the judge sees (DESIGN §5). Pure.
+"""Which traces the judge sees (docs/judge.md). Pure.
 
 Deterministic by trace id: the hash of the id, not a random draw, decides,
 so every replica and every restart agree on the sample. Risky traces

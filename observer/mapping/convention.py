@@ -1,4 +1,4 @@
-"""The default trace convention of DESIGN §2.1, with declarative overrides.
+"""The default trace convention of docs/trace-convention.md, with declarative overrides.
 
 A trace is every observation sharing a `traceId`, as plain dicts in the
 shape the Observations API v2 returns (camelCase keys). `map_trace` turns
@@ -114,7 +114,7 @@ def _content_text(content: Any) -> str | None:
 
 
 def answer_text(output: Any, rules: MappingRules) -> str | None:
-    """The answer held by a generation's output (DESIGN §2.1), or None."""
+    """The answer held by a generation's output (docs/trace-convention.md), or None."""
     if isinstance(output, str):
         decoded = decode(output)
         # A number or boolean is the raw text itself ("42"); a JSON string is its value.

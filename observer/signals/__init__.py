@@ -1,4 +1,4 @@
-"""Pure trust signals of one RagRecord (DESIGN §3). No I/O here."""
+"""Pure trust signals of one RagRecord (docs/signals.md). No I/O here."""
 
 from __future__ import annotations
 

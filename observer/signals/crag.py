@@ -1,4 +1,4 @@
-"""CRAG retrieval grade from rerank scores (DESIGN §3.3)."""
+"""CRAG retrieval grade from rerank scores (docs/signals.md#crag-grade)."""
 
 from __future__ import annotations
 

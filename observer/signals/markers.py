@@ -1,4 +1,4 @@
-"""Citation markers (DESIGN §3.1).
+"""Citation markers (docs/signals.md#citation-markers).
 
 A marker is a bracketed list of integers: `[1]`, `[1,2]`, `[1, 2]`, `[1，2]`,
 `[1、2]`, ranges `[1-3]` / `[1–3]`, `【1】`, footnotes `[^1]` and links whose

@@ -1,4 +1,4 @@
-"""Numeric grounding: numbers of the answer found in its sources (DESIGN §3.5).
+"""Numeric grounding: numbers of the answer found in its sources (docs/signals.md).
 
 Numbers are integers, decimals and percentages; thousands separators and a
 trailing `%` are dropped and full-width digits folded, so `1,200`, `１２００`

@@ -1,4 +1,4 @@
-"""Parameters of the pure signals, with the defaults of DESIGN §3."""
+"""Parameters of the pure signals, with the defaults of docs/signals.md."""
 
 from __future__ import annotations
 

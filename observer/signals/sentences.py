@@ -1,4 +1,4 @@
-"""Sentences, substantive sentences and citation coverage (DESIGN §3.2)."""
+"""Sentences, substantive sentences and citation coverage (docs/signals.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Markdown-aware preparation of answer text (DESIGN §3.2 steps 1–2, §3.1).
+"""Markdown-aware preparation of answer text (docs/signals.md, sentences and markers).
 
 `prepare` returns the answer twice, with the same length, so an offset in one
 is an offset in the other:

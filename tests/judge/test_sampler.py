@@ -1,4 +1,4 @@
-"""DESIGN §5 sampling: deterministic by trace id, risk oversampling, budget caps."""
+"""docs/judge.md sampling: deterministic by trace id, risk oversampling, budget caps."""
 
 from __future__ import annotations
 

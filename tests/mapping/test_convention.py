@@ -1,4 +1,4 @@
-"""DESIGN §2.1, the default trace convention, rule by rule."""
+"""docs/trace-convention.md, the default trace convention, rule by rule."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Confidence, band and ungrounded (DESIGN §3.4)."""
+"""Confidence, band and ungrounded (docs/signals.md)."""
 
 from __future__ import annotations
 

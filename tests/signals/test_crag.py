@@ -1,4 +1,4 @@
-"""CRAG grade from retrieval scores (DESIGN §3.3)."""
+"""CRAG grade from retrieval scores (docs/signals.md#crag-grade)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Citation markers (DESIGN §3.1): which [n] an answer cites, valid or ghost."""
+"""Citation markers (docs/signals.md): which [n] an answer cites, valid or ghost."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def test_non_markers_do_not_cite(answer: str) -> None:
 
 # Fenced code blocks inside list items and block quotes are fenced code blocks
 # too (CommonMark; markdown-it renders each of these as a `fence`), and LLM
-# answers write them all the time. DESIGN §3.1: markers inside do not count.
+# answers write them all the time. docs/signals.md#citation-markers: markers inside do not count.
 # (id, answer)
 NESTED_FENCE_CASES = [
     (

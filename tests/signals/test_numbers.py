@@ -1,4 +1,4 @@
-"""Numeric grounding: numbers of the answer found in its sources (DESIGN §3.5)."""
+"""Numeric grounding: numbers of the answer found in its sources (docs/signals.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Properties of `compute` over arbitrary records (DESIGN §3)."""
+"""Properties of `compute` over arbitrary records (docs/signals.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sentences, substantive sentences and citation coverage (DESIGN §3.2)."""
+"""Sentences, substantive sentences and citation coverage (docs/signals.md)."""
 
 from __future__ import annotations
 
@@ -352,7 +352,7 @@ def test_fence_inside_quote_removed() -> None:
 def test_spec_examples_of_markers_after_the_terminator(
     answer: str, first: str, refs: tuple[int, ...]
 ) -> None:
-    # DESIGN §3.2.3 calls these cited sentences; they are shorter than the
+    # docs/signals.md (splitting, rule 3) calls these cited sentences; they are shorter than the
     # default min_chars, so they are cited once min_chars lets them count.
     signals = signals_of(answer, params=SignalParams(min_chars=1))
     sentence = signals.citations.sentences[0]
