@@ -206,3 +206,30 @@ def test_a_full_queue_drops_samples_without_blocking(
     assert full > 0
     assert len(judged(langfuse)) == SCORED - full
     assert len([s for s in langfuse.scores if s["name"] == "confidence"]) == SCORED
+
+
+def test_a_critical_unsupported_claim_pages_at_once_through_the_default_trace_rule(
+    servers: tuple[FakeLangfuse, OpenAIStub],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    from tests.fakes.receiver import Receiver
+
+    langfuse, _ = servers
+    with Receiver() as receiver:
+        config = tmp_path / "observer.toml"
+        config.write_text(
+            f'[[alerts.notifiers]]\nname = "oncall"\nkind = "webhook"\nurl = "{receiver.url}"\n'
+        )
+        monkeypatch.setenv("OBSERVER_CONFIG", str(config))
+        critical: list[str] = []
+        result, _ = run(
+            monkeypatch, langfuse, tmp_path / "s.sqlite", critical, OBSERVER_JUDGE__RATE="1.0"
+        )
+        assert result.exit_code == 0, result.error
+        pages = [r.json() for r in receiver.requests if r.json()["kind"] == "trace"]
+    assert critical
+    assert {p["rule"] for p in pages} == {"critical_claim_unsupported"}
+    # One page per critical trace, up to the hourly cap of 20.
+    assert len(pages) == min(len(critical), 20)
+    assert all(p["severity"] == "page" and len(p["trace_urls"]) == 1 for p in pages)
