@@ -473,7 +473,9 @@ def run_once(
 def alert_after_pass(parts: Parts, now: datetime) -> None:
     """The pass's own samples into the history, then every rule evaluated. Never raises."""
     try:
-        parts.alerts.record_pass(now, parts.metrics.value("observer_watermark_lag_seconds"))
+        watermark = parts.state.watermark()
+        lag = (now - watermark).total_seconds() if watermark is not None else 0.0
+        parts.alerts.record_pass(now, max(0.0, lag))
         parts.alerts.evaluate(now)
     except Exception:  # alerting must never stop scoring
         log.exception("alert_evaluation_failed")

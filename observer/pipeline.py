@@ -159,7 +159,7 @@ class Pipeline:
         if watermark is None or proposed > watermark:
             self.state.set_watermark(proposed)
             watermark = proposed
-        self.metrics.watermark_lag.set(max(0.0, (now - watermark).total_seconds()))
+        self.metrics.set_watermark(watermark.timestamp())
         return result
 
     def process_window(self, start: datetime, end: datetime, now: datetime) -> PassResult:
@@ -270,8 +270,8 @@ class Pipeline:
         self.metrics.traces.labels(outcome=outcome).inc()
         for score in scores:
             self.metrics.scores_enqueued.labels(name=score.name).inc()
-        if signals.crag_mismatch:
-            self.metrics.crag_mismatch.inc()
+        if outcome == "scored":  # a changed trace was counted when first scored
+            self.metrics.observe_answer(mapped, signals)
         cites = signals.citations
         log.info(
             "trace_scored" if outcome == "scored" else "trace_rescored",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -10,6 +11,13 @@ from observer.telemetry.logging import configure_logging
 
 # Tests assert on behaviour and metrics; log lines only below warnings are noise.
 configure_logging("console", "warning")
+
+
+@pytest.fixture(autouse=True)
+def logging_as_configured_here() -> Iterator[None]:
+    """Commands configure logging for themselves; the next test starts from this file's."""
+    yield
+    configure_logging("console", "warning")
 
 
 @pytest.fixture(autouse=True)

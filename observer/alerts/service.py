@@ -145,13 +145,7 @@ class AlertService:
     # -- the daemon's own samples -------------------------------------------------
 
     def _dropped_total(self) -> float:
-        family = self.metrics.scores_dropped
-        return sum(
-            sample.value
-            for metric in family.collect()
-            for sample in metric.samples
-            if sample.name.endswith("_total")
-        )
+        return self.metrics.total("observer_scores_dropped_total")
 
     def record_pass(self, now: datetime, lag_s: float) -> None:
         """After a pass: the lag, and the scores dropped since the last pass."""

@@ -158,8 +158,10 @@ class JudgeService:
             calls=result.calls,
             tokens=result.tokens,
         )
+        self.metrics.observe_judgement(
+            record, result.faithfulness, result.citation_accuracy, result.critical_unsupported
+        )
         if result.critical_unsupported:
-            self.metrics.critical_unsupported.inc()
             log.warning(
                 "critical_unsupported_detected",
                 trace_id=record.trace_id,

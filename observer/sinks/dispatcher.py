@@ -179,6 +179,7 @@ class Dispatcher:
     def _defer(self, batch: Sequence[ScoreEvent], wait_s: float, kind: str, error: str) -> None:
         self._state.retry_later(batch, self._clock() + wait_s, error)
         self._metrics.push_errors.labels(kind=kind).inc()
+        self._metrics.scores_retried.inc(len(batch))
         self.last_error = error
         log.warning(
             "score_push_failed",

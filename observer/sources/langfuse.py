@@ -19,7 +19,7 @@ import structlog
 from langfuse.api.client import LangfuseAPI
 from langfuse.api.commons.types.observation_v2 import ObservationV2
 
-from observer.errors import RateLimited, Unreachable
+from observer.errors import AuthRejected, RateLimited, Rejected, Unreachable
 from observer.langfuse_api import NO_RETRIES, translate
 from observer.sources.ratelimit import RateLimiter
 from observer.telemetry.metrics import Metrics
@@ -53,6 +53,14 @@ def as_dict(observation: ObservationV2) -> dict[str, Any]:
         "tags": observation.tags,
         "traceName": observation.trace_name,
     }
+
+
+_RESULTS = {
+    RateLimited: "rate_limited",
+    Unreachable: "unreachable",
+    AuthRejected: "auth_rejected",
+    Rejected: "rejected",
+}
 
 
 class Stopped(Exception):
@@ -126,7 +134,8 @@ class LangfuseSource:
                 )
             except Exception as raw:
                 error = translate(raw, "reading observations")
-                self._metrics.source_requests.labels(result=type(error).__name__.lower()).inc()
+                result = _RESULTS.get(type(error), "error")
+                self._metrics.source_requests.labels(result=result).inc()
                 if isinstance(error, RateLimited):
                     wait = error.retry_after_s if error.retry_after_s is not None else 2.0**attempt
                     self._limiter.block_for(wait)

@@ -1,18 +1,136 @@
 """Every metric observer exposes, declared in one place (`observer_<noun>_<unit>`).
 
 The registry is injected, so tests and the demo each get their own and read
-values back with `value()`.
+values back with `value()`. `/metrics` serves it as Prometheus text and the
+OpenTelemetry bridge exports the same registry over OTLP: one declaration.
+
+Counters with a fixed set of label values exist at 0 from the start, so a
+dashboard shows 0, not "no data". Quality metrics carry `environment` and
+`query_type` (at most `max_query_types` query types; the rest are `other`);
+the first trace of a new pair creates its whole set at 0. No question,
+answer or trace id is ever a label.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable, Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from observer import __version__
+from observer.model import Band, Grade, RagRecord, Signals
+
+RATIO_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
+OTHER = "other"
+NO_QUERY_TYPE = "none"
+
+TRACE_OUTCOMES = ("scored", "rescored", "unchanged", "unsettled", "skipped", "deferred")
+SKIP_REASONS = (
+    "no_root",
+    "no_generation",
+    "no_answer_text",
+    "malformed_sources",
+    "judge_environment",
+    "own_trace",
+    "filtered_environment",
+    "filtered_name",
+    "filtered_tag",
+    "hook_error",
+    "hook_skipped",
+    "hook_invalid",
+    "mapping_error",
+)
+REQUEST_RESULTS = ("ok", "rate_limited", "unreachable", "auth_rejected", "rejected")
+DROP_REASONS = ("rejected", "outbox_full")
+PUSH_ERROR_KINDS = ("rate_limited", "auth", "unreachable")
+JUDGE_DECISIONS = ("sampled", "risk", "not_sampled", "over_budget", "disabled", "queue_full")
+JUDGE_RESULTS = ("judged", "abstained", "error")
+NOTIFICATION_RESULTS = ("sent", "failed", "dropped")
 
 
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, max_query_types: int = 20
+    ) -> None:
         self.registry = registry or CollectorRegistry()
+        self.max_query_types = max_query_types
+        self._query_types: set[str] = set()
+        self._pairs: set[tuple[str, str]] = set()
+        self._labels_lock = threading.Lock()
         r = self.registry
+
+        self.info = Gauge("observer_build_info", "observer's version", ["version"], registry=r)
+        self.info.labels(version=__version__).set(1)
+
+        # -- answer quality, per environment and query type ------------------------
+        q = ["environment", "query_type"]
+        self.answers = Counter(
+            "observer_answers_scored_total", "Answers scored (first time per trace)", q, registry=r
+        )
+        self.answers_by_band = Counter(
+            "observer_answers_by_band_total",
+            "Answers by confidence band",
+            [*q, "band"],
+            registry=r,
+        )
+        self.answers_by_grade = Counter(
+            "observer_answers_by_crag_grade_total",
+            "Answers by recomputed CRAG grade",
+            [*q, "crag_grade"],
+            registry=r,
+        )
+        self.answers_ungrounded = Counter(
+            "observer_answers_ungrounded_total", "Ungrounded answers", q, registry=r
+        )
+        self.answers_fallback = Counter(
+            "observer_answers_fallback_total", "Fallback (no-evidence) answers", q, registry=r
+        )
+        self.answers_ghost = Counter(
+            "observer_answers_ghost_citation_total",
+            "Answers citing a source number that does not exist",
+            q,
+            registry=r,
+        )
+        self.answers_unsupported_numbers = Counter(
+            "observer_answers_unsupported_numbers_total",
+            "Answers holding a number found in none of the sources it rests on",
+            q,
+            registry=r,
+        )
+        self.crag_mismatch = Counter(
+            "observer_crag_grade_mismatches_total",
+            "Answers whose app-logged CRAG grade differs from the recomputed one",
+            q,
+            registry=r,
+        )
+        self.critical_unsupported = Counter(
+            "observer_critical_unsupported_total",
+            "Judged answers with an unsupported claim holding a number, date or amount",
+            q,
+            registry=r,
+        )
+
+        def ratio(name: str, what: str) -> Histogram:
+            return Histogram(name, what, q, buckets=RATIO_BUCKETS, registry=r)
+
+        self.confidence = ratio("observer_answer_confidence_ratio", "Confidence of answers")
+        self.coverage = ratio(
+            "observer_answer_citation_coverage_ratio", "Citation coverage of answers"
+        )
+        self.rerank_top1 = ratio("observer_answer_rerank_top1_ratio", "Top rerank score")
+        self.numeric_grounding = ratio(
+            "observer_answer_numeric_grounding_ratio", "Share of an answer's numbers grounded"
+        )
+        self.faithfulness = ratio(
+            "observer_answer_faithfulness_ratio", "Judge faithfulness of judged answers"
+        )
+        self.citation_accuracy = ratio(
+            "observer_answer_citation_accuracy_ratio", "Judge citation accuracy of judged answers"
+        )
+
+        # -- the pipeline -------------------------------------------------------------
         self.traces = Counter(
             "observer_traces_total",
             "Traces handled by outcome (scored, rescored, unchanged, unsettled, skipped, deferred)",
@@ -28,6 +146,11 @@ class Metrics:
         self.scores_pushed = Counter(
             "observer_scores_pushed_total", "Scores acknowledged by the sink", registry=r
         )
+        self.scores_retried = Counter(
+            "observer_scores_retried_total",
+            "Scores whose push failed and that wait in the outbox for another try",
+            registry=r,
+        )
         self.scores_dropped = Counter(
             "observer_scores_dropped_total", "Scores given up on, by reason", ["reason"], registry=r
         )
@@ -40,7 +163,7 @@ class Metrics:
         self.outbox = Gauge("observer_outbox_scores", "Scores waiting in the outbox", registry=r)
         self.source_requests = Counter(
             "observer_source_requests_total",
-            "Requests to the observation source, by result",
+            "Requests to Langfuse's observations API, by result",
             ["result"],
             registry=r,
         )
@@ -49,21 +172,20 @@ class Metrics:
         )
         self.watermark_lag = Gauge(
             "observer_watermark_lag_seconds",
-            "How far the watermark trails the clock at the end of the last pass",
+            "How far the point up to which every trace has been processed trails the clock",
             registry=r,
         )
+        self._watermark: float | None = None
+        self._clock: Callable[[], float] = time.time
+        self.watermark_lag.set_function(self._lag)
         self.pass_duration = Histogram(
             "observer_pass_duration_seconds",
             "Duration of one poll pass",
             buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
             registry=r,
         )
-        self.crag_mismatch = Counter(
-            "observer_crag_grade_mismatches_total",
-            "Traces whose app-logged CRAG grade differs from the recomputed one",
-            registry=r,
-        )
 
+        # -- the judge ----------------------------------------------------------------
         self.judge_decisions = Counter(
             "observer_judge_decisions_total",
             "Sampling decisions (sampled, risk, not_sampled, over_budget, disabled, queue_full)",
@@ -91,12 +213,8 @@ class Metrics:
         self.judge_cost = Counter(
             "observer_judge_cost_usd_total", "Judge cost at the configured prices", registry=r
         )
-        self.critical_unsupported = Counter(
-            "observer_critical_unsupported_total",
-            "Judged traces with an unsupported claim holding a number, date or amount",
-            registry=r,
-        )
 
+        # -- alerts ---------------------------------------------------------------------
         self.alert_notifications = Counter(
             "observer_alert_notifications_total",
             "Alert notifications by notifier and result (sent, failed, dropped)",
@@ -105,7 +223,7 @@ class Metrics:
         )
         self.alert_evaluations = Counter(
             "observer_alert_evaluations_total",
-            "Alert rule evaluations by outcome (ok, pending, firing, no_data, insufficient)",
+            "Alert rule evaluations by outcome (ok, pending, firing)",
             ["rule", "outcome"],
             registry=r,
         )
@@ -116,7 +234,117 @@ class Metrics:
             registry=r,
         )
 
+        _zero(self.traces, "outcome", TRACE_OUTCOMES)
+        _zero(self.skips, "reason", SKIP_REASONS)
+        _zero(self.source_requests, "result", REQUEST_RESULTS)
+        _zero(self.scores_dropped, "reason", DROP_REASONS)
+        _zero(self.push_errors, "kind", PUSH_ERROR_KINDS)
+        _zero(self.judge_decisions, "decision", JUDGE_DECISIONS)
+        _zero(self.judged, "result", JUDGE_RESULTS)
+        _zero(self.judge_tokens, "kind", ("prompt", "completion"))
+
+    # -- the lag ------------------------------------------------------------------
+
+    def _lag(self) -> float:
+        mark = self._watermark
+        return 0.0 if mark is None else max(0.0, self._clock() - mark)
+
+    def set_watermark(self, unix_s: float, clock: Callable[[], float] | None = None) -> None:
+        """The lag is computed when read: it grows while observer stalls."""
+        self._watermark = unix_s
+        if clock is not None:
+            self._clock = clock
+
+    # -- quality ------------------------------------------------------------------
+
+    def quality_labels(self, environment: str | None, query_type: str | None) -> tuple[str, str]:
+        """(environment, query_type), the query type capped; new pairs start at 0."""
+        env = environment or "default"
+        kind = query_type or NO_QUERY_TYPE
+        with self._labels_lock:
+            if kind not in self._query_types:
+                if len(self._query_types) < self.max_query_types:
+                    self._query_types.add(kind)
+                else:
+                    kind = OTHER
+            if (env, kind) not in self._pairs:
+                self._pairs.add((env, kind))
+                self._zero_quality(env, kind)
+        return env, kind
+
+    def _zero_quality(self, env: str, kind: str) -> None:
+        for counter in (
+            self.answers,
+            self.answers_ungrounded,
+            self.answers_fallback,
+            self.answers_ghost,
+            self.answers_unsupported_numbers,
+            self.crag_mismatch,
+            self.critical_unsupported,
+        ):
+            counter.labels(environment=env, query_type=kind)
+        for band in Band:
+            self.answers_by_band.labels(environment=env, query_type=kind, band=band.value)
+        for grade in Grade:
+            self.answers_by_grade.labels(environment=env, query_type=kind, crag_grade=grade.value)
+
+    def observe_answer(self, record: RagRecord, signals: Signals) -> None:
+        """One newly scored answer into the quality metrics."""
+        env, kind = self.quality_labels(record.environment, record.query_type)
+        labels = {"environment": env, "query_type": kind}
+        self.answers.labels(**labels).inc()
+        self.answers_by_band.labels(**labels, band=signals.band.value).inc()
+        self.answers_by_grade.labels(**labels, crag_grade=signals.crag.grade.value).inc()
+        if signals.ungrounded:
+            self.answers_ungrounded.labels(**labels).inc()
+        if signals.needs_fallback:
+            self.answers_fallback.labels(**labels).inc()
+        if signals.citations.invalid_refs:
+            self.answers_ghost.labels(**labels).inc()
+        if signals.numeric.grounded < signals.numeric.numbers:
+            self.answers_unsupported_numbers.labels(**labels).inc()
+        if signals.crag_mismatch:
+            self.crag_mismatch.labels(**labels).inc()
+        self.confidence.labels(**labels).observe(signals.confidence)
+        self.rerank_top1.labels(**labels).observe(signals.rerank_top1)
+        if signals.citations.coverage is not None:
+            self.coverage.labels(**labels).observe(signals.citations.coverage)
+        if signals.numeric.ratio is not None:
+            self.numeric_grounding.labels(**labels).observe(signals.numeric.ratio)
+
+    def observe_judgement(
+        self,
+        record: RagRecord,
+        faithfulness: float | None,
+        citation_accuracy: float | None,
+        critical: bool | None,
+    ) -> None:
+        env, kind = self.quality_labels(record.environment, record.query_type)
+        labels = {"environment": env, "query_type": kind}
+        if faithfulness is not None:
+            self.faithfulness.labels(**labels).observe(faithfulness)
+        if citation_accuracy is not None:
+            self.citation_accuracy.labels(**labels).observe(citation_accuracy)
+        if critical:
+            self.critical_unsupported.labels(**labels).inc()
+
+    # -- reading back ---------------------------------------------------------------
+
     def value(self, name: str, **labels: str) -> float:
         """Current value of a sample (0 when never set), for summaries and tests."""
         found = self.registry.get_sample_value(name, labels or None)
         return float(found) if found is not None else 0.0
+
+    def total(self, name: str) -> float:
+        """A sample summed over all its labels (0 when absent)."""
+        return sum(
+            sample.value
+            for family in self.registry.collect()
+            for sample in family.samples
+            if sample.name == name
+        )
+
+
+def _zero(counter: Counter, label: str, values: Iterable[str]) -> None:
+    for value in values:
+        counter.labels(**{label: value})

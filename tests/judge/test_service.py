@@ -82,7 +82,7 @@ def test_every_sampled_trace_is_judged_and_scored_once(
             assert score["timestamp"] == anchor["timestamp"]
     # The demo holds fabricated figures: the critical ones were handed on at once.
     assert critical and set(critical) <= set(got)
-    assert metrics.value("observer_critical_unsupported_total") == len(critical)
+    assert metrics.total("observer_critical_unsupported_total") == len(critical)
     assert all(got[t]["critical_unsupported"]["value"] == 1 for t in critical)
 
 
