@@ -331,6 +331,26 @@ def _window_rule(r: WindowRuleSettings) -> WindowRule:
     )
 
 
+class HttpSettings(_Section):
+    enabled: bool = Field(True, description="serve /metrics, /healthz and /readyz")
+    host: str = Field("127.0.0.1", description="loopback by default; 0.0.0.0 in a container")
+    port: int = Field(9464, ge=0, le=65535, description="0: any free port")
+    ready_max_lag_s: float = Field(600.0, gt=0, description="/readyz: lag above this is not ready")
+    ready_langfuse_within_s: float = Field(
+        300.0, gt=0, description="/readyz: Langfuse must have answered within this"
+    )
+
+
+class MetricsSettings(_Section):
+    max_query_types: int = Field(20, ge=1, description="query_type label values; the rest: other")
+
+
+class TelemetrySettings(_Section):
+    judge_to_langfuse: bool = Field(
+        False, description="also send the judge's LLM calls to Langfuse as generations"
+    )
+
+
 class LogSettings(_Section):
     format: Literal["auto", "json", "console"] = "auto"
     level: Literal["debug", "info", "warning", "error"] = "info"
@@ -375,6 +395,13 @@ class _LangfuseEnv(PydanticBaseSettingsSource):
         if env.get("OPENAI_API_KEY"):
             judge["api_key"] = env["OPENAI_API_KEY"]
         out: dict[str, Any] = {}
+        http = {
+            key: env[name]
+            for key, name in (("host", "OBSERVER_HTTP_HOST"), ("port", "OBSERVER_HTTP_PORT"))
+            if env.get(name)
+        }
+        if http:
+            out["http"] = http
         if found:
             out["langfuse"] = found
         if judge:
@@ -403,6 +430,9 @@ class Settings(BaseSettings):
     mapping: MappingSettings = MappingSettings()
     judge: JudgeSettings = JudgeSettings()
     alerts: AlertsSettings = AlertsSettings()
+    http: HttpSettings = HttpSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    telemetry: TelemetrySettings = TelemetrySettings()
     log: LogSettings = LogSettings()
 
     @classmethod
