@@ -47,6 +47,7 @@ from observer.sources.ratelimit import RateLimiter
 from observer.sources.replay import ReplaySource
 from observer.state import State, StateError
 from observer.summary import Summary
+from observer.telemetry.http import Health, HttpServer
 from observer.telemetry.metrics import Metrics
 from observer.times import iso
 
@@ -178,6 +179,7 @@ class Parts:
     stop: threading.Event
     summary: Summary
     alerts: AlertService
+    health: Health
     judge: JudgeService | None = None
 
 
@@ -193,9 +195,10 @@ def build(
     on_judged: JudgedHook | None = None,
 ) -> Parts:
     """Wire the pipeline. Without `source`/`sink`, both talk to Langfuse."""
-    metrics = metrics or Metrics()
+    metrics = metrics or Metrics(max_query_types=settings.metrics.max_query_types)
     stop = stop or threading.Event()
     state = State(state_path or settings.state.path, max_outbox=settings.sink.max_outbox)
+    health = build_health(settings, state, metrics)
     try:
         alerts = build_alerts(settings, state, metrics)
     except ConfigError:
@@ -262,11 +265,48 @@ def build(
         lookback_s=settings.source.lookback_s,
         on_scored=on_scored,
         on_signals=lambda _record, signals: summary.add(signals),
-        should_stop=stop.is_set,
+        should_stop=_beating(health, stop),
     )
     return Parts(
-        settings, state, metrics, source, dispatcher, pipeline, stop, summary, alerts, judge
+        settings, state, metrics, source, dispatcher, pipeline, stop, summary, alerts, health, judge
     )
+
+
+def _beating(health: Health, stop: threading.Event) -> Callable[[], bool]:
+    """The pipeline asks whether to stop once per page: a heartbeat for /healthz too."""
+
+    def should_stop() -> bool:
+        health.beat()
+        return stop.is_set()
+
+    return should_stop
+
+
+def build_health(settings: Settings, state: State, metrics: Metrics) -> Health:
+    return Health(
+        stale_after_s=max(60.0, 3 * settings.source.poll_interval_s),
+        langfuse_within_s=max(
+            settings.http.ready_langfuse_within_s, 2 * settings.source.poll_interval_s
+        ),
+        max_lag_s=settings.http.ready_max_lag_s,
+        lag_s=lambda: metrics.value("observer_watermark_lag_seconds"),
+        outbox=state.outbox_size,
+        max_outbox=settings.sink.max_outbox,
+    )
+
+
+def start_http(settings: Settings, metrics: Metrics, health: Health) -> HttpServer | None:
+    """The /metrics, /healthz, /readyz port, or None when switched off."""
+    if not settings.http.enabled:
+        return None
+    host, port = settings.http.host, settings.http.port
+    try:
+        return HttpServer(host, port, metrics.registry, health).start()
+    except OSError as error:
+        raise ConfigError(
+            f"http: cannot listen on {host}:{port} ({error.strerror}); "
+            "set http.port (OBSERVER_HTTP_PORT) to a free port"
+        ) from None
 
 
 def _both(first: JudgedHook, second: JudgedHook | None) -> JudgedHook:
@@ -551,8 +591,12 @@ def signals_set(stop: threading.Event) -> Iterator[None]:
 
 
 def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
-    """Poll and push until SIGTERM/SIGINT; then drain, flush, persist, exit 0 in the grace."""
+    """Poll and push until SIGTERM/SIGINT; then drain, flush, persist, exit 0 in the grace.
+
+    Raises ConfigError when the HTTP port cannot be opened (before anything runs).
+    """
     settings = parts.settings
+    server = start_http(settings, parts.metrics, parts.health)
     parts.dispatcher.start()
     if parts.judge is not None:
         parts.judge.start()
@@ -562,8 +606,10 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
         if parts.stop.is_set() or not busy.acquire(blocking=False):
             return
         try:
+            parts.health.beat()
             moment = clock()
             result = parts.pipeline.poll(moment)
+            parts.health.langfuse_answered()
             alert_after_pass(parts, moment)
             log.info(
                 "poll_completed",
@@ -635,11 +681,26 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
         parts.alerts.shutdown(max(0.5, deadline - time.monotonic()))
         left = parts.state.outbox_size()
         parts.state.close()
+        if server is not None:
+            server.stop()
     log.info("observer_stopped", flushed=flushed, outbox_left=left)
     return EXIT_OK
 
 
 # -- the demo -------------------------------------------------------------------
+
+
+def serve_until_stopped(parts: Parts, started: Callable[[str], None]) -> None:
+    """Serve the HTTP port of a finished run until SIGTERM/SIGINT (`demo --serve`)."""
+    parts.health.stale_after_s = None  # no poll loop to watch
+    parts.health.langfuse_answered()
+    server = start_http(parts.settings, parts.metrics, parts.health)
+    if server is None:
+        raise ConfigError("http.enabled is false: nothing to serve")
+    started(server.url)
+    with signals_set(parts.stop):
+        parts.stop.wait()
+    server.stop()
 
 
 def demo(settings: Settings, out: Path, state_path: Path) -> tuple[OnceResult, Parts]:

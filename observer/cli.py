@@ -237,7 +237,13 @@ def run(config_path: str | None, state_path: str | None, once: bool) -> None:
     _logging(settings)
     parts = _build(settings, state_path)
     if not once:
-        raise SystemExit(app.run_daemon(parts))
+        try:
+            code = app.run_daemon(parts)
+        except ConfigError as error:
+            parts.state.close()
+            click.echo(f"observer: {error}", err=True)
+            raise SystemExit(app.EXIT_CONFIG) from None
+        raise SystemExit(code)
     outcome = app.run_once(parts)
     if outcome.passed is not None:
         _Console().print(_pass_table("observer run --once", outcome.passed, parts, {}))
@@ -369,12 +375,18 @@ def check(config_path: str | None, state_path: str | None) -> None:
 )
 @_state_option
 @_config_option
-def demo(out: str, state_path: str | None, config_path: str | None) -> None:
+@click.option(
+    "--serve",
+    is_flag=True,
+    help="Then serve /metrics, /healthz and /readyz on the [http] port until Ctrl-C.",
+)
+def demo(out: str, state_path: str | None, config_path: str | None, serve: bool) -> None:
     """The daemon on bundled example traces: no Langfuse account or key needed.
 
     Runs the real pipeline (mapping, signals, dispatcher, state) over example
     traces shaped like Langfuse observations, writes the scores Langfuse would
-    receive to --out and prints a summary.
+    receive to --out and prints a summary. With --serve, the metrics of that
+    run stay up for Prometheus and Grafana to look at.
     """
     settings = _settings(config_path)
     configure_logging(settings.log.format, "warning")
@@ -405,6 +417,18 @@ def demo(out: str, state_path: str | None, config_path: str | None) -> None:
             )
         )
         console.print(_demo_next_steps(out))
+        if serve and outcome.exit_code == app.EXIT_OK:
+            try:
+                app.serve_until_stopped(
+                    parts,
+                    lambda url: console.print(
+                        f"\nserving {url}/metrics, /healthz, /readyz (Ctrl-C to stop)"
+                    ),
+                )
+            except ConfigError as error:
+                parts.state.close()
+                click.echo(f"observer: {error}", err=True)
+                raise SystemExit(app.EXIT_CONFIG) from None
         parts.state.close()
     if outcome.error:
         click.echo(f"observer: {outcome.error}", err=True)

@@ -38,6 +38,7 @@ def daemon_env(fake: FakeLangfuse) -> dict[str, str]:
         OBSERVER_SOURCE__REQUESTS_PER_MINUTE="6000",
         OBSERVER_RUN__SHUTDOWN_GRACE_S="5",
         OBSERVER_LOG__FORMAT="json",
+        OBSERVER_HTTP_PORT="0",  # any free port: tests never fight over 9464
     )
     return env
 
