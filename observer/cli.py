@@ -19,28 +19,22 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
-import tomli_w
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from observer import __version__, app
-from observer.config import ConfigError, Settings, load_settings, masked
-from observer.judge.outcome import JudgeResult
-from observer.output import dumps_line, signals_json
-from observer.pipeline import PassResult
-from observer.records import RecordError, parse_record
-from observer.scores import SIGNAL_SCORE_NAMES
-from observer.signals import SignalParams, compute
-from observer.sinks.jsonl import JsonlScoreSink
-from observer.sources.langfuse import FIELDS
-from observer.state import StateError
-from observer.summary import Summary, summary_table
-from observer.telemetry.logging import configure_logging
+from observer import __version__
 from observer.times import iso, parse_duration, parse_time
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # each command imports what it needs: `observer --help` stays quick
+    from rich.console import Console
+    from rich.table import Table
+
+    from observer import app
     from observer.alerts.service import AlertService
+    from observer.config import Settings
+    from observer.judge.outcome import JudgeResult
+    from observer.pipeline import PassResult
+    from observer.records import RecordError
+    from observer.signals import SignalParams
+    from observer.summary import Summary
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,6 +52,8 @@ def _config_option(func: F) -> F:
 
 
 def _settings(config_path: str | None) -> Settings:
+    from observer.config import ConfigError, load_settings
+
     try:
         return load_settings(config_path)
     except ConfigError as error:
@@ -75,10 +71,16 @@ def _closed_pipe_exit() -> None:
     raise SystemExit(0)
 
 
-class _Console(Console):
-    def on_broken_pipe(self) -> None:  # rich exits 1 here; a reader that left is no error
-        self.quiet = True
-        _closed_pipe_exit()
+def _Console(**kwargs: Any) -> Console:
+    """A rich Console that ends quietly on a closed pipe (rich itself exits 1 there)."""
+    from rich.console import Console
+
+    class QuietOnClosedPipe(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            _closed_pipe_exit()
+
+    return QuietOnClosedPipe(**kwargs)
 
 
 class _Commands(click.Group):
@@ -112,6 +114,10 @@ def score_lines(
     summary: Summary,
 ) -> None:
     """Score RagRecord JSON lines; a bad line is reported and skipped."""
+    from observer.output import signals_json
+    from observer.records import RecordError, parse_record
+    from observer.signals import compute
+
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -149,6 +155,9 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
     not a valid record is reported on stderr as {"line": N, "error": "..."}
     and skipped.
     """
+    from observer.output import dumps_line
+    from observer.summary import Summary, summary_table
+
     params = _settings(config_path).signal_params()
     out = sys.stdout.buffer
 
@@ -181,10 +190,16 @@ def _state_option(func: F) -> F:
 
 
 def _logging(settings: Settings) -> None:
+    from observer.telemetry.logging import configure_logging
+
     configure_logging(settings.log.format, settings.log.level)
 
 
 def _build(settings: Settings, state_path: str | None, **kwargs: Any) -> app.Parts:
+    from observer import app
+    from observer.config import ConfigError
+    from observer.state import StateError
+
     try:
         return app.build(settings, state_path=state_path, **kwargs)
     except (ConfigError, StateError) as error:
@@ -193,6 +208,8 @@ def _build(settings: Settings, state_path: str | None, **kwargs: Any) -> app.Par
 
 
 def _pass_table(title: str, result: PassResult, parts: app.Parts, extra: dict[str, str]) -> Table:
+    from rich.table import Table
+
     table = Table(title=title, show_header=False)
     table.add_column("")
     table.add_column("", overflow="fold")
@@ -233,6 +250,9 @@ def run(config_path: str | None, state_path: str | None, once: bool) -> None:
     delay, push and flush, then exit (0; 3 when Langfuse is unreachable or
     scores stay undelivered; 4 when Langfuse rejects the keys).
     """
+    from observer import app
+    from observer.config import ConfigError
+
     settings = _settings(config_path)
     _logging(settings)
     parts = _build(settings, state_path)
@@ -280,6 +300,10 @@ def backfill(
     Traces already scored and unchanged push nothing; the daemon's watermark
     is not touched.
     """
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+    from observer import app
+
     begin = _moment(start)
     finish = _moment(end) if end else app.now_utc()
     if finish <= begin:
@@ -325,6 +349,12 @@ def backfill(
 @_state_option
 def check(config_path: str | None, state_path: str | None) -> None:
     """Check the config, reach Langfuse, prove the keys, and show what will be read."""
+    from rich.table import Table
+
+    from observer import app
+    from observer.scores import SIGNAL_SCORE_NAMES
+    from observer.sources.langfuse import FIELDS
+
     settings = _settings(config_path)
     rules = settings.mapping_rules()
     src = settings.source
@@ -388,6 +418,13 @@ def demo(out: str, state_path: str | None, config_path: str | None, serve: bool)
     receive to --out and prints a summary. With --serve, the metrics of that
     run stay up for Prometheus and Grafana to look at.
     """
+    from observer import app
+    from observer.config import ConfigError
+    from observer.sinks.jsonl import JsonlScoreSink
+    from observer.state import StateError
+    from observer.summary import summary_table
+    from observer.telemetry.logging import configure_logging
+
     settings = _settings(config_path)
     configure_logging(settings.log.format, "warning")
     with tempfile.TemporaryDirectory(prefix="observer-demo-") as scratch:
@@ -487,6 +524,15 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
     judge_error, one per record, in input order. Needs OBSERVER_JUDGE_MODEL and
     OPENAI_API_KEY (or OBSERVER_JUDGE_BASE_URL for a keyless endpoint).
     """
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from observer import app
+    from observer.config import ConfigError
+    from observer.output import dumps_line, signals_json
+    from observer.records import RecordError, parse_record
+    from observer.signals import compute
+    from observer.telemetry.logging import configure_logging
+
     settings = _settings(config_path)
     configure_logging(settings.log.format, "warning")
     try:
@@ -549,6 +595,10 @@ def config() -> None:
 @_config_option
 def config_show(config_path: str | None) -> None:
     """Print the effective configuration as TOML, secrets masked."""
+    import tomli_w
+
+    from observer.config import masked
+
     settings = _settings(config_path)
     click.echo(tomli_w.dumps(masked(settings)), nl=False)
 
@@ -561,6 +611,11 @@ def alerts() -> None:
 def _alert_service(
     config_path: str | None, state_path: str | None, notify: bool = False
 ) -> tuple[Settings, AlertService]:
+    from observer import app
+    from observer.config import ConfigError
+    from observer.state import StateError
+    from observer.telemetry.logging import configure_logging
+
     settings = _settings(config_path)
     configure_logging(settings.log.format, "warning")
     try:
@@ -589,6 +644,8 @@ def alerts_status(config_path: str | None, state_path: str | None) -> None:
     Evaluated now over the stored signal history, from the state the daemon
     saved; nothing is sent and nothing is saved.
     """
+    from rich.table import Table
+
     _, service = _alert_service(config_path, state_path)
     try:
         statuses = service.status()
@@ -627,6 +684,10 @@ def alerts_status(config_path: str | None, state_path: str | None) -> None:
 @click.option("--notifier", "name", default=None, help="Only this notifier (default: all).")
 def alerts_test(config_path: str | None, name: str | None) -> None:
     """Send a test alert through each notifier; exit 1 when one fails."""
+    from observer import app
+    from observer.config import ConfigError
+    from observer.telemetry.logging import configure_logging
+
     settings = _settings(config_path)
     configure_logging(settings.log.format, "error")
     try:
@@ -665,6 +726,11 @@ def alerts_backtest(
     The same engine as the daemon, from a clean state; nothing is sent. Try a
     rule here before anyone is paged by it.
     """
+    from rich.table import Table
+
+    from observer import app
+    from observer.config import ConfigError
+
     begin = _moment(start)
     finish = _moment(end) if end else app.now_utc()
     if finish <= begin:
