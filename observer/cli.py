@@ -192,7 +192,7 @@ def _state_option(func: F) -> F:
 def _logging(settings: Settings) -> None:
     from observer.telemetry.logging import configure_logging
 
-    configure_logging(settings.log.format, settings.log.level)
+    configure_logging(settings.log.format, settings.log.level, log_content=settings.log.log_content)
 
 
 def _build(settings: Settings, state_path: str | None, **kwargs: Any) -> app.Parts:

@@ -354,6 +354,7 @@ class TelemetrySettings(_Section):
 class LogSettings(_Section):
     format: Literal["auto", "json", "console"] = "auto"
     level: Literal["debug", "info", "warning", "error"] = "info"
+    log_content: bool = Field(False, description="question and answer text in log events")
 
 
 def _resolve_hook(spec: str) -> Callable[[list[dict[str, Any]]], Any]:

@@ -43,3 +43,29 @@ def test_json_keeps_every_event(capsys: pytest.CaptureFixture[str]) -> None:
     emit()
     events = [json.loads(line)["event"] for line in capsys.readouterr().err.splitlines()]
     assert events == ["trace_scored", "poll_completed", "trace_deferred"]
+
+
+def test_dependencies_log_through_the_same_json_stream(capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    configure_logging("json", "info")
+    logging.getLogger("apscheduler.scheduler").warning("Run time of job was missed")
+    logging.getLogger("httpx").info("HTTP Request: GET http://x")  # chatty at info: not shown
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1
+    event = json.loads(lines[0])
+    assert event["event"] == "Run time of job was missed"
+    assert event["logger"] == "apscheduler.scheduler" and event["level"] == "warning"
+
+
+def test_question_and_answer_text_stay_out_unless_asked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log = structlog.get_logger("observer.test")
+    configure_logging("json", "info")
+    log.info("trace_scored", question="what is my balance?", answer="It is 42 EUR [1].")
+    configure_logging("json", "info", log_content=True)
+    log.info("trace_scored", question="what is my balance?")
+    hidden, shown = (json.loads(line) for line in capsys.readouterr().err.splitlines())
+    assert "balance" not in json.dumps(hidden) and "42 EUR" not in json.dumps(hidden)
+    assert shown["question"] == "what is my balance?"
