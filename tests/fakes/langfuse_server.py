@@ -9,10 +9,21 @@ Routes:
 - ``GET /api/public/v2/observations`` -> ``{"data": [...], "meta": {"cursor": str | null}}``
 - ``POST /api/public/scores`` (JSON array, as SDK 5 sends it) -> 202, or 207 when told to
   reject some scores
+- ``GET|POST /api/public/score-configs``, ``GET|PATCH /api/public/score-configs/{id}``
+- the unstable dashboards API: ``GET|POST /api/public/unstable/dashboards``,
+  ``GET .../dashboards/{id}``, ``POST .../dashboards/{id}/placements``,
+  ``GET|POST /api/public/unstable/dashboard-widgets``, ``GET .../dashboard-widgets/{id}``
 - anything else -> 404
 
 Every route under ``/api/public`` except health wants HTTP Basic auth with
 ``public_key:secret_key``; a wrong or missing header gets the real API's 401 bodies.
+GET lists of score configs, dashboards and widgets page with ``page`` (from 1) and
+``limit`` (default 50, at most 100) and answer ``{"data": [...], "meta": {"page", "limit",
+"totalItems", "totalPages"}}``. Invalid bodies are 400 with a message: the stable API's
+``{"message": "Invalid request data", "error": [issues]}``, the unstable API's envelope
+``{"message", "code", "details"}`` (which it also uses for 401, 404, 405 and 409).
+``dashboards_api = False`` makes the dashboards API answer like a server without it
+(404 ``Route not found``, before auth).
 
 Fault injection: ``fail_next`` (any status, optional ``Retry-After``), ``reject_next_scores``
 (207 partial acceptance), ``latency_s`` (sleep before each answer) and ``stop()`` /
@@ -50,6 +61,9 @@ __all__ = [
 HEALTH_PATH: Final = "/api/public/health"
 OBSERVATIONS_PATH: Final = "/api/public/v2/observations"
 SCORES_PATH: Final = "/api/public/scores"
+SCORE_CONFIGS_PATH: Final = "/api/public/score-configs"
+DASHBOARDS_PATH: Final = "/api/public/unstable/dashboards"
+DASHBOARD_WIDGETS_PATH: Final = "/api/public/unstable/dashboard-widgets"
 SERVER_VERSION: Final = "4.16.0"
 
 DEFAULT_LIMIT: Final = 50
@@ -432,6 +446,7 @@ class FakeLangfuse(LoopbackService):
     public_key: str
     secret_key: str
     latency_s: float
+    dashboards_api: bool  # False: an older server, no dashboards API (404 Route not found)
 
     def __init__(self) -> None:
         super().__init__()
@@ -446,6 +461,12 @@ class FakeLangfuse(LoopbackService):
         self._fail_rules: list[_FailRule] = []
         self._reject_next: int = 0
         self._in_flight = 0
+        self.dashboards_api = True
+        self._score_configs: dict[str, JsonDict] = {}
+        self._widgets: dict[str, JsonDict] = {}
+        self._dashboards: dict[str, JsonDict] = {}
+        self._touched: dict[str, int] = {}  # dashboard id -> update sequence (newest first)
+        self._sequence = 0
 
     # ---- data ------------------------------------------------------------------------
 
@@ -521,6 +542,37 @@ class FakeLangfuse(LoopbackService):
                 for score in self._scores.values()
             )
         return sorted({(trace, name) for (trace, _, _, name), n in counts.items() if n > 1})
+
+    # ---- score configs and dashboards -------------------------------------------------
+
+    @property
+    def score_configs(self) -> list[dict[str, Any]]:
+        """Stored score configs as the API returns them, oldest first."""
+        with self._lock:
+            return copy.deepcopy(list(self._score_configs.values()))
+
+    def add_score_config(self, body: dict[str, Any], *, archived: bool = False) -> dict[str, Any]:
+        """Store a config as POST /api/public/score-configs would (validated); returns it."""
+        issues = _score_config_issues(body)
+        if issues:
+            raise ValueError(f"invalid score config {body!r}: {issues}")
+        config = _new_score_config(body)
+        config["isArchived"] = archived
+        with self._lock:
+            self._score_configs[config["id"]] = config
+        return copy.deepcopy(config)
+
+    @property
+    def dashboard_widgets(self) -> list[dict[str, Any]]:
+        """Stored dashboard widgets as the API returns them, oldest first."""
+        with self._lock:
+            return copy.deepcopy(list(self._widgets.values()))
+
+    @property
+    def dashboards(self) -> list[dict[str, Any]]:
+        """Stored dashboards (with their placements) as the API returns them, oldest first."""
+        with self._lock:
+            return copy.deepcopy(list(self._dashboards.values()))
 
     # ---- requests and faults ---------------------------------------------------------
 
@@ -671,7 +723,7 @@ class FakeLangfuse(LoopbackService):
             return failure
         routes = {HEALTH_PATH: "GET", OBSERVATIONS_PATH: "GET", SCORES_PATH: "POST"}
         if path not in routes:
-            raise _HttpError(404, "Route not found", error="NotFoundError")
+            return self._respond_resource(method, path, query, body, handler)
         if method not in (routes[path], "HEAD" if routes[path] == "GET" else ""):
             raise _HttpError(405, f"Method {method} not allowed", error="MethodNotAllowedError")
         if path == HEALTH_PATH:
@@ -853,6 +905,237 @@ class FakeLangfuse(LoopbackService):
             },
         )
 
+    # ---- score configs and the unstable dashboards API ---------------------------------
+
+    def _respond_resource(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        body: bytes,
+        handler: LoopbackHandler,
+    ) -> _Response:
+        found = next(
+            ((m, actions) for p, actions in _RESOURCE_ROUTES if (m := p.match(path)) is not None),
+            None,
+        )
+        if found is None:
+            raise _HttpError(404, "Route not found", error="NotFoundError")
+        match, actions = found
+        unstable = path.startswith(_UNSTABLE_PREFIX)
+        if unstable and not self.dashboards_api:  # a server without it: no such route at all
+            raise _HttpError(404, "Route not found", error="NotFoundError")
+        try:
+            action = actions.get("GET" if method == "HEAD" else method)
+            if action is None:
+                raise _HttpError(405, f"Method {method} not allowed", error="MethodNotAllowedError")
+            self._check_auth(handler.headers.get("Authorization"))
+            payload = _json_body(body) if method in ("POST", "PATCH") else None
+            route: Callable[[str | None, dict[str, list[str]], Any], _Response] = getattr(
+                self, action
+            )
+            return route(match.groupdict().get("id"), query, payload)
+        except _HttpError as exc:
+            if unstable and "code" not in exc.body:
+                exc.body = {
+                    "message": exc.body["message"],
+                    "code": _UNSTABLE_CODES.get(exc.status, "invalid_request"),
+                }
+            raise
+
+    # score configs (stable API: 400 is {"message": "Invalid request data", "error": [...]})
+
+    def _list_score_configs(
+        self, _id: str | None, query: dict[str, list[str]], _body: Any
+    ) -> _Response:
+        with self._lock:
+            newest_first = list(reversed(self._score_configs.values()))
+        return _Response(200, _page_of(newest_first, query, unstable=False))
+
+    def _create_score_config(
+        self, _id: str | None, _query: dict[str, list[str]], body: Any
+    ) -> _Response:
+        issues = _score_config_issues(body)
+        if issues:
+            raise _bad_request("Invalid request data", error=issues)
+        config = _new_score_config(body)
+        with self._lock:
+            self._score_configs[config["id"]] = config
+        return _Response(200, copy.deepcopy(config))
+
+    def _get_score_config(
+        self, config_id: str | None, _query: dict[str, list[str]], _body: Any
+    ) -> _Response:
+        with self._lock:
+            config = self._score_configs.get(str(config_id))
+            if config is None:
+                raise _HttpError(404, "Score config not found", error="LangfuseNotFoundError")
+            return _Response(200, copy.deepcopy(config))
+
+    def _update_score_config(
+        self, config_id: str | None, _query: dict[str, list[str]], body: Any
+    ) -> _Response:
+        with self._lock:
+            config = self._score_configs.get(str(config_id))
+            if config is None:
+                raise _HttpError(404, "Score config not found", error="LangfuseNotFoundError")
+            issues = _score_config_update_issues(body, config)
+            if issues:
+                raise _bad_request("Invalid request data", error=issues)
+            # Unknown keys (dataType among them) are stripped, as zod does: no type change.
+            for key in _SCORE_CONFIG_UPDATE_KEYS:
+                if key in body:
+                    config[key] = copy.deepcopy(body[key])
+            config["updatedAt"] = _now_iso()
+            return _Response(200, copy.deepcopy(config))
+
+    # dashboard widgets (unstable API: errors are {"message", "code", "details"})
+
+    def _list_widgets(self, _id: str | None, query: dict[str, list[str]], _body: Any) -> _Response:
+        with self._lock:
+            newest_first = list(reversed(self._widgets.values()))
+        return _Response(200, _page_of(newest_first, query, unstable=True))
+
+    def _create_widget(self, _id: str | None, _query: dict[str, list[str]], body: Any) -> _Response:
+        widget = _new_widget(body)
+        with self._lock:
+            self._widgets[widget["id"]] = widget
+        return _Response(200, copy.deepcopy(widget))
+
+    def _get_widget(
+        self, widget_id: str | None, _query: dict[str, list[str]], _body: Any
+    ) -> _Response:
+        with self._lock:
+            widget = self._widgets.get(str(widget_id))
+            if widget is None:
+                raise _unstable_error(
+                    404, "resource_not_found", f"Dashboard widget {widget_id} not found"
+                )
+            return _Response(200, copy.deepcopy(widget))
+
+    # dashboards
+
+    def _list_dashboards(
+        self, _id: str | None, query: dict[str, list[str]], _body: Any
+    ) -> _Response:
+        with self._lock:
+            order = sorted(self._dashboards, key=lambda d: self._touched[d], reverse=True)
+            newest_first = [self._dashboards[d] for d in order]
+        return _Response(200, _page_of(newest_first, query, unstable=True))
+
+    def _create_dashboard(
+        self, _id: str | None, _query: dict[str, list[str]], body: Any
+    ) -> _Response:
+        if not isinstance(body, dict):
+            raise _invalid_body("body", "Expected object")
+        name = body.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise _invalid_body("name", "Dashboard name is required")
+        description = body.get("description")
+        if description is not None and not isinstance(description, str):
+            raise _invalid_body("description", "Expected string")
+        filters = body.get("filters")
+        if filters is None:
+            filters = []
+        _check_filters(filters, None, "filters")
+        definition = body.get("definition")
+        raw_placements: Any = [] if definition is None else None
+        if isinstance(definition, dict):
+            raw_placements = definition.get("widgets")
+        if not isinstance(raw_placements, list):
+            raise _invalid_body("definition.widgets", "Expected array")
+        with self._lock:
+            placements: list[JsonDict] = []
+            for index, raw in enumerate(raw_placements):
+                field = f"definition.widgets[{index}]"
+                placement = self._placement(raw, placements, field, require_position=True)
+                placements.append(placement)
+            now = _now_iso()
+            dashboard: JsonDict = {
+                "id": str(uuid.uuid4()),
+                "createdAt": now,
+                "updatedAt": now,
+                "name": name,
+                "description": description or "",
+                "definition": {"widgets": placements},
+                "filters": copy.deepcopy(filters),
+            }
+            self._dashboards[dashboard["id"]] = dashboard
+            self._touch(dashboard["id"])
+            return _Response(200, copy.deepcopy(dashboard))
+
+    def _get_dashboard(
+        self, dashboard_id: str | None, _query: dict[str, list[str]], _body: Any
+    ) -> _Response:
+        with self._lock:
+            return _Response(200, copy.deepcopy(self._dashboard(dashboard_id)))
+
+    def _add_placement(
+        self, dashboard_id: str | None, _query: dict[str, list[str]], body: Any
+    ) -> _Response:
+        with self._lock:
+            dashboard = self._dashboard(dashboard_id)
+            placements: list[JsonDict] = dashboard["definition"]["widgets"]
+            placement = self._placement(body, placements, "body", require_position=False)
+            placements.append(placement)
+            dashboard["updatedAt"] = _now_iso()
+            self._touch(dashboard["id"])
+            return _Response(200, copy.deepcopy(placement))
+
+    def _dashboard(self, dashboard_id: str | None) -> JsonDict:
+        dashboard = self._dashboards.get(str(dashboard_id))
+        if dashboard is None:
+            raise _unstable_error(404, "resource_not_found", f"Dashboard {dashboard_id} not found")
+        return dashboard
+
+    def _touch(self, dashboard_id: str) -> None:
+        self._sequence += 1
+        self._touched[dashboard_id] = self._sequence
+
+    def _placement(
+        self, raw: Any, existing: list[JsonDict], field: str, *, require_position: bool
+    ) -> JsonDict:
+        """One placement, validated, with the server's defaults (id, appended 6x6 tile)."""
+        if not isinstance(raw, dict):
+            raise _invalid_body(field, "Expected object")
+        kind = raw.get("type")
+        if kind not in ("widget", "preset"):
+            raise _invalid_body(f"{field}.type", "Expected 'widget' | 'preset'")
+        ref_key = "widgetId" if kind == "widget" else "presetId"
+        ref = raw.get(ref_key)
+        if not isinstance(ref, str) or not ref:
+            raise _invalid_body(f"{field}.{ref_key}", "Required")
+        if kind == "widget" and ref not in self._widgets:
+            raise _unstable_error(404, "resource_not_found", f"Dashboard widget {ref} not found")
+        placement_id = raw.get("id")
+        if placement_id is None and not require_position:
+            placement_id = str(uuid.uuid4())
+        if not isinstance(placement_id, str) or not placement_id:
+            raise _invalid_body(f"{field}.id", "Required")
+        if any(p["id"] == placement_id for p in existing):
+            raise _unstable_error(
+                409, "conflict", f"A placement with id {placement_id} already exists"
+            )
+        bottom = max((p["y"] + p["height"] for p in existing), default=0)
+        defaults = {"x": 0, "y": bottom, "width": 6, "height": 6}
+        position: dict[str, int] = {}
+        for key, default in defaults.items():
+            value = raw.get(key)
+            if value is None and not require_position:
+                value = default
+            minimum = 1 if key in ("width", "height") else 0
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise _invalid_body(f"{field}.{key}", f"Expected an integer >= {minimum}")
+            position[key] = value
+        if position["x"] + position["width"] > _GRID_COLUMNS:
+            raise _unstable_error(
+                400,
+                "invalid_request",
+                f"{field}: x + width must not exceed the {_GRID_COLUMNS}-column grid",
+                field=f"{field}.width",
+            )
+        return {"type": kind, "id": placement_id, ref_key: ref, **position}
+
 
 def _start_bound(bound_us: int, *, inclusive_lower: bool) -> _Predicate:
     """fromStartTime is inclusive (>=), toStartTime exclusive (<)."""
@@ -917,3 +1200,517 @@ def _score_error(score: Any) -> str | None:
     if metadata is not None and not isinstance(metadata, dict):
         return "metadata must be an object"
     return None
+
+
+# --------------------------------------------------------------------------------------
+# Score configs and the unstable dashboards API: routes, validation, objects
+# --------------------------------------------------------------------------------------
+
+_UNSTABLE_PREFIX: Final = "/api/public/unstable/"
+_RESOURCE_ROUTES: Final[tuple[tuple[re.Pattern[str], dict[str, str]], ...]] = tuple(
+    (re.compile(pattern), actions)
+    for pattern, actions in (
+        (
+            f"^{SCORE_CONFIGS_PATH}$",
+            {"GET": "_list_score_configs", "POST": "_create_score_config"},
+        ),
+        (
+            f"^{SCORE_CONFIGS_PATH}/(?P<id>[^/]+)$",
+            {"GET": "_get_score_config", "PATCH": "_update_score_config"},
+        ),
+        (f"^{DASHBOARDS_PATH}$", {"GET": "_list_dashboards", "POST": "_create_dashboard"}),
+        (f"^{DASHBOARDS_PATH}/(?P<id>[^/]+)$", {"GET": "_get_dashboard"}),
+        (f"^{DASHBOARDS_PATH}/(?P<id>[^/]+)/placements$", {"POST": "_add_placement"}),
+        (
+            f"^{DASHBOARD_WIDGETS_PATH}$",
+            {"GET": "_list_widgets", "POST": "_create_widget"},
+        ),
+        (f"^{DASHBOARD_WIDGETS_PATH}/(?P<id>[^/]+)$", {"GET": "_get_widget"}),
+    )
+)
+_UNSTABLE_CODES: Final = {
+    400: "invalid_request",
+    401: "authentication_failed",
+    403: "access_denied",
+    404: "resource_not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    429: "rate_limited",
+}
+_LIST_DEFAULT_LIMIT: Final = 50
+_LIST_MAX_LIMIT: Final = 100
+_GRID_COLUMNS: Final = 12
+
+_SCORE_CONFIG_TYPES: Final = ("NUMERIC", "CATEGORICAL", "BOOLEAN", "TEXT")
+_SCORE_CONFIG_NAME_RE: Final = re.compile(r"[\w .()-]{1,35}")
+_SCORE_CONFIG_UPDATE_KEYS: Final = (
+    "isArchived",
+    "name",
+    "minValue",
+    "maxValue",
+    "categories",
+    "description",
+)
+_CATEGORIES_MESSAGE: Final = (
+    "Category must be an array of objects with label value pairs, "
+    "where labels and values are unique."
+)
+
+_WIDGET_CHART_TYPES: Final = (
+    "LINE_TIME_SERIES",
+    "AREA_TIME_SERIES",
+    "BAR_TIME_SERIES",
+    "HORIZONTAL_BAR",
+    "VERTICAL_BAR",
+    "PIE",
+    "NUMBER",
+    "HISTOGRAM",
+    "PIVOT_TABLE",
+)
+_WIDGET_AGGREGATIONS: Final = (
+    "sum",
+    "avg",
+    "count",
+    "max",
+    "min",
+    "p50",
+    "p75",
+    "p90",
+    "p95",
+    "p99",
+    "histogram",
+    "uniq",
+)
+_CHART_OPTIONS: Final = ("row_limit", "show_value_labels", "bins", "defaultSort")
+# Dimensions and measures per view, as the spec's metrics API documents them (v2).
+_SCORE_DIMENSIONS: Final = (
+    "environment",
+    "name",
+    "source",
+    "dataType",
+    "configId",
+    "timestampMonth",
+    "timestampDay",
+    "traceName",
+    "tags",
+    "traceRelease",
+    "traceVersion",
+    "observationName",
+    "observationModelName",
+    "observationPromptName",
+    "observationPromptVersion",
+)
+_WIDGET_VIEWS: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
+    "observations": (
+        frozenset(
+            {
+                "environment",
+                "type",
+                "name",
+                "level",
+                "version",
+                "tags",
+                "release",
+                "traceName",
+                "traceRelease",
+                "traceVersion",
+                "providedModelName",
+                "promptName",
+                "promptVersion",
+                "isRootObservation",
+                "startTimeMonth",
+            }
+        ),
+        frozenset(
+            {
+                "count",
+                "latency",
+                "streamingLatency",
+                "inputTokens",
+                "outputTokens",
+                "totalTokens",
+                "outputTokensPerSecond",
+                "tokensPerSecond",
+                "inputCost",
+                "outputCost",
+                "totalCost",
+                "timeToFirstToken",
+                "countScores",
+            }
+        ),
+    ),
+    "scores-numeric": (frozenset({*_SCORE_DIMENSIONS, "value"}), frozenset({"count", "value"})),
+    "scores-boolean": (
+        frozenset({*_SCORE_DIMENSIONS, "value", "booleanValue"}),
+        frozenset({"count", "value"}),
+    ),
+    "scores-categorical": (frozenset({*_SCORE_DIMENSIONS, "stringValue"}), frozenset({"count"})),
+}
+# High-cardinality columns: not dimensions, but filters may use them.
+_FILTER_ONLY_COLUMNS: Final = frozenset(
+    {"id", "traceId", "observationId", "userId", "sessionId", "metadata"}
+)
+_STRING_OPERATORS: Final = frozenset(
+    {"=", "contains", "does not contain", "starts with", "ends with"}
+)
+_NUMBER_OPERATORS: Final = frozenset({"=", ">", "<", ">=", "<="})
+_FILTER_OPERATORS: Final[dict[str, frozenset[str]]] = {
+    "string": _STRING_OPERATORS,
+    "number": _NUMBER_OPERATORS,
+    "datetime": frozenset({">", "<", ">=", "<="}),
+    "boolean": frozenset({"=", "<>"}),
+    "null": frozenset({"is null", "is not null"}),
+    "stringOptions": frozenset({"any of", "none of"}),
+    "arrayOptions": frozenset({"any of", "none of", "all of"}),
+    "categoryOptions": frozenset({"any of", "none of"}),
+    "stringObject": _STRING_OPERATORS,
+    "numberObject": _NUMBER_OPERATORS,
+    "booleanObject": frozenset({"=", "<>"}),
+}
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _json_body(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise _bad_request("Invalid request data: body is not JSON") from exc
+
+
+def _issue(path: str, message: str) -> JsonDict:
+    return {"code": "custom", "message": message, "path": path.split(".") if path else []}
+
+
+def _unstable_error(status: int, code: str, message: str, **details: Any) -> _HttpError:
+    extra: JsonDict = {"code": code}
+    if details:
+        extra["details"] = details
+    return _HttpError(status, message, **extra)
+
+
+def _invalid_body(field: str, message: str) -> _HttpError:
+    return _unstable_error(
+        400,
+        "invalid_body",
+        f"Invalid request body: {field}: {message}",
+        issues=[_issue(field, message)],
+    )
+
+
+def _page_of(items: list[JsonDict], query: dict[str, list[str]], *, unstable: bool) -> JsonDict:
+    """One page of a GET list: ``page`` from 1, ``limit`` 1..100 (default 50), and ``meta``."""
+
+    def number(name: str, default: int, maximum: int | None) -> int:
+        values = query.get(name)
+        raw = values[-1] if values else ""
+        if raw == "":
+            return default
+        try:
+            value: int | None = int(raw)
+        except ValueError:
+            value = None
+        if value is not None and value >= 1 and (maximum is None or value <= maximum):
+            return value
+        message = (
+            f"{name} must be an integer from 1 to {maximum}, got {raw!r}"
+            if maximum is not None
+            else f"{name} must be a positive integer, got {raw!r}"
+        )
+        if unstable:
+            raise _unstable_error(
+                400, "invalid_query", f"Invalid query: {message}", issues=[_issue(name, message)]
+            )
+        raise _bad_request("Invalid request data", error=[_issue(name, message)])
+
+    page = number("page", 1, None)
+    limit = number("limit", _LIST_DEFAULT_LIMIT, _LIST_MAX_LIMIT)
+    total = len(items)
+    return {
+        "data": copy.deepcopy(items[(page - 1) * limit : page * limit]),
+        "meta": {
+            "page": page,
+            "limit": limit,
+            "totalItems": total,
+            "totalPages": math.ceil(total / limit),
+        },
+    }
+
+
+def _finite(value: Any) -> bool:
+    return _is_number(value) and math.isfinite(value)
+
+
+def _category_issues(categories: Any, path: str = "categories") -> list[JsonDict]:
+    if not isinstance(categories, list) or not categories:
+        return [_issue(path, _CATEGORIES_MESSAGE)]
+    well_formed = all(
+        isinstance(c, dict)
+        and isinstance(c.get("label"), str)
+        and c["label"]
+        and _finite(c.get("value"))
+        for c in categories
+    )
+    if not well_formed:
+        return [_issue(path, _CATEGORIES_MESSAGE)]
+    labels = [c["label"] for c in categories]
+    values = [float(c["value"]) for c in categories]
+    if len(set(labels)) != len(labels) or len(set(values)) != len(values):
+        return [_issue(path, _CATEGORIES_MESSAGE)]
+    return []
+
+
+def _score_config_issues(body: Any) -> list[JsonDict]:
+    """POST /api/public/score-configs: the server's rules per data type."""
+    if not isinstance(body, dict):
+        return [_issue("", "Expected object")]
+    issues: list[JsonDict] = []
+    name = body.get("name")
+    if not isinstance(name, str) or not _SCORE_CONFIG_NAME_RE.fullmatch(name):
+        issues.append(
+            _issue(
+                "name",
+                "Name must be 1 to 35 letters, numbers, underscores, spaces, periods, "
+                "parentheses or hyphens",
+            )
+        )
+    data_type = body.get("dataType")
+    if data_type not in _SCORE_CONFIG_TYPES:
+        expected = " | ".join(f"'{t}'" for t in _SCORE_CONFIG_TYPES)
+        return [*issues, _issue("dataType", f"Invalid discriminator value. Expected {expected}")]
+    description = body.get("description")
+    if description is not None and not isinstance(description, str):
+        issues.append(_issue("description", "Expected string"))
+    bounds: dict[str, Any] = {key: body.get(key) for key in ("minValue", "maxValue")}
+    if data_type == "NUMERIC":
+        for key, value in bounds.items():
+            if value is not None and not _finite(value):
+                issues.append(_issue(key, "Expected number"))
+        low, high = bounds["minValue"], bounds["maxValue"]
+        if _finite(low) and _finite(high) and float(high) <= float(low):
+            issues.append(_issue("", "Maximum value must be greater than Minimum value"))
+        if body.get("categories") is not None:
+            issues.append(_issue("categories", "Categories are only for CATEGORICAL configs"))
+    else:
+        issues += [
+            _issue(key, f"{key} is only for NUMERIC configs")
+            for key, value in bounds.items()
+            if value is not None
+        ]
+    if data_type == "CATEGORICAL":
+        issues += _category_issues(body.get("categories"))
+    elif data_type in ("BOOLEAN", "TEXT") and "categories" in body:
+        issues.append(_issue("categories", f"Categories cannot be passed for {data_type} configs"))
+    return issues
+
+
+def _score_config_update_issues(body: Any, config: JsonDict) -> list[JsonDict]:
+    """PATCH /api/public/score-configs/{id}: known keys only; the data type never changes."""
+    if not isinstance(body, dict) or not any(key in body for key in _SCORE_CONFIG_UPDATE_KEYS):
+        return [
+            _issue(
+                "",
+                "Request body cannot be empty. At least one field must be provided for update.",
+            )
+        ]
+    issues: list[JsonDict] = []
+    if "isArchived" in body and not isinstance(body["isArchived"], bool):
+        issues.append(_issue("isArchived", "Expected boolean"))
+    if "name" in body and not (
+        isinstance(body["name"], str) and _SCORE_CONFIG_NAME_RE.fullmatch(body["name"])
+    ):
+        issues.append(_issue("name", "Invalid name"))
+    if "description" in body and not isinstance(body["description"], str):
+        issues.append(_issue("description", "Expected string"))
+    for key in ("minValue", "maxValue"):
+        if key in body:
+            if config["dataType"] != "NUMERIC":
+                issues.append(_issue(key, f"{key} is only for NUMERIC configs"))
+            elif not _finite(body[key]):
+                issues.append(_issue(key, "Expected number"))
+    if "categories" in body:
+        if config["dataType"] != "CATEGORICAL":
+            issues.append(_issue("categories", "Categories are only for CATEGORICAL configs"))
+        else:
+            issues += _category_issues(body["categories"])
+    low: Any = body.get("minValue", config.get("minValue"))
+    high: Any = body.get("maxValue", config.get("maxValue"))
+    if not issues and _finite(low) and _finite(high) and float(high) <= float(low):
+        issues.append(_issue("", "Maximum value must be greater than Minimum value"))
+    return issues
+
+
+def _new_score_config(body: JsonDict) -> JsonDict:
+    data_type = body["dataType"]
+    categories: Any = None
+    if data_type == "BOOLEAN":  # the server makes these; a client may not send any
+        categories = [{"label": "True", "value": 1}, {"label": "False", "value": 0}]
+    elif data_type == "CATEGORICAL":
+        categories = copy.deepcopy(body["categories"])
+    now = _now_iso()
+    numeric = data_type == "NUMERIC"
+    return {
+        "id": str(uuid.uuid4()),
+        "name": body["name"],
+        "createdAt": now,
+        "updatedAt": now,
+        "projectId": DEFAULT_PROJECT_ID,
+        "dataType": data_type,
+        "isArchived": False,
+        "minValue": body.get("minValue") if numeric else None,
+        "maxValue": body.get("maxValue") if numeric else None,
+        "categories": categories,
+        "description": body.get("description"),
+    }
+
+
+def _filter_value_ok(ftype: str, value: Any) -> bool:
+    if ftype in ("string", "stringObject"):
+        return isinstance(value, str)
+    if ftype in ("number", "numberObject"):
+        return _finite(value)
+    if ftype == "datetime":
+        if not isinstance(value, str):
+            return False
+        try:
+            _parse_time(value)
+        except ValueError:
+            return False
+        return True
+    if ftype in ("boolean", "booleanObject"):
+        return isinstance(value, bool)
+    if ftype == "null":
+        return value in ("", None)
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _check_filters(filters: Any, view: str | None, field: str) -> None:
+    """Filters in Langfuse filter-state shape; with a view, columns must belong to it."""
+    if not isinstance(filters, list):
+        raise _invalid_body(field, "Expected array")
+    for index, raw in enumerate(filters):
+        where = f"{field}[{index}]"
+        if not isinstance(raw, dict):
+            raise _invalid_body(where, "Expected object")
+        column, operator, ftype = raw.get("column"), raw.get("operator"), raw.get("type")
+        if not isinstance(column, str) or not column:
+            raise _invalid_body(f"{where}.column", "Required")
+        if ftype not in _FILTER_OPERATORS:
+            raise _invalid_body(f"{where}.type", f"Invalid filter type {ftype!r}")
+        if operator not in _FILTER_OPERATORS[ftype]:
+            raise _invalid_body(
+                f"{where}.operator", f"Operator {operator!r} is not valid for type {ftype!r}"
+            )
+        if not _filter_value_ok(ftype, raw.get("value")):
+            raise _invalid_body(f"{where}.value", f"Invalid value for type {ftype!r}")
+        if (ftype.endswith("Object") or ftype == "categoryOptions") and not (
+            isinstance(raw.get("key"), str) and raw["key"]
+        ):
+            raise _invalid_body(f"{where}.key", f"Filters of type {ftype!r} need a key")
+        if view is not None:
+            allowed = _WIDGET_VIEWS[view][0] | _FILTER_ONLY_COLUMNS
+            if column not in allowed:
+                raise _unstable_error(
+                    400,
+                    "invalid_request",
+                    f'Unsupported filter column for view "{view}": {column}',
+                    field="filters",
+                )
+
+
+def _new_widget(body: Any) -> JsonDict:
+    """POST /api/public/unstable/dashboard-widgets: the body checked as the server does."""
+    if not isinstance(body, dict):
+        raise _invalid_body("body", "Expected object")
+    name = body.get("name")
+    if not isinstance(name, str) or not name:
+        raise _invalid_body("name", "Widget name is required")
+    description = body.get("description")
+    if description is not None and not isinstance(description, str):
+        raise _invalid_body("description", "Expected string")
+    view = body.get("view")
+    if view not in _WIDGET_VIEWS:
+        raise _invalid_body("view", f"Expected one of {', '.join(_WIDGET_VIEWS)}")
+    chart_type = body.get("chartType")
+    if chart_type not in _WIDGET_CHART_TYPES:
+        raise _invalid_body("chartType", f"Expected one of {', '.join(_WIDGET_CHART_TYPES)}")
+    dimensions, metrics = body.get("dimensions"), body.get("metrics")
+    if not isinstance(dimensions, list) or not all(
+        isinstance(d, dict) and isinstance(d.get("field"), str) and d["field"] for d in dimensions
+    ):
+        raise _invalid_body("dimensions", "Expected an array of {field}")
+    if (
+        not isinstance(metrics, list)
+        or not metrics
+        or not all(
+            isinstance(m, dict) and isinstance(m.get("measure"), str) and m["measure"]
+            for m in metrics
+        )
+    ):
+        raise _invalid_body("metrics", "Expected a non-empty array of {measure, agg}")
+    _check_filters(body.get("filters"), view, "filters")
+    chart_config = body.get("chartConfig")
+    if chart_config is None:
+        chart_config = {}
+    if not isinstance(chart_config, dict):
+        raise _invalid_body("chartConfig", "Expected object")
+    if chart_config.get("type", chart_type) != chart_type:
+        raise _unstable_error(
+            400,
+            "invalid_request",
+            "chartConfig.type must match chartType",
+            field="chartConfig.type",
+        )
+    allowed_dimensions, allowed_measures = _WIDGET_VIEWS[view]
+    for index, dimension in enumerate(dimensions):
+        if dimension["field"] not in allowed_dimensions:
+            raise _unstable_error(
+                400,
+                "invalid_request",
+                f'Dimension "{dimension["field"]}" is not available for view "{view}"',
+                field=f"dimensions[{index}].field",
+                allowedValues=sorted(allowed_dimensions),
+            )
+    for index, metric in enumerate(metrics):
+        if metric["measure"] not in allowed_measures:
+            raise _unstable_error(
+                400,
+                "invalid_request",
+                f'Measure "{metric["measure"]}" is not available for view "{view}"',
+                field=f"metrics[{index}].measure",
+                allowedValues=sorted(allowed_measures),
+            )
+        if metric.get("agg") not in _WIDGET_AGGREGATIONS:
+            raise _unstable_error(
+                400,
+                "invalid_request",
+                f'Aggregation {metric.get("agg")!r} is not valid for measure "{metric["measure"]}"',
+                field=f"metrics[{index}].agg",
+                allowedValues=list(_WIDGET_AGGREGATIONS),
+            )
+    if chart_type != "PIVOT_TABLE" and len(dimensions) > 1:
+        raise _unstable_error(
+            400,
+            "invalid_request",
+            "Only pivot table widgets can have multiple dimensions",
+            field="dimensions",
+        )
+    now = _now_iso()
+    return {
+        "id": str(uuid.uuid4()),
+        "createdAt": now,
+        "updatedAt": now,
+        "name": name,
+        "description": description or "",
+        "view": view,
+        "dimensions": [{"field": d["field"]} for d in dimensions],
+        "metrics": [{"measure": m["measure"], "agg": m["agg"]} for m in metrics],
+        "filters": copy.deepcopy(body["filters"]),
+        "chartType": chart_type,
+        "chartConfig": {
+            "type": chart_type,
+            **{k: chart_config[k] for k in _CHART_OPTIONS if chart_config.get(k) is not None},
+        },
+    }

@@ -16,12 +16,36 @@ from langfuse.api.client import LangfuseAPI
 from langfuse.api.commons.errors.error import Error as BadRequestError
 from langfuse.api.commons.errors.not_found_error import NotFoundError
 from langfuse.api.commons.errors.unauthorized_error import UnauthorizedError
+from langfuse.api.commons.types.config_category import ConfigCategory
+from langfuse.api.commons.types.score_config_data_type import ScoreConfigDataType
 from langfuse.api.core.api_error import ApiError
 from langfuse.api.core.request_options import RequestOptions
 from langfuse.api.scores.types.create_score_batch_results import CreateScoreBatchResults
 from langfuse.api.scores.types.create_score_request import CreateScoreRequest
+from langfuse.api.unstable.dashboard_widgets.types.dashboard_widget_dimension import (
+    DashboardWidgetDimension,
+)
+from langfuse.api.unstable.dashboard_widgets.types.dashboard_widget_filter import (
+    DashboardWidgetFilter,
+)
+from langfuse.api.unstable.dashboard_widgets.types.dashboard_widget_metric import (
+    DashboardWidgetMetric,
+)
+from langfuse.api.unstable.dashboards.types.create_dashboard_placement_request import (
+    CreateDashboardPlacementRequest_Widget,
+)
+from langfuse.api.unstable.dashboards.types.dashboard_definition import DashboardDefinition
+from langfuse.api.unstable.dashboards.types.dashboard_placement import DashboardPlacement_Widget
 
-from .langfuse_server import FIELD_GROUPS, OBSERVATIONS_PATH, SCORES_PATH, FakeLangfuse
+from .langfuse_server import (
+    DASHBOARD_WIDGETS_PATH,
+    DASHBOARDS_PATH,
+    FIELD_GROUPS,
+    OBSERVATIONS_PATH,
+    SCORE_CONFIGS_PATH,
+    SCORES_PATH,
+    FakeLangfuse,
+)
 
 NO_RETRY: RequestOptions = {"max_retries": 0}
 BASE = datetime(2026, 11, 20, 8, 0, 0, tzinfo=UTC)
@@ -468,3 +492,359 @@ def test_207_rejects_the_last_scores_of_the_batch(fake: FakeLangfuse, client: La
     response = client.scores.create(request=[score("s2", "n", 0.2, BASE)], request_options=NO_RETRY)
     assert not isinstance(response, CreateScoreBatchResults)  # one-shot: back to 202
     assert sorted(s["id"] for s in fake.scores) == ["s0", "s1", "s2"]
+
+
+# ---- score configs ---------------------------------------------------------------------
+
+
+def config_body(name: str, data_type: str = "NUMERIC", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "dataType": data_type, **extra}
+
+
+def test_score_configs_are_created_per_data_type(fake: FakeLangfuse, client: LangfuseAPI) -> None:
+    numeric = client.score_configs.create(
+        name="confidence",
+        data_type=ScoreConfigDataType.NUMERIC,
+        min_value=0,
+        max_value=1,
+        description="0..1",
+        request_options=NO_RETRY,
+    )
+    boolean = client.score_configs.create(
+        name="ungrounded", data_type=ScoreConfigDataType.BOOLEAN, request_options=NO_RETRY
+    )
+    categorical = client.score_configs.create(
+        name="crag_grade",
+        data_type=ScoreConfigDataType.CATEGORICAL,
+        categories=[ConfigCategory(label="LOW", value=0), ConfigCategory(label="HIGH", value=1)],
+        request_options=NO_RETRY,
+    )
+    assert (numeric.min_value, numeric.max_value, numeric.categories) == (0, 1, None)
+    assert numeric.description == "0..1" and not numeric.is_archived
+    # BOOLEAN categories are the server's own; a client may not send any.
+    assert [(c.label, c.value) for c in boolean.categories or []] == [("True", 1), ("False", 0)]
+    assert [(c.label, c.value) for c in categorical.categories or []] == [("LOW", 0), ("HIGH", 1)]
+    assert [c["name"] for c in fake.score_configs] == ["confidence", "ungrounded", "crag_grade"]
+    got = client.score_configs.get_by_id(boolean.id, request_options=NO_RETRY)
+    assert got.data_type == ScoreConfigDataType.BOOLEAN
+    with pytest.raises(NotFoundError):
+        client.score_configs.get_by_id("no-such-config", request_options=NO_RETRY)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (config_body("x", minValue=1, maxValue=1), "Maximum value must be greater"),
+        (config_body("x", "CATEGORICAL"), "Category must be an array"),
+        (
+            config_body("x", "CATEGORICAL", categories=[{"label": "A", "value": 0}] * 2),
+            "labels and values are unique",
+        ),
+        (config_body("x", "CATEGORICAL", categories=[], minValue=0), "only for NUMERIC"),
+        (config_body("x", "BOOLEAN", categories=None), "cannot be passed for BOOLEAN"),
+        (
+            config_body("x", "NUMERIC", categories=[{"label": "A", "value": 0}]),
+            "only for CATEGORICAL",
+        ),
+        (config_body("x" * 36), "1 to 35 letters"),
+        (config_body("bad/name"), "1 to 35 letters"),
+        (config_body("x", "PERCENT"), "Invalid discriminator value"),
+    ],
+)
+def test_invalid_score_configs_are_400_with_a_message(
+    fake: FakeLangfuse, http: httpx.Client, body: dict[str, Any], message: str
+) -> None:
+    response = http.post(
+        fake.url + SCORE_CONFIGS_PATH, json=body, auth=(fake.public_key, fake.secret_key)
+    )
+    assert response.status_code == 400
+    assert response.json()["message"] == "Invalid request data"
+    assert any(message in issue["message"] for issue in response.json()["error"])
+    assert fake.score_configs == []
+
+
+def test_score_configs_page_newest_first_with_meta(fake: FakeLangfuse, client: LangfuseAPI) -> None:
+    for i in range(120):
+        fake.add_score_config(config_body(f"score-{i:03d}"))
+    default = client.score_configs.get(request_options=NO_RETRY)
+    assert len(default.data) == 50
+    assert (default.meta.page, default.meta.limit) == (1, 50)
+    assert (default.meta.total_items, default.meta.total_pages) == (120, 3)
+    names: list[str] = []
+    for page in (1, 2):
+        got = client.score_configs.get(page=page, limit=100, request_options=NO_RETRY)
+        assert (got.meta.page, got.meta.total_pages) == (page, 2)
+        names += [c.name for c in got.data]
+    assert names == [f"score-{i:03d}" for i in reversed(range(120))]
+    beyond = client.score_configs.get(page=3, limit=100, request_options=NO_RETRY)
+    assert beyond.data == [] and beyond.meta.total_items == 120
+    for bad in ({"limit": 101}, {"limit": 0}, {"page": 0}, {"page": "one"}):
+        with pytest.raises(BadRequestError):
+            client.score_configs.get(**bad, request_options=NO_RETRY)
+
+
+def test_score_config_update_never_changes_the_data_type(
+    fake: FakeLangfuse, client: LangfuseAPI, http: httpx.Client
+) -> None:
+    config = fake.add_score_config(
+        config_body("crag_grade", "CATEGORICAL", categories=[{"label": "LOW", "value": 0}])
+    )
+    archived = client.score_configs.update(
+        config["id"], is_archived=True, description="old", request_options=NO_RETRY
+    )
+    assert archived.is_archived and archived.description == "old"
+    auth = (fake.public_key, fake.secret_key)
+    url = f"{fake.url}{SCORE_CONFIGS_PATH}/{config['id']}"
+    only_type = http.patch(url, json={"dataType": "NUMERIC"}, auth=auth)
+    assert only_type.status_code == 400  # unknown keys are stripped: an empty update
+    assert "cannot be empty" in only_type.json()["error"][0]["message"]
+    assert http.patch(url, json={"minValue": 0}, auth=auth).status_code == 400
+    assert fake.score_configs[0]["dataType"] == "CATEGORICAL"
+    missing = http.patch(f"{fake.url}{SCORE_CONFIGS_PATH}/nope", json={"name": "x"}, auth=auth)
+    assert missing.status_code == 404
+
+
+def test_score_configs_want_auth(fake: FakeLangfuse, http: httpx.Client) -> None:
+    anonymous = http.get(fake.url + SCORE_CONFIGS_PATH)
+    assert (anonymous.status_code, anonymous.json()) == (
+        401,
+        {"message": "No authorization header"},
+    )
+    wrong = http.post(
+        fake.url + SCORE_CONFIGS_PATH, json=config_body("x"), auth=(fake.public_key, "sk-wrong")
+    )
+    assert wrong.status_code == 401
+    assert http.delete(fake.url + SCORE_CONFIGS_PATH).status_code == 405
+    assert fake.score_configs == []
+
+
+# ---- the unstable dashboards API -------------------------------------------------------
+
+
+def score_widget(client: LangfuseAPI, name: str = "avg confidence", **overrides: Any) -> Any:
+    fields: dict[str, Any] = {
+        "name": name,
+        "view": "scores-numeric",
+        "dimensions": [],
+        "metrics": [DashboardWidgetMetric(measure="value", agg="avg")],
+        "filters": [
+            DashboardWidgetFilter(
+                column="name", operator="any of", type="stringOptions", value=["confidence"]
+            )
+        ],
+        "chart_type": "LINE_TIME_SERIES",
+        **overrides,
+    }
+    return client.unstable.dashboard_widgets.create(**fields, request_options=NO_RETRY)
+
+
+def test_widgets_and_dashboards_round_trip_through_the_sdk(
+    fake: FakeLangfuse, client: LangfuseAPI
+) -> None:
+    line = score_widget(client)
+    assert (line.view, line.chart_type, line.description) == (
+        "scores-numeric",
+        "LINE_TIME_SERIES",
+        "",
+    )
+    assert line.chart_config.type == "LINE_TIME_SERIES"  # defaults to the chart type's config
+    grades = score_widget(
+        client,
+        "grades",
+        view="scores-categorical",
+        dimensions=[DashboardWidgetDimension(field="stringValue")],
+        metrics=[DashboardWidgetMetric(measure="count", agg="count")],
+        chart_type="BAR_TIME_SERIES",
+    )
+    dashboards = client.unstable.dashboards
+    board = dashboards.create(
+        name="quality",
+        definition=DashboardDefinition(
+            widgets=[
+                DashboardPlacement_Widget(id="p1", widget_id=line.id, x=0, y=0, width=6, height=4)
+            ]
+        ),
+        request_options=NO_RETRY,
+    )
+    assert (board.description, board.filters) == ("", [])
+    placed = dashboards.add_placement(
+        board.id,
+        request=CreateDashboardPlacementRequest_Widget(widget_id=grades.id),
+        request_options=NO_RETRY,
+    )
+    # Without a position the tile is appended below the others, 6x6, with a new id.
+    assert (placed.x, placed.y, placed.width, placed.height) == (0, 4, 6, 6)
+    assert placed.id != "p1"
+    got = dashboards.get(board.id, request_options=NO_RETRY)
+    assert [p.widget_id for p in got.definition.widgets] == [line.id, grades.id]
+    assert [
+        w.name for w in client.unstable.dashboard_widgets.list(request_options=NO_RETRY).data
+    ] == [
+        "grades",
+        "avg confidence",
+    ]
+    assert [w["name"] for w in fake.dashboard_widgets] == ["avg confidence", "grades"]
+    assert fake.dashboards[0]["definition"]["widgets"][1]["widgetId"] == grades.id
+
+
+def test_dashboards_list_most_recently_updated_first_in_pages(
+    fake: FakeLangfuse, client: LangfuseAPI
+) -> None:
+    widget = score_widget(client)
+    boards = [
+        client.unstable.dashboards.create(name=f"d{i}", request_options=NO_RETRY) for i in range(3)
+    ]
+    client.unstable.dashboards.add_placement(
+        boards[0].id,
+        request=CreateDashboardPlacementRequest_Widget(widget_id=widget.id),
+        request_options=NO_RETRY,
+    )
+    first = client.unstable.dashboards.list(limit=2, request_options=NO_RETRY)
+    second = client.unstable.dashboards.list(page=2, limit=2, request_options=NO_RETRY)
+    assert [d.name for d in first.data + second.data] == ["d0", "d2", "d1"]
+    assert (first.meta.total_items, first.meta.total_pages) == (3, 2)
+
+
+def unstable_post(fake: FakeLangfuse, http: httpx.Client, path: str, body: Any) -> httpx.Response:
+    return http.post(fake.url + path, json=body, auth=(fake.public_key, fake.secret_key))
+
+
+def widget_body(**overrides: Any) -> dict[str, Any]:
+    return {
+        "name": "w",
+        "view": "scores-numeric",
+        "dimensions": [],
+        "metrics": [{"measure": "value", "agg": "avg"}],
+        "filters": [],
+        "chartType": "NUMBER",
+        **overrides,
+    }
+
+
+@pytest.mark.parametrize(
+    ("overrides", "code", "message"),
+    [
+        (
+            {"metrics": [{"measure": "latency", "agg": "avg"}]},
+            "invalid_request",
+            'Measure "latency"',
+        ),
+        ({"metrics": []}, "invalid_body", "non-empty array"),
+        ({"metrics": [{"measure": "value", "agg": "mean"}]}, "invalid_request", "Aggregation"),
+        (
+            {"view": "scores-categorical", "metrics": [{"measure": "value", "agg": "avg"}]},
+            "invalid_request",
+            'Measure "value" is not available for view "scores-categorical"',
+        ),
+        ({"dimensions": [{"field": "stringValue"}]}, "invalid_request", 'Dimension "stringValue"'),
+        (
+            {"dimensions": [{"field": "name"}, {"field": "source"}]},
+            "invalid_request",
+            "Only pivot table",
+        ),
+        (
+            {"filters": [{"column": "latency", "operator": "=", "type": "number", "value": 1}]},
+            "invalid_request",
+            "Unsupported filter column",
+        ),
+        (
+            {
+                "filters": [
+                    {"column": "name", "operator": "=", "type": "stringOptions", "value": []}
+                ]
+            },
+            "invalid_body",
+            "not valid for type",
+        ),
+        ({"chartConfig": {"type": "PIE"}}, "invalid_request", "must match chartType"),
+        ({"view": "traces"}, "invalid_body", "view"),
+        ({"name": ""}, "invalid_body", "Widget name is required"),
+    ],
+)
+def test_invalid_widgets_are_400_in_the_unstable_envelope(
+    fake: FakeLangfuse,
+    http: httpx.Client,
+    overrides: dict[str, Any],
+    code: str,
+    message: str,
+) -> None:
+    response = unstable_post(fake, http, DASHBOARD_WIDGETS_PATH, widget_body(**overrides))
+    assert response.status_code == 400
+    assert response.json()["code"] == code
+    assert message in response.json()["message"]
+    assert fake.dashboard_widgets == []
+
+
+def test_placement_errors(fake: FakeLangfuse, client: LangfuseAPI, http: httpx.Client) -> None:
+    widget = score_widget(client)
+    board = client.unstable.dashboards.create(name="d", request_options=NO_RETRY)
+    path = f"{DASHBOARDS_PATH}/{board.id}/placements"
+    unknown = unstable_post(fake, http, path, {"type": "widget", "widgetId": "nope"})
+    assert (unknown.status_code, unknown.json()["code"]) == (404, "resource_not_found")
+    first = unstable_post(fake, http, path, {"type": "widget", "widgetId": widget.id, "id": "a"})
+    assert first.status_code == 200
+    again = unstable_post(fake, http, path, {"type": "widget", "widgetId": widget.id, "id": "a"})
+    assert (again.status_code, again.json()["code"]) == (409, "conflict")
+    too_wide = unstable_post(fake, http, path, {"type": "widget", "widgetId": widget.id, "x": 8})
+    assert too_wide.status_code == 400
+    no_board = unstable_post(fake, http, f"{DASHBOARDS_PATH}/nope/placements", {})
+    assert (no_board.status_code, no_board.json()["code"]) == (404, "resource_not_found")
+    unnamed = unstable_post(fake, http, DASHBOARDS_PATH, {"description": "no name"})
+    assert (unnamed.status_code, unnamed.json()["code"]) == (400, "invalid_body")
+    dangling = unstable_post(
+        fake,
+        http,
+        DASHBOARDS_PATH,
+        {
+            "name": "d2",
+            "definition": {
+                "widgets": [
+                    {
+                        "type": "widget",
+                        "id": "p",
+                        "widgetId": "gone",
+                        "x": 0,
+                        "y": 0,
+                        "width": 6,
+                        "height": 6,
+                    }
+                ]
+            },
+        },
+    )
+    assert dangling.status_code == 404
+    assert len(fake.dashboards) == 1
+    assert len(fake.dashboards[0]["definition"]["widgets"]) == 1
+
+
+def test_unstable_errors_use_the_envelope(fake: FakeLangfuse, http: httpx.Client) -> None:
+    wrong = http.get(fake.url + DASHBOARDS_PATH, auth=(fake.public_key, "sk-wrong"))
+    assert wrong.status_code == 401
+    assert wrong.json()["code"] == "authentication_failed"
+    assert wrong.json()["message"].startswith("Invalid credentials")
+    bad_limit = http.get(
+        fake.url + DASHBOARD_WIDGETS_PATH,
+        params={"limit": 500},
+        auth=(fake.public_key, fake.secret_key),
+    )
+    assert (bad_limit.status_code, bad_limit.json()["code"]) == (400, "invalid_query")
+    delete = http.delete(fake.url + DASHBOARDS_PATH, auth=(fake.public_key, fake.secret_key))
+    assert (delete.status_code, delete.json()["code"]) == (405, "method_not_allowed")
+
+
+def test_dashboards_api_off_is_an_older_server(
+    fake: FakeLangfuse, client: LangfuseAPI, http: httpx.Client
+) -> None:
+    fake.dashboards_api = False
+    for path in (DASHBOARDS_PATH, DASHBOARD_WIDGETS_PATH, f"{DASHBOARDS_PATH}/x/placements"):
+        for auth in ((fake.public_key, fake.secret_key), None):  # 404 before auth, like no route
+            response = http.get(fake.url + path, auth=auth)
+            assert response.status_code == 404
+            assert response.json() == {"message": "Route not found", "error": "NotFoundError"}
+    # The rest of the API is still there.
+    client.score_configs.create(
+        name="x", data_type=ScoreConfigDataType.BOOLEAN, request_options=NO_RETRY
+    )
+    assert len(fake.score_configs) == 1
+    fake.dashboards_api = True
+    assert client.unstable.dashboards.list(request_options=NO_RETRY).data == []
