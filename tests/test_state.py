@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from observer.model import ScoreEvent
 from observer.state import OutboxFull, State, StateError
@@ -93,3 +95,47 @@ def test_read_only_file_is_a_clear_error(tmp_path: Path) -> None:
     path.chmod(0o444)
     with pytest.raises(StateError):
         State(path)
+
+
+def test_outbox_size_is_kept_not_recounted(tmp_path: Path) -> None:
+    """During an outage every pass writes to the outbox: no full count per write."""
+    state = State(tmp_path / "s.sqlite")
+    statements: list[str] = []
+    state._db.set_trace_callback(statements.append)
+    state.record_trace("t1", "fp", NOW, [score("a"), score("b")], NOW)
+    state.enqueue([score("c")])
+    state.acknowledge([score("a")])
+    state._db.set_trace_callback(None)
+    assert not [s for s in statements if s.strip().upper() == "SELECT COUNT(*) FROM OUTBOX"]
+    assert state.outbox_size() == 2
+    state.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["record", "enqueue", "ack"]),
+            st.lists(st.sampled_from("abcdef"), min_size=1, max_size=4),
+            st.floats(0, 1),
+        ),
+        max_size=25,
+    )
+)
+def test_outbox_size_always_matches_the_rows(
+    operations: list[tuple[str, list[str], float]],
+) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        state = State(Path(scratch) / "s.sqlite")
+        for kind, names, value in operations:
+            scores = [score(n, value) for n in names]
+            if kind == "record":
+                state.record_trace("t1", f"fp{value}", NOW, scores, NOW)
+            elif kind == "enqueue":
+                state.enqueue(scores)
+            else:
+                state.acknowledge(scores)
+            assert state.outbox_size() == state._scalar("SELECT COUNT(*) FROM outbox")
+        state.close()

@@ -153,7 +153,7 @@ class State:
         with self._transaction() as db:
             if scores and self._outbox_size + len(scores) > self.max_outbox:
                 raise OutboxFull(f"outbox holds {self._outbox_size} scores (max {self.max_outbox})")
-            self._queue(db, scores)
+            added = self._queue(db, scores)
             db.execute(
                 "INSERT INTO traces (trace_id, fingerprint, root_start, seen_at) "
                 "VALUES (?, ?, ?, ?) "
@@ -163,11 +163,19 @@ class State:
             )
             if history is not None:
                 write_row(db, history)
-            self._outbox_size = self._scalar("SELECT COUNT(*) FROM outbox")
+        self._outbox_size += added  # counted, never recounted: an outage must stay cheap
 
-    def _queue(self, db: sqlite3.Connection, scores: Sequence[ScoreEvent]) -> None:
-        # A score already queued under its id is replaced: its newest value is what
-        # Langfuse must end up with.
+    def _queue(self, db: sqlite3.Connection, scores: Sequence[ScoreEvent]) -> int:
+        """Queue scores; how many were not in the outbox yet.
+
+        A score already queued under its id is replaced: its newest value is what
+        Langfuse must end up with.
+        """
+        known = 0
+        for start in range(0, len(scores), 500):
+            ids = [score.id for score in scores[start : start + 500]]
+            marks = ",".join("?" * len(ids))
+            known += self._scalar(f"SELECT COUNT(*) FROM outbox WHERE score_id IN ({marks})", *ids)
         for score in scores:
             self._seq += 1
             db.execute(
@@ -176,14 +184,15 @@ class State:
                 "seq = excluded.seq, attempts = 0, next_attempt = 0",
                 (score.id, self._seq, score.trace_id, _payload(score)),
             )
+        return len({score.id for score in scores}) - known
 
     def enqueue(self, scores: Sequence[ScoreEvent]) -> None:
         """Queue scores that belong to no trace pass (the judge's). Raises OutboxFull."""
         with self._transaction() as db:
             if self._outbox_size + len(scores) > self.max_outbox:
                 raise OutboxFull(f"outbox holds {self._outbox_size} scores (max {self.max_outbox})")
-            self._queue(db, scores)
-            self._outbox_size = self._scalar("SELECT COUNT(*) FROM outbox")
+            added = self._queue(db, scores)
+        self._outbox_size += added
 
     # -- judge budget ---------------------------------------------------------
 
@@ -237,13 +246,14 @@ class State:
 
     def acknowledge(self, scores: Sequence[ScoreEvent]) -> None:
         """Langfuse has the scores: remove them, unless re-queued with a newer value since."""
+        removed = 0
         with self._transaction() as db:
             for score in scores:
-                db.execute(
+                removed += db.execute(
                     "DELETE FROM outbox WHERE score_id = ? AND payload = ?",
                     (score.id, _payload(score)),
-                )
-            self._outbox_size = self._scalar("SELECT COUNT(*) FROM outbox")
+                ).rowcount
+        self._outbox_size -= removed
 
     def retry_later(self, scores: Sequence[ScoreEvent], at_ts: float, error: str) -> None:
         with self._transaction() as db:
