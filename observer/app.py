@@ -222,7 +222,7 @@ def build(
         )
     if sink is None:
         assert api is not None
-        sink = LangfuseScoreSink(api)
+        sink = LangfuseScoreSink(api, metrics=metrics)
     dispatcher = Dispatcher(
         state,
         sink,

@@ -8,7 +8,10 @@ The body is serialized once with orjson and sent through the SDK client's
 own HTTP layer (its auth, base URL, headers and timeout). The generated
 `scores.create` walks every score through a pure-Python alias converter
 (about 120 us a score, most of a pass's CPU in bench/pipeline.py); it stays
-as the fallback should a later SDK move that layer.
+as the fallback. That layer is private to the SDK: any failure of the fast
+path that is not an answer from the server or the network (a TypeError, an
+AttributeError: a changed signature) switches to the public path for good,
+logged once and counted (`observer_score_fast_path_fallbacks_total`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import httpx
 import orjson
+import structlog
 from langfuse.api.client import LangfuseAPI
 from langfuse.api.core.api_error import ApiError
 from langfuse.api.scores.types.create_score_batch_results import CreateScoreBatchResults
@@ -26,7 +31,10 @@ from observer.langfuse_api import NO_RETRIES, translate
 from observer.model import ScoreEvent
 from observer.sinks import SendResult
 from observer.sinks.jsonl import score_json
+from observer.telemetry.metrics import Metrics
 from observer.times import parse_time
+
+log = structlog.get_logger("observer.sinks.langfuse")
 
 SCORES_PATH = "api/public/scores"
 
@@ -60,10 +68,22 @@ def _batch_result(status: int, body: Any, sent: int) -> SendResult:
 
 
 class LangfuseScoreSink:
-    def __init__(self, api: LangfuseAPI, *, use_generated_client: bool = False) -> None:
+    def __init__(
+        self,
+        api: LangfuseAPI,
+        *,
+        use_generated_client: bool = False,
+        metrics: Metrics | None = None,
+    ) -> None:
         self._api = api
+        self._metrics = metrics
         wrapper = getattr(api, "_client_wrapper", None)
         self._http = None if use_generated_client else getattr(wrapper, "httpx_client", None)
+
+    @property
+    def fast(self) -> bool:
+        """Whether scores still go through the SDK's HTTP layer directly."""
+        return self._http is not None
 
     def send(self, scores: Sequence[ScoreEvent]) -> SendResult:
         if self._http is None:
@@ -79,20 +99,32 @@ class LangfuseScoreSink:
                 headers={"Content-Type": "application/json"},
                 request_options=NO_RETRIES,
             )
-        except Exception as error:
+            status = int(response.status_code)
+            try:
+                parsed: Any = response.json()
+            except ValueError:
+                parsed = response.text[:200]
+            headers = dict(response.headers)
+        except (ApiError, httpx.HTTPError) as error:
             raise translate(error, "pushing scores") from None
-        try:
-            parsed: Any = response.json()
-        except ValueError:
-            parsed = response.text[:200]
-        if not 200 <= response.status_code < 300:
+        except Exception as error:  # the private layer changed under us: the public path
+            self._fall_back(error)
+            return self._send_generated(scores)
+        if not 200 <= status < 300:
             raise translate(
-                ApiError(
-                    status_code=response.status_code, headers=dict(response.headers), body=parsed
-                ),
-                "pushing scores",
+                ApiError(status_code=status, headers=headers, body=parsed), "pushing scores"
             )
-        return _batch_result(response.status_code, parsed, len(scores))
+        return _batch_result(status, parsed, len(scores))
+
+    def _fall_back(self, error: Exception) -> None:
+        self._http = None
+        if self._metrics is not None:
+            self._metrics.score_fast_path_fallbacks.inc()
+        log.warning(
+            "score_fast_path_disabled",
+            error=f"{type(error).__name__}: {error}"[:300],
+            using="api.scores.create",
+        )
 
     def _send_generated(self, scores: Sequence[ScoreEvent]) -> SendResult:
         try:

@@ -154,6 +154,11 @@ class Metrics:
         self.scores_dropped = Counter(
             "observer_scores_dropped_total", "Scores given up on, by reason", ["reason"], registry=r
         )
+        self.score_fast_path_fallbacks = Counter(
+            "observer_score_fast_path_fallbacks_total",
+            "Times the direct score upload failed outside HTTP and the SDK's public path took over",
+            registry=r,
+        )
         self.push_errors = Counter(
             "observer_score_push_errors_total",
             "Failed score pushes (retried later), by kind",
