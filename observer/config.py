@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
@@ -371,6 +371,32 @@ def _resolve_hook(spec: str) -> Callable[[list[dict[str, Any]]], Any]:
     return cast(Callable[[list[dict[str, Any]]], Any], function)
 
 
+# Secrets may come from a file named by <VAR>_FILE: the Docker and Kubernetes convention.
+SECRET_VARIABLES = ("LANGFUSE_SECRET_KEY", "LANGFUSE_PUBLIC_KEY", "OPENAI_API_KEY")
+
+
+def read_secret_file(variable: str, environ: Mapping[str, str]) -> str | None:
+    """The content of the file `<variable>_FILE` names (stripped), or None when not set."""
+    name = environ.get(f"{variable}_FILE")
+    if not name:
+        return None
+    try:
+        return Path(name).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        raise ConfigError(f"{variable}_FILE: {name} cannot be read ({reason})") from None
+
+
+def _with_secret_files(environ: Mapping[str, str]) -> dict[str, str]:
+    merged = dict(environ)
+    for variable in SECRET_VARIABLES:
+        if not merged.get(variable):
+            value = read_secret_file(variable, environ)
+            if value:
+                merged[variable] = value
+    return merged
+
+
 class _LangfuseEnv(PydanticBaseSettingsSource):
     """Variables the Langfuse SDK and the OpenAI client read themselves, so one set serves both."""
 
@@ -378,7 +404,7 @@ class _LangfuseEnv(PydanticBaseSettingsSource):
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        env = os.environ
+        env = _with_secret_files(os.environ)
         found: dict[str, Any] = {}
         base_url = env.get("LANGFUSE_BASE_URL") or env.get("LANGFUSE_HOST")
         if base_url:
@@ -481,15 +507,7 @@ class Settings(BaseSettings):
         if not name:
             return None
         where = f"alerts.notifiers[{notifier.name}].secret_env"
-        value = os.environ.get(name)
-        if not value and os.environ.get(f"{name}_FILE"):
-            path = Path(os.environ[f"{name}_FILE"])
-            try:
-                value = path.read_text().strip()
-            except OSError as error:
-                raise ConfigError(
-                    f"{where}: {name}_FILE {path} cannot be read: {error.strerror}"
-                ) from None
+        value = os.environ.get(name) or read_secret_file(name, os.environ)
         if not value:
             raise ConfigError(f"{where}: the environment variable {name} is not set")
         return value

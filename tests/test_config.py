@@ -162,3 +162,28 @@ def test_base_url_without_a_scheme_is_bad_configuration(
 def test_base_url_trailing_slash_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LANGFUSE_BASE_URL", "http://127.0.0.1:3000/")
     assert load_settings().langfuse.base_url == "http://127.0.0.1:3000"
+
+
+def test_secrets_may_come_from_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Docker and Kubernetes secrets convention: <VAR>_FILE names a file holding it."""
+    (tmp_path / "sk").write_text("sk-lf-from-a-file\n")
+    (tmp_path / "openai").write_text("sk-openai-from-a-file")
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY_FILE", str(tmp_path / "sk"))
+    monkeypatch.setenv("OPENAI_API_KEY_FILE", str(tmp_path / "openai"))
+    settings = load_settings()
+    assert settings.langfuse.secret_key is not None
+    assert settings.langfuse.secret_key.get_secret_value() == "sk-lf-from-a-file"
+    assert settings.judge.api_key is not None
+    assert settings.judge.api_key.get_secret_value() == "sk-openai-from-a-file"
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-lf-variable-wins")
+    secret = load_settings().langfuse.secret_key
+    assert secret is not None and secret.get_secret_value() == "sk-lf-variable-wins"
+
+
+def test_an_unreadable_secret_file_names_the_variable_not_a_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="LANGFUSE_SECRET_KEY_FILE") as error:
+        load_settings()
+    assert "No such file" in str(error.value)

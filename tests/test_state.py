@@ -139,3 +139,12 @@ def test_outbox_size_always_matches_the_rows(
                 state.acknowledge(scores)
             assert state.outbox_size() == state._scalar("SELECT COUNT(*) FROM outbox")
         state.close()
+
+
+def test_a_new_state_file_is_private(tmp_path: Path) -> None:
+    state = State(tmp_path / "s.sqlite")
+    state.record_trace("t1", "fp", NOW, [score("a")], NOW)
+    assert (tmp_path / "s.sqlite").stat().st_mode & 0o777 == 0o600
+    wal = tmp_path / "s.sqlite-wal"
+    assert not wal.exists() or wal.stat().st_mode & 0o077 == 0
+    state.close()

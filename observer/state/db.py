@@ -7,6 +7,7 @@ from blocking readers.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -32,6 +33,10 @@ class Database:
                 raise StateError(
                     f"state file {self.path}: directory {self.path.parent} does not exist"
                 )
+            if not self.path.exists():
+                # Created private: it holds trace ids and scores (SQLite gives its -wal and
+                # -shm files the same mode).
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
             self.db = sqlite3.connect(
                 str(self.path), check_same_thread=False, isolation_level=None, timeout=10
             )
@@ -50,6 +55,10 @@ class Database:
             self.set_meta("opened_at", iso(datetime.now().astimezone()))
         except sqlite3.Error as error:
             raise StateError(f"state file {self.path} is not usable: {error}") from None
+        except OSError as error:
+            raise StateError(
+                f"state file {self.path} cannot be created: {error.strerror}"
+            ) from None
 
     def scalar(self, sql: str, *args: object) -> int:
         row = self.db.execute(sql, args).fetchone()
