@@ -193,6 +193,7 @@ class _FailRule:
     remaining: int
     retry_after: float | None
     path_prefix: str
+    method: str | None = None
 
 
 @dataclass(frozen=True)
@@ -606,13 +607,15 @@ class FakeLangfuse(LoopbackService):
         count: int = 1,
         retry_after: float | None = None,
         path_prefix: str = "",
+        method: str | None = None,
     ) -> None:
-        """Answer the next ``count`` requests whose path starts with ``path_prefix``
-        with ``status`` (and a ``Retry-After`` header when given), before auth."""
+        """Answer the next ``count`` requests whose path starts with ``path_prefix`` (and whose
+        method is ``method``, when given) with ``status`` (and a ``Retry-After`` header when
+        given), before auth."""
         if count < 1:
             raise ValueError("count must be >= 1")
         with self._lock:
-            self._fail_rules.append(_FailRule(status, count, retry_after, path_prefix))
+            self._fail_rules.append(_FailRule(status, count, retry_after, path_prefix, method))
 
     def clear_failures(self) -> None:
         """Forget every pending ``fail_next`` rule: the outage is over."""
@@ -692,10 +695,14 @@ class FakeLangfuse(LoopbackService):
         with self._lock:
             self._requests.append(record)
 
-    def _take_failure(self, path: str) -> _Response | None:
+    def _take_failure(self, method: str, path: str) -> _Response | None:
         with self._lock:
             for rule in self._fail_rules:
-                if rule.remaining > 0 and path.startswith(rule.path_prefix):
+                if (
+                    rule.remaining > 0
+                    and path.startswith(rule.path_prefix)
+                    and rule.method in (None, method)
+                ):
                     rule.remaining -= 1
                     break
             else:
@@ -718,7 +725,7 @@ class FakeLangfuse(LoopbackService):
         body: bytes,
         handler: LoopbackHandler,
     ) -> _Response:
-        failure = self._take_failure(path)
+        failure = self._take_failure(method, path)
         if failure is not None:
             return failure
         routes = {HEALTH_PATH: "GET", OBSERVATIONS_PATH: "GET", SCORES_PATH: "POST"}

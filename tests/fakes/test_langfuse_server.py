@@ -344,6 +344,23 @@ def test_fail_next_count_and_path_prefix(fake: FakeLangfuse, client: LangfuseAPI
     assert fake.requests == []
 
 
+def test_fail_next_by_method(fake: FakeLangfuse, client: LangfuseAPI) -> None:
+    fake.fail_next(400, path_prefix=SCORE_CONFIGS_PATH, method="POST")
+    client.score_configs.get(request_options=NO_RETRY)  # a GET of the same path passes
+    with pytest.raises(BadRequestError):
+        client.score_configs.create(
+            name="x", data_type=ScoreConfigDataType.BOOLEAN, request_options=NO_RETRY
+        )
+    client.score_configs.create(
+        name="x", data_type=ScoreConfigDataType.BOOLEAN, request_options=NO_RETRY
+    )
+    assert [(r.method, r.status) for r in fake.requests] == [
+        ("GET", 200),
+        ("POST", 400),
+        ("POST", 200),
+    ]
+
+
 def test_latency_makes_client_time_out(fake: FakeLangfuse, client: LangfuseAPI) -> None:
     fake.latency_s = 0.3
     with pytest.raises(httpx.ReadTimeout):
