@@ -12,7 +12,8 @@ Per rule and group, a state machine::
     ok --breach--> pending --held `for`--> firing(warn|page) --clear--> ok (resolved)
                      |                      |  repeat: renotified; warn->page after `for`:
                      +--clear--> ok         |  escalated; page->warn: deescalated
-    no samples for `no_data_for`: keep (hold) | ok (resolve) | alert (fire, severity page)
+    no samples for `no_data_for`: keep (hold) | ok (resolve) | alert (fire, severity page;
+    resolved when samples return, a breach among them then pending on its own)
 
 Fewer than `min_samples` samples in the window is no verdict: the state is
 held as it is and never pages.
@@ -225,11 +226,13 @@ def step(
         return state, None  # no verdict: hold whatever the state was
     breach = _breach(rule, value)
     if state.status == "firing" and state.no_data_firing:
-        # Data is back: the no-data alert ends; a breach now starts its own alert.
+        # Data is back: the no-data alert ends, and says so; a breach now starts its
+        # own alert, pending from here (one transition per evaluation).
         resolved = _ok(state)
+        ended: Step = ("resolved", state.severity or "page", None, state.since or at)
         if breach is None:
-            return resolved, ("resolved", state.severity or "page", None, state.since or at)
-        state = resolved
+            return resolved, ended
+        return replace(resolved, status="pending", severity=breach, since=at), ended
     if breach is None:
         if state.status == "firing":
             return _ok(state), ("resolved", state.severity or "page", None, state.since or at)
