@@ -39,6 +39,8 @@ NOTIFYING: frozenset[str] = frozenset(
     {"firing", "renotified", "escalated", "deescalated", "resolved", "no_data"}
 )
 MAX_EXAMPLES = 5
+# Under alerts.max_groups, a firing group is never displaced: dropped, it would never resolve.
+_KEEP_FIRST: Mapping[str, int] = {"firing": 0, "pending": 1, "ok": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +169,12 @@ def evaluate(
         groups.add(())
     ordered = sorted(
         groups,
-        # Groups that already alert keep their place; then the busiest.
-        key=lambda g: (states.get(g, AlertState()).status == "ok", -len(samples.get(g, ())), g),
+        # Groups that already fire keep their place, then those pending; then the busiest.
+        key=lambda g: (
+            _KEEP_FIRST[states.get(g, AlertState()).status],
+            -len(samples.get(g, ())),
+            g,
+        ),
     )
     result = Evaluation(capped=max(0, len(ordered) - max_groups))
     for group in ordered[:max_groups]:
