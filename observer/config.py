@@ -341,6 +341,14 @@ class HttpSettings(_Section):
     )
 
 
+class LimitsSettings(_Section):
+    max_answer_chars: int = Field(200_000, ge=1, description="longer answers: skipped too_large")
+    max_sources: int = Field(200, ge=1, description="more sources: skipped too_large")
+    max_observations_per_trace: int = Field(
+        5_000, ge=1, description="larger traces: skipped too_large"
+    )
+
+
 class MetricsSettings(_Section):
     max_query_types: int = Field(20, ge=1, description="query_type label values; the rest: other")
 
@@ -457,6 +465,7 @@ class Settings(BaseSettings):
     mapping: MappingSettings = MappingSettings()
     judge: JudgeSettings = JudgeSettings()
     alerts: AlertsSettings = AlertsSettings()
+    limits: LimitsSettings = LimitsSettings()
     http: HttpSettings = HttpSettings()
     metrics: MetricsSettings = MetricsSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
@@ -529,6 +538,9 @@ class Settings(BaseSettings):
             trace_names=tuple(self.source.trace_names),
             tags=tuple(self.source.tags),
             hook=_resolve_hook(m.hook) if m.hook else None,
+            max_answer_chars=self.limits.max_answer_chars,
+            max_sources=self.limits.max_sources,
+            max_observations=self.limits.max_observations_per_trace,
         )
 
 

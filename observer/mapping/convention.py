@@ -61,6 +61,10 @@ class MappingRules:
     # `module:function` resolved at start (config); takes the observation
     # list, returns a RagRecord, a RagRecord-shaped dict, or None to skip.
     hook: Callable[[list[dict[str, Any]]], Any] | None = field(default=None, compare=False)
+    # Past these a trace is skipped as `too_large`: bounded time and memory per trace.
+    max_answer_chars: int = 200_000
+    max_sources: int = 200
+    max_observations: int = 5_000
 
     @property
     def metadata_keys(self) -> tuple[str, ...]:
@@ -243,10 +247,30 @@ def map_trace(
     trace_id: str, observations: Sequence[Observation], rules: MappingRules
 ) -> RagRecord | Skip:
     """One trace in, one RagRecord (or the reason it is skipped) out."""
+    if len(observations) > rules.max_observations:
+        return Skip(
+            "too_large",
+            f"{len(observations)} observations (limits.max_observations_per_trace "
+            f"{rules.max_observations})",
+        )
     try:
-        return _map(trace_id, observations, rules)
+        mapped = _map(trace_id, observations, rules)
     except Exception as error:  # a strange trace is skipped, never a crash
         return Skip("mapping_error", f"{type(error).__name__}: {error}")
+    if isinstance(mapped, Skip):
+        return mapped
+    if len(mapped.answer) > rules.max_answer_chars:
+        return Skip(
+            "too_large",
+            f"answer of {len(mapped.answer)} characters (limits.max_answer_chars "
+            f"{rules.max_answer_chars})",
+        )
+    if len(mapped.sources) > rules.max_sources:
+        return Skip(
+            "too_large",
+            f"{len(mapped.sources)} sources (limits.max_sources {rules.max_sources})",
+        )
+    return mapped
 
 
 def _map(

@@ -41,6 +41,7 @@ SKIP_REASONS = (
     "hook_skipped",
     "hook_invalid",
     "mapping_error",
+    "too_large",
 )
 REQUEST_RESULTS = ("ok", "rate_limited", "unreachable", "auth_rejected", "rejected")
 DROP_REASONS = ("rejected", "outbox_full")

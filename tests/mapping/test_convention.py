@@ -339,3 +339,34 @@ def test_bundled_demo_traces_map_back_to_the_example_records() -> None:
         )
         matched += 1
     assert matched == len(records) == 74
+
+
+SMALL = MappingRules(max_answer_chars=50, max_sources=3, max_observations=10)
+
+
+@pytest.mark.parametrize(
+    ("observations", "detail"),
+    [
+        (trace(answer_output="x" * 51), "answer of 51 characters (limits.max_answer_chars 50)"),
+        (
+            trace(sources_output=json.dumps([{"text": f"s{i}"} for i in range(4)])),
+            "4 sources (limits.max_sources 3)",
+        ),
+        (
+            trace() + [obs(f"span{i}", "SPAN", "00.700") for i in range(8)],
+            "11 observations (limits.max_observations_per_trace 10)",
+        ),
+    ],
+    ids=["answer", "sources", "observations"],
+)
+def test_past_a_limit_a_trace_is_skipped_as_too_large(
+    observations: list[dict[str, Any]], detail: str
+) -> None:
+    assert map_trace("t1", observations, SMALL) == Skip("too_large", detail)
+
+
+def test_at_the_limits_a_trace_is_scored() -> None:
+    at_limit = trace(
+        answer_output="y" * 50, sources_output=json.dumps([{"text": f"s{i}"} for i in range(3)])
+    )
+    assert len(mapped(at_limit, SMALL).sources) == 3
