@@ -1,0 +1,243 @@
+"""deploy/Dockerfile: clean under hadolint, and the image's commands work.
+
+No image can be built here (no registry for the base image), so the image's
+contract is read from the Dockerfile and its commands run as subprocesses from
+the virtualenv: the entrypoint, the HEALTHCHECK against a small local server,
+and the daemon itself with the image's environment, probed by that HEALTHCHECK
+and stopped with the image's STOPSIGNAL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from observer.config import Settings
+from tests.daemon_helpers import demo_observations
+from tests.deploy.support import DEPLOY, run, tool
+from tests.fakes.langfuse_server import FakeLangfuse
+from tests.servers import free_port
+
+DOCKERFILE = DEPLOY / "Dockerfile"
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) in order, continuation lines joined, comments dropped."""
+    logical: list[str] = []
+    pending = ""
+    for line in DOCKERFILE.read_text().splitlines():
+        stripped = line.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if stripped.startswith("#"):  # a comment inside a continued instruction
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        logical.append(pending + stripped)
+        pending = ""
+    assert not pending, "the Dockerfile ends inside a continued line"
+    return [(text.split(None, 1)[0].upper(), text.split(None, 1)[1]) for text in logical]
+
+
+def last(name: str) -> str:
+    found = [args for instruction, args in instructions() if instruction == name]
+    assert found, f"no {name} in {DOCKERFILE}"
+    return found[-1]
+
+
+def runtime_env() -> dict[str, str]:
+    """The ENV of the final stage (KEY=value pairs; values here hold no spaces)."""
+    stages = [i for i, (name, _) in enumerate(instructions()) if name == "FROM"]
+    env: dict[str, str] = {}
+    for name, args in instructions()[stages[-1] :]:
+        if name == "ENV":
+            for pair in args.split():
+                key, _, value = pair.partition("=")
+                env[key] = value
+    return env
+
+
+def healthcheck_command() -> list[str]:
+    args = last("HEALTHCHECK")
+    command: list[str] = json.loads(args.split("CMD", 1)[1])
+    return command
+
+
+def venv_command(command: list[str]) -> list[str]:
+    """The image's command with its programs taken from this virtualenv."""
+    program = sys.executable if command[0] == "python" else tool(command[0])
+    return [program, *command[1:]]
+
+
+# -- lint and contract ------------------------------------------------------------------------
+
+
+def test_hadolint_finds_nothing() -> None:
+    done = run([tool("hadolint"), "--no-color", "--failure-threshold", "style", str(DOCKERFILE)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == ""
+
+
+def test_two_stages_wheel_built_then_installed_offline() -> None:
+    froms = [args for name, args in instructions() if name == "FROM"]
+    assert len(froms) == 2 and froms[0].endswith(" AS build") and froms[1].endswith(" AS runtime")
+    assert re.fullmatch(r"ARG PYTHON_IMAGE=python:3\.11-slim\S*", "ARG " + last("ARG"))
+    runs = [args for name, args in instructions() if name == "RUN"]
+    assert any("pip wheel" in r and "--wheel-dir /wheels" in r for r in runs)
+    assert any("--no-index" in r and "/wheels/observer-" in r for r in runs)
+
+
+def test_runs_as_a_fixed_non_root_user() -> None:
+    user = last("USER")
+    uid, _, gid = user.partition(":")
+    assert uid.isdigit() and int(uid) >= 1000 and gid.isdigit(), user
+    # The Kubernetes manifest runs as the same uid (runAsUser) and lets it write the volume.
+    sidecar = (DEPLOY / "kubernetes" / "observer-sidecar.yaml").read_text()
+    assert f"runAsUser: {uid}" in sidecar and f"fsGroup: {gid}" in sidecar
+
+
+def test_state_on_a_volume_port_exposed_entrypoint_observer_run() -> None:
+    env = runtime_env()
+    assert env["OBSERVER_HTTP_HOST"] == "0.0.0.0"
+    port = env["OBSERVER_HTTP_PORT"]
+    assert port == "9464" and last("EXPOSE") == port
+    volume = json.loads(last("VOLUME"))
+    assert volume == ["/var/lib/observer"]
+    assert Path(env["OBSERVER_STATE__PATH"]).parent == Path(volume[0])
+    assert json.loads(last("ENTRYPOINT")) == ["observer"]
+    assert json.loads(last("CMD")) == ["run"]
+    assert last("STOPSIGNAL") == "SIGTERM"
+    assert "/healthz" in " ".join(healthcheck_command())
+
+
+def test_the_environment_the_image_sets_is_valid_configuration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key, value in runtime_env().items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    assert settings.http.host == "0.0.0.0" and settings.http.port == 9464
+    assert settings.state.path == "/var/lib/observer/observer.sqlite"
+
+
+def test_the_build_context_ignore_file_keeps_what_the_build_copies() -> None:
+    kept = {
+        line[1:].rstrip("/")
+        for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    }
+    copied = set()
+    for name, args in instructions():
+        if name == "COPY" and "--from" not in args:
+            copied.update(args.split()[:-1])
+    assert copied == kept == {"pyproject.toml", "README.md", "observer"}
+
+
+# -- the commands, run --------------------------------------------------------------------------
+
+
+def test_the_entrypoint_runs() -> None:
+    entrypoint = json.loads(last("ENTRYPOINT")) + json.loads(last("CMD"))
+    for extra in (["--help"], ["--version"]):
+        done = run(venv_command([*entrypoint[:1], *extra]))
+        assert done.returncode == 0, done.stderr
+    done = run(venv_command([*entrypoint, "--help"]))
+    assert done.returncode == 0, done.stderr
+    assert "Run the daemon" in done.stdout
+
+
+class _Health(BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self) -> None:
+        code = self.status if self.path == "/healthz" else 404
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"status": "ok"}')
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def health_server() -> Iterator[tuple[int, type[_Health]]]:
+    handler = type("Handler", (_Health,), {"status": 200})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def healthcheck(port: int) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OBSERVER_HTTP_PORT": str(port)}
+    return run(venv_command(healthcheck_command()), env=env)
+
+
+def test_healthcheck_passes_on_200_and_fails_on_503_or_nothing_listening(
+    health_server: tuple[int, type[_Health]],
+) -> None:
+    port, handler = health_server
+    assert healthcheck(port).returncode == 0
+    handler.status = 503
+    done = healthcheck(port)
+    assert done.returncode != 0 and "503" in done.stderr
+    assert healthcheck(free_port()).returncode != 0
+
+
+def test_the_image_command_serves_healthz_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """`observer run` with the image's environment: healthy by its HEALTHCHECK, exit 0 on SIGTERM.
+
+    Two changes from the image: the port binds 127.0.0.1 (a test opens no port to the
+    network) and the state file sits in a temporary directory instead of the volume.
+    """
+    port = free_port()
+    with FakeLangfuse() as fake:
+        fake.add_observations(demo_observations())
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OBSERVER_", "LANGFUSE_"))}
+        env.update(runtime_env())
+        env.update(
+            OBSERVER_HTTP_HOST="127.0.0.1",
+            OBSERVER_HTTP_PORT=str(port),
+            OBSERVER_STATE__PATH=str(tmp_path / "observer.sqlite"),
+            OBSERVER_SOURCE__LOOKBACK_S=str(30 * 86400),
+            OBSERVER_SOURCE__REQUESTS_PER_MINUTE="6000",
+            OBSERVER_RUN__SHUTDOWN_GRACE_S="5",
+            LANGFUSE_PUBLIC_KEY=fake.public_key,
+            LANGFUSE_SECRET_KEY=fake.secret_key,
+            LANGFUSE_BASE_URL=fake.url,
+        )
+        command = venv_command(json.loads(last("ENTRYPOINT")) + json.loads(last("CMD")))
+        proc = subprocess.Popen(
+            command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while healthcheck(port).returncode != 0:
+                assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
+                assert time.monotonic() < deadline, "the HEALTHCHECK never passed"
+                time.sleep(0.2)
+            proc.send_signal(getattr(signal, last("STOPSIGNAL")))
+            _, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert (tmp_path / "observer.sqlite").exists()
