@@ -530,8 +530,7 @@ _MAX_PAGES: Final = 1000
 _RATE_LIMIT_WAIT_S: Final = 5.0
 _RATE_LIMIT_MAX_WAIT_S: Final = 60.0
 _NO_DASHBOARDS_API: Final = (
-    "this Langfuse has no dashboards API (a server older than its v4.16 API?); "
-    "the score configs do not need it"
+    "this Langfuse has no dashboards API (an older server?); the score configs do not need it"
 )
 
 T = TypeVar("T")
@@ -596,6 +595,7 @@ class _Setup:
         self._tries = max(1, tries)
         self._items: dict[tuple[Kind, str], SetupItem] = {}
         self._current: tuple[Kind, str] | None = None
+        self._unplaced: set[str] = set()  # widgets still to place on the existing dashboard
 
     # plumbing
 
@@ -805,10 +805,13 @@ class _Setup:
     ) -> None:
         """An existing dashboard keeps its layout; widgets missing from it are appended."""
         board_id = str(board.get("id"))
+        self._set("dashboard", DASHBOARD_NAME, Outcome.EXISTED, "unchanged", board_id)
+        self._unplaced = {spec.name for spec, widget_id in usable if widget_id not in placed}
         added = 0
         for spec, widget_id in usable:
             if widget_id in placed:
                 continue
+            self._unplaced.discard(spec.name)
             before = self._items[("widget", spec.name)]
             self._current = ("widget", spec.name)
             try:
@@ -836,8 +839,12 @@ class _Setup:
         items: list[SetupItem] = []
         for kind, name in planned:
             item = self._items.get((kind, name))
-            if item is None and (kind, name) == self._current and error is not None:
-                item = SetupItem(kind, name, Outcome.FAILED, str(error))
+            if (kind, name) == self._current and error is not None:
+                object_id = item.id if item is not None else None
+                item = SetupItem(kind, name, Outcome.FAILED, str(error), object_id)
+            elif item is not None and kind == "widget" and name in self._unplaced:
+                detail = f"{item.detail}; not placed on the dashboard: the run stopped"
+                item = SetupItem(kind, name, item.outcome, detail, item.id)
             if item is None:
                 item = SetupItem(kind, name, Outcome.FAILED, "not attempted", attempted=False)
             items.append(item)

@@ -430,6 +430,26 @@ def test_an_existing_dashboard_gets_the_missing_widgets_appended(
     assert set(outcomes(init_langfuse(api)).values()) == {Outcome.EXISTED}
 
 
+def test_an_outage_while_placing_fails_that_widget_and_keeps_the_rest_honest(
+    fake: FakeLangfuse, api: LangfuseAPI
+) -> None:
+    made = httpx.post(
+        fake.url + DASHBOARDS_PATH,
+        json={"name": DASHBOARD_NAME},
+        auth=(fake.public_key, fake.secret_key),
+    )
+    fake.fail_next(503, path_prefix=f"{DASHBOARDS_PATH}/{made.json()['id']}/placements")
+    report = init_langfuse(api)
+    first = report.item("widget", WIDGET_NAMES[0])
+    assert first.outcome is Outcome.FAILED and "placing widget" in first.detail
+    assert first.id == fake.dashboard_widgets[0]["id"]  # the widget itself was made
+    assert report.item("dashboard", DASHBOARD_NAME).outcome is Outcome.EXISTED
+    second = report.item("widget", WIDGET_NAMES[1])
+    assert second.outcome is Outcome.CREATED
+    assert second.detail.endswith("not placed on the dashboard: the run stopped")
+    assert report.exit_code == app.EXIT_UNREACHABLE
+
+
 def test_an_edited_widget_is_reported_as_differing_and_kept(
     fake: FakeLangfuse, api: LangfuseAPI
 ) -> None:
