@@ -785,3 +785,31 @@ def alerts_backtest(
         )
     if events:
         console.print(timeline)
+
+
+@main.command("init-langfuse")
+@_config_option
+def init_langfuse_command(config_path: str | None) -> None:
+    """Create observer's score configs and its Langfuse dashboard (safe to run again).
+
+    A score config for every score observer writes (type, range, categories) and
+    a dashboard "observer: answer quality". Says what it created, what existed,
+    and what the server refused. Exit 0 all there; 1 something refused or
+    differing; 2 bad configuration; 3 Langfuse unreachable; 4 keys rejected.
+    """
+    from observer import app
+    from observer.config import ConfigError
+    from observer.langfuse_setup import init_langfuse
+
+    settings = _settings(config_path)
+    try:
+        api = app.build_api(settings)
+    except ConfigError as error:
+        click.echo(f"observer: {error}", err=True)
+        raise SystemExit(app.EXIT_CONFIG) from None
+    report = init_langfuse(api)
+    console = _Console()
+    console.print(f"Langfuse {settings.langfuse.base_url}", markup=False, highlight=False)
+    for line in report.lines():
+        console.print(line, markup=False, highlight=False)
+    raise SystemExit(report.exit_code)

@@ -531,3 +531,27 @@ def test_why_the_dashboards_api_is_not_called_through_the_generated_client(
     fake.dashboards_api = False
     with pytest.raises(pydantic.ValidationError):
         api.unstable.dashboards.create(name="x", request_options={"max_retries": 0})
+
+
+def test_the_command_prints_what_it_did_and_is_idempotent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from observer.cli import main
+
+    with FakeLangfuse() as server:
+        monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", server.public_key)
+        monkeypatch.setenv("LANGFUSE_SECRET_KEY", server.secret_key)
+        monkeypatch.setenv("LANGFUSE_BASE_URL", server.url)
+        monkeypatch.setenv("COLUMNS", "200")
+        first = CliRunner().invoke(main, ["init-langfuse"])
+        assert first.exit_code == 0, first.output
+        assert "created" in first.stdout and "observer: answer quality" in first.stdout
+        second = CliRunner().invoke(main, ["init-langfuse"])
+        assert second.exit_code == 0
+        assert "created" not in second.stdout.replace("0 created", "")
+        assert server.secret_key not in first.output + second.output
+    monkeypatch.delenv("LANGFUSE_SECRET_KEY")
+    missing = CliRunner().invoke(main, ["init-langfuse"])
+    assert missing.exit_code == 2 and "LANGFUSE_SECRET_KEY" in missing.output
