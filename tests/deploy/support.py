@@ -11,6 +11,7 @@ those declarations.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 from observer.telemetry.metrics import Metrics
+from tests.fakes.langfuse_server import FakeLangfuse
 from tests.servers import require_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +51,26 @@ def tool(name: str) -> str:
 
 def run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=120, **kwargs)
+
+
+def daemon_env(fake: FakeLangfuse, port: int, state: Path) -> dict[str, str]:
+    """The environment for `observer run` against `fake`, on 127.0.0.1:`port`, quick to poll."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OBSERVER_", "LANGFUSE_"))}
+    env.update(
+        LANGFUSE_PUBLIC_KEY=fake.public_key,
+        LANGFUSE_SECRET_KEY=fake.secret_key,
+        LANGFUSE_BASE_URL=fake.url,
+        OBSERVER_HTTP_HOST="127.0.0.1",
+        OBSERVER_HTTP_PORT=str(port),
+        OBSERVER_STATE__PATH=str(state),
+        OBSERVER_SOURCE__LOOKBACK_S=str(30 * 86400),
+        OBSERVER_SOURCE__POLL_INTERVAL_S="1",
+        OBSERVER_SOURCE__REQUESTS_PER_MINUTE="6000",
+        OBSERVER_RUN__SHUTDOWN_GRACE_S="5",
+        OBSERVER_LOG__FORMAT="json",
+        OBSERVER_LOG__LEVEL="warning",
+    )
+    return env
 
 
 def load_yaml(path: Path) -> Any:

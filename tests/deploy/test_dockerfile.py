@@ -25,7 +25,7 @@ import pytest
 
 from observer.config import Settings
 from tests.daemon_helpers import demo_observations
-from tests.deploy.support import DEPLOY, run, tool
+from tests.deploy.support import DEPLOY, daemon_env, run, tool
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.servers import free_port
 
@@ -210,18 +210,12 @@ def test_the_image_command_serves_healthz_and_stops_cleanly_on_sigterm(tmp_path:
     port = free_port()
     with FakeLangfuse() as fake:
         fake.add_observations(demo_observations())
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OBSERVER_", "LANGFUSE_"))}
-        env.update(runtime_env())
+        # The image's environment, then the test's own: loopback, a temporary state file.
+        env = {**daemon_env(fake, port, tmp_path / "observer.sqlite"), **runtime_env()}
         env.update(
             OBSERVER_HTTP_HOST="127.0.0.1",
             OBSERVER_HTTP_PORT=str(port),
             OBSERVER_STATE__PATH=str(tmp_path / "observer.sqlite"),
-            OBSERVER_SOURCE__LOOKBACK_S=str(30 * 86400),
-            OBSERVER_SOURCE__REQUESTS_PER_MINUTE="6000",
-            OBSERVER_RUN__SHUTDOWN_GRACE_S="5",
-            LANGFUSE_PUBLIC_KEY=fake.public_key,
-            LANGFUSE_SECRET_KEY=fake.secret_key,
-            LANGFUSE_BASE_URL=fake.url,
         )
         command = venv_command(json.loads(last("ENTRYPOINT")) + json.loads(last("CMD")))
         proc = subprocess.Popen(
