@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 import structlog
+from opentelemetry import trace
 
 from observer.alerts.history import signal_values, trace_row
 from observer.mapping.convention import MappingRules, Skip, map_trace
@@ -44,6 +45,7 @@ from observer.telemetry.metrics import Metrics
 from observer.times import parse_time
 
 log = structlog.get_logger("observer.pipeline")
+tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
 
 # on_scored: a trace's scores are safely in the outbox (new or changed traces);
 # on_signals: every answer trace read, changed or not (summaries).
@@ -115,6 +117,21 @@ def _last_activity(observations: list[dict[str, Any]]) -> datetime | None:
     return latest
 
 
+def _trace_attributes(
+    trace_id: str, outcome: str, observations: list[dict[str, Any]]
+) -> dict[str, str]:
+    """What a `observer.trace_scored` span says: never the question or the answer."""
+    outcome, _, reason = outcome.partition(":")
+    attributes = {"observer.trace_id": trace_id, "observer.outcome": outcome}
+    if reason:
+        attributes["observer.skip_reason"] = reason
+    for observation in observations:
+        environment = observation.get("environment")
+        if observation.get("isRootObservation") and isinstance(environment, str):
+            attributes["observer.environment"] = environment
+    return attributes
+
+
 class Pipeline:
     def __init__(
         self,
@@ -164,6 +181,26 @@ class Pipeline:
 
     def process_window(self, start: datetime, end: datetime, now: datetime) -> PassResult:
         """Handle every trace whose root starts in [start, end)."""
+        with tracer.start_as_current_span("observer.poll_pass") as span:
+            result = self._window(start, end, now)
+            if span.is_recording():
+                span.set_attributes(
+                    {
+                        "observer.window.start": start.isoformat(),
+                        "observer.window.end": end.isoformat(),
+                        "observer.observations": result.observations,
+                        "observer.traces.scored": result.scored,
+                        "observer.traces.rescored": result.rescored,
+                        "observer.traces.unchanged": result.unchanged,
+                        "observer.traces.unsettled": result.unsettled,
+                        "observer.traces.skipped": result.skipped,
+                        "observer.traces.deferred": result.deferred,
+                        "observer.scores": result.scores,
+                    }
+                )
+            return result
+
+    def _window(self, start: datetime, end: datetime, now: datetime) -> PassResult:
         result = PassResult(start, end)
         with self.metrics.pass_duration.time():
             buffered: dict[str, list[dict[str, Any]]] = {}
@@ -219,7 +256,12 @@ class Pipeline:
             if root_start < start:
                 result.partial += 1  # rooted before the window: handled by an earlier pass
                 continue
-            self._trace(trace_id, observations, root_start, known.get(trace_id), now, result)
+            with tracer.start_as_current_span("observer.trace_scored") as span:
+                outcome = self._trace(
+                    trace_id, observations, root_start, known.get(trace_id), now, result
+                )
+                if span.is_recording():
+                    span.set_attributes(_trace_attributes(trace_id, outcome, observations))
         self.notify()
 
     def _hold(self, result: PassResult, root_start: datetime) -> None:
@@ -233,17 +275,18 @@ class Pipeline:
         known: str | None,
         now: datetime,
         result: PassResult,
-    ) -> None:
+    ) -> str:
+        """Handle one complete trace; its outcome (`skipped:<reason>` for a skip)."""
         last = _last_activity(observations)
         if last is not None and now - last < self.settle:
             result.unsettled += 1
             self.metrics.traces.labels(outcome="unsettled").inc()
             self._hold(result, root_start)
-            return
+            return "unsettled"
         mapped = map_trace(trace_id, observations, self.rules)
         if isinstance(mapped, Skip):
             self._skip(trace_id, mapped, root_start, known, now, result)
-            return
+            return f"skipped:{mapped.reason}"
         signals = compute(mapped, self.params)
         if self.on_signals is not None:
             self.on_signals(mapped, signals)
@@ -253,7 +296,7 @@ class Pipeline:
         if fingerprint == known:
             result.unchanged += 1
             self.metrics.traces.labels(outcome="unchanged").inc()
-            return
+            return "unchanged"
         scores = score_events(mapped, signals, self.params)
         history = trace_row(mapped, signal_values(signals), now)
         try:
@@ -263,7 +306,7 @@ class Pipeline:
             self.metrics.traces.labels(outcome="deferred").inc()
             self._hold(result, root_start)
             log.warning("trace_deferred", trace_id=trace_id, reason="outbox_full", error=str(error))
-            return
+            return "deferred"
         outcome = "scored" if known is None or known.startswith("skip:") else "rescored"
         setattr(result, outcome, getattr(result, outcome) + 1)
         result.scores += len(scores)
@@ -287,6 +330,7 @@ class Pipeline:
         )
         if self.on_scored is not None:
             self.on_scored(mapped, signals)
+        return outcome
 
     def _skip(
         self,

@@ -19,6 +19,7 @@ from typing import Any, cast
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from openai.types.chat.completion_create_params import ResponseFormat
+from opentelemetry.trace import Tracer
 
 from observer.judge.outcome import JudgeResult
 from observer.judge.protocol import (
@@ -37,6 +38,7 @@ from observer.judge.protocol import (
     verdicts_messages,
 )
 from observer.model import RagRecord, Signals
+from observer.telemetry.otel import judge_trace, llm_call
 
 
 class JudgeCallError(Exception):
@@ -78,6 +80,7 @@ class JudgeClient:
         price_prompt_per_1k: float = 0.0,
         price_completion_per_1k: float = 0.0,
         sleep: Callable[[float], None] = time.sleep,
+        langfuse_tracer: Tracer | None = None,
     ) -> None:
         self._client = client
         self.model = model
@@ -86,9 +89,26 @@ class JudgeClient:
         self._prices = (price_prompt_per_1k, price_completion_per_1k)
         self._sleep = sleep
         self.json_schema = True
+        # Telemetry's judge_tracer: every call also a generation in Langfuse (observer-judge).
+        self.langfuse_tracer = langfuse_tracer
 
     def judge(self, record: RagRecord, signals: Signals) -> JudgeResult:
         """Claims, then verdicts: at most 2 calls, 3 with a repair. Never raises."""
+        with judge_trace(self.langfuse_tracer, record.trace_id) as traced:
+            result = self._judge(record, signals)
+            traced.done(
+                {
+                    "claims": len(result.claims),
+                    "faithfulness": result.faithfulness,
+                    "citation_accuracy": result.citation_accuracy,
+                    "critical_unsupported": result.critical_unsupported,
+                    "calls": result.calls,
+                },
+                result.error,
+            )
+            return result
+
+    def _judge(self, record: RagRecord, signals: Signals) -> JudgeResult:
         usage = _Usage()
         sentences = signals.citations.sentences
         try:
@@ -138,16 +158,28 @@ class JudgeClient:
         attempt = 0
         while True:
             json_schema = self.json_schema
+            messages = build(json_schema)
             try:
-                response: ChatCompletion = self._client.chat.completions.create(
+                with llm_call(
+                    step=name,
                     model=self.model,
-                    messages=cast(list[ChatCompletionMessageParam], build(json_schema)),
+                    messages=messages,
                     temperature=0,
                     max_tokens=self.max_tokens,
-                    response_format=cast(
-                        ResponseFormat, response_format(name, schema, json_schema)
-                    ),
-                )
+                    response_format="json_schema" if json_schema else "json_object",
+                    base_url=str(self._client.base_url),
+                    prices_per_1k=self._prices,
+                ) as call:
+                    response: ChatCompletion = self._client.chat.completions.create(
+                        model=self.model,
+                        messages=cast(list[ChatCompletionMessageParam], messages),
+                        temperature=0,
+                        max_tokens=self.max_tokens,
+                        response_format=cast(
+                            ResponseFormat, response_format(name, schema, json_schema)
+                        ),
+                    )
+                    call.completed(response)
             except openai.BadRequestError as error:
                 if json_schema and _rejects_json_schema(error):
                     self.json_schema = False  # remembered: later traces ask for json_object

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import structlog
+from opentelemetry import trace
 
 from observer.judge.client import JudgeClient
 from observer.judge.outcome import JudgeResult, judge_score_events
@@ -26,6 +27,7 @@ from observer.state import OutboxFull, State
 from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.judge")
+tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
 
 # Called with every result, errors included (alerting reads them all).
 JudgedHook = Callable[[RagRecord, JudgeResult], None]
@@ -114,7 +116,23 @@ class JudgeService:
 
     def judge_now(self, record: RagRecord, signals: Signals) -> JudgeResult:
         """Judge one trace (in the calling thread) and record everything about it."""
-        result = self.client.judge(record, signals)
+        with tracer.start_as_current_span(
+            "observer.judge", attributes={"observer.trace_id": record.trace_id}
+        ) as span:
+            result = self.client.judge(record, signals)
+            if span.is_recording():
+                span.set_attributes(
+                    {
+                        "observer.judge.result": "error"
+                        if result.error
+                        else ("abstained" if result.abstained else "judged"),
+                        "observer.judge.calls": result.calls,
+                        "gen_ai.usage.input_tokens": result.prompt_tokens,
+                        "gen_ai.usage.output_tokens": result.completion_tokens,
+                    }
+                )
+                if result.error:
+                    span.set_status(trace.StatusCode.ERROR, result.error.split(":", 1)[0])
         hour, day = buckets(self.clock())
         self.state.spend_judge_budget(hour, day, judged=0, tokens=result.tokens)
         self.metrics.judge_calls.inc(result.calls)

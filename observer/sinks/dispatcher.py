@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import structlog
+from opentelemetry import trace
 
 from observer.errors import AuthRejected, RateLimited, Rejected, RemoteError
 from observer.model import ScoreEvent
@@ -26,6 +27,15 @@ from observer.state import State
 from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.dispatcher")
+tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
+
+
+def _pushed(result: str, *, failed: bool = False) -> None:
+    """The outcome of the batch being pushed, on its `observer.score_batch_pushed` span."""
+    span = trace.get_current_span()
+    span.set_attribute("observer.result", result)
+    if failed:
+        span.set_status(trace.StatusCode.ERROR, result)
 
 
 class Dispatcher:
@@ -133,6 +143,12 @@ class Dispatcher:
 
     def _send(self, batch: Sequence[ScoreEvent], attempts: int) -> int | None:
         """One batch; the number acknowledged, or None when sending must pause."""
+        with tracer.start_as_current_span(
+            "observer.score_batch_pushed", attributes={"observer.batch.size": len(batch)}
+        ):
+            return self._send_batch(batch, attempts)
+
+    def _send_batch(self, batch: Sequence[ScoreEvent], attempts: int) -> int | None:
         try:
             result = self.sink.send(batch)
         except RateLimited as error:
@@ -148,9 +164,11 @@ class Dispatcher:
         except Rejected as error:
             if len(batch) > 1:
                 # One bad score must not sink its neighbours: send them one by one.
+                _pushed("split")
                 return sum(self._send([score], attempts) or 0 for score in batch)
             self._state.acknowledge(batch)
             self._metrics.scores_dropped.labels(reason="rejected").inc()
+            _pushed("rejected", failed=True)
             log.error(
                 "score_dropped",
                 reason="rejected",
@@ -166,6 +184,8 @@ class Dispatcher:
         self.last_error = None
         self._state.acknowledge(batch)
         self._metrics.scores_pushed.inc(result.accepted)
+        _pushed("ok" if not result.rejected else "partly_rejected")
+        trace.get_current_span().set_attribute("observer.batch.accepted", result.accepted)
         if result.rejected:
             self._metrics.scores_dropped.labels(reason="rejected").inc(result.rejected)
             log.error(
@@ -178,6 +198,7 @@ class Dispatcher:
 
     def _defer(self, batch: Sequence[ScoreEvent], wait_s: float, kind: str, error: str) -> None:
         self._state.retry_later(batch, self._clock() + wait_s, error)
+        _pushed(kind, failed=True)
         self._metrics.push_errors.labels(kind=kind).inc()
         self._metrics.scores_retried.inc(len(batch))
         self.last_error = error
