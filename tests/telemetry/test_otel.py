@@ -1,0 +1,610 @@
+"""OpenTelemetry: a real pass against the fake Langfuse, exported to a local OTLP receiver.
+
+The receiver decodes the protobuf payloads (`opentelemetry-proto`); the spans,
+the metrics (the same values `/metrics` shows) and, with `judge_to_langfuse`,
+the judge's generations in a stand-in for Langfuse's OTLP endpoint are read
+back from it. Without any OTEL variable nothing is built and nothing is sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+from opentelemetry.sdk.metrics.export import AggregationTemporality, Gauge, Histogram, Sum
+from opentelemetry.sdk.resources import Resource
+from prometheus_client import CollectorRegistry
+from prometheus_client import Counter as PromCounter
+from prometheus_client import Gauge as PromGauge
+from prometheus_client import Histogram as PromHistogram
+from structlog.testing import capture_logs
+
+from observer import app
+from observer.mapping.convention import MappingRules, Skip, trace_filter
+from observer.telemetry.logging import configure_logging
+from observer.telemetry.metrics import RATIO_BUCKETS, Metrics
+from observer.telemetry.otel import (
+    JUDGE_ENVIRONMENT,
+    LangfuseOtlp,
+    export_target,
+    registry_metrics,
+    resource_attributes,
+    setup_telemetry,
+)
+from tests.daemon_helpers import after, configure, demo_counts, demo_observations
+from tests.fakes.langfuse_server import FakeLangfuse
+from tests.fakes.openai_stub import OpenAIStub
+from tests.fakes.otlp_receiver import (
+    LANGFUSE_TRACES_PATH,
+    OtlpGrpcReceiver,
+    OtlpReceiver,
+    ReceivedSpan,
+)
+
+DEMO = demo_counts()
+PUBLIC, SECRET = "pk-lf-judge", "sk-lf-judge"
+BASIC = "Basic " + base64.b64encode(f"{PUBLIC}:{SECRET}".encode()).decode()
+
+
+@pytest.fixture(autouse=True)
+def no_otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The developer's own OTEL_ variables never leak in (conftest clears only observer's)."""
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def collector() -> Iterator[OtlpReceiver]:
+    with OtlpReceiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture
+def langfuse() -> Iterator[FakeLangfuse]:
+    with FakeLangfuse() as server:
+        server.add_observations(demo_observations())
+        yield server
+
+
+@pytest.fixture
+def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIStub]:
+    with OpenAIStub() as server:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("OBSERVER_JUDGE_BASE_URL", server.url + "/v1")
+        monkeypatch.setenv("OBSERVER_JUDGE_MODEL", "stub-judge")
+        yield server
+
+
+def one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+    langfuse: FakeLangfuse,
+    state: Path,
+    metrics: Metrics,
+    judge_tracer: trace.Tracer | None = None,
+    **env: str,
+) -> app.OnceResult:
+    """`observer run --once` as the composition root runs it."""
+    settings = configure(monkeypatch, langfuse, **env)
+    judge_client = None
+    if settings.judge.enabled:
+        judge_client = app.build_judge_client(settings)
+        judge_client.langfuse_tracer = judge_tracer
+    parts = app.build(settings, state_path=state, metrics=metrics, judge_client=judge_client)
+    try:
+        result = app.run_once(parts, after(demo_observations()))
+    finally:
+        parts.state.close()
+    assert result.exit_code == 0, result.error
+    return result
+
+
+def children(spans: list[ReceivedSpan], parent: ReceivedSpan) -> list[ReceivedSpan]:
+    return [s for s in spans if s.parent_span_id == parent.span_id]
+
+
+# -- a pass, exported ---------------------------------------------------------------------
+
+
+def test_a_pass_exports_its_spans_and_the_same_metrics(
+    collector: OtlpReceiver,
+    langfuse: FakeLangfuse,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
+    metrics = Metrics()
+    telemetry = setup_telemetry(metrics)
+    assert telemetry.parts == ["spans", "metrics"]
+    result = one_pass(monkeypatch, langfuse, tmp_path / "s.sqlite", metrics)
+    assert telemetry.shutdown(5.0)
+    passed = result.passed
+    assert passed is not None
+
+    spans = collector.spans
+    assert spans
+    for span in spans:
+        assert span.resource["service.name"] == "observer"
+        assert span.resource["service.version"]
+        assert span.scope == "observer"
+
+    (poll,) = collector.spans_named("observer.poll_pass")
+    assert poll.attributes["observer.observations"] == passed.observations
+    assert poll.attributes["observer.traces.scored"] == DEMO.scored
+    assert poll.attributes["observer.traces.skipped"] == DEMO.skipped
+    assert poll.attributes["observer.scores"] == DEMO.scores
+    assert poll.attributes["observer.window.start"] < poll.attributes["observer.window.end"]
+
+    handled = collector.spans_named("observer.trace_scored")
+    assert len(handled) == passed.traces == DEMO.traces
+    assert children(spans, poll) == handled  # one per trace, inside the pass
+    outcomes = Counter(s.attributes["observer.outcome"] for s in handled)
+    assert outcomes == {"scored": DEMO.scored, "skipped": DEMO.skipped}
+    assert {s.attributes["observer.trace_id"] for s in handled} == {
+        o["traceId"] for o in demo_observations()
+    }
+    reasons = Counter(s.attributes.get("observer.skip_reason") for s in handled)
+    assert reasons == {None: DEMO.scored, **passed.skip_reasons}
+    allowed = {
+        "observer.trace_id",
+        "observer.outcome",
+        "observer.environment",
+        "observer.skip_reason",
+    }
+    for span in handled:
+        assert set(span.attributes) <= allowed  # never the question or the answer
+        assert span.attributes["observer.environment"]
+
+    batches = collector.spans_named("observer.score_batch_pushed")
+    assert batches
+    assert sum(s.attributes["observer.batch.size"] for s in batches) == DEMO.scores
+    assert {s.attributes["observer.result"] for s in batches} == {"ok"}
+
+    # Metrics: the registry `/metrics` serves, under its Prometheus names and values.
+    scored = collector.latest("observer_traces_total", outcome="scored")
+    assert scored is not None
+    assert scored.kind == "sum" and scored.is_monotonic
+    assert scored.temporality == AggregationTemporality.CUMULATIVE
+    assert scored.value == metrics.value("observer_traces_total", outcome="scored") == DEMO.scored
+    assert scored.resource["service.name"] == "observer"
+    pushed = collector.latest("observer_scores_pushed_total")
+    assert pushed is not None and pushed.value == metrics.value("observer_scores_pushed_total")
+    outbox = collector.latest("observer_outbox_scores")
+    assert outbox is not None and outbox.kind == "gauge" and outbox.value == 0
+
+    duration = collector.latest("observer_pass_duration_seconds")
+    assert duration is not None and duration.kind == "histogram"
+    assert duration.count == 1 and duration.unit == "s"
+    assert duration.sum == pytest.approx(metrics.value("observer_pass_duration_seconds_sum"))
+    confidence = [p for p in collector.points_of("observer_answer_confidence_ratio") if p.count]
+    assert confidence
+    for point in confidence:
+        labels = {k: str(v) for k, v in point.attributes.items()}
+        assert set(labels) == {"environment", "query_type"}
+        assert point.explicit_bounds == RATIO_BUCKETS
+        assert len(point.bucket_counts) == len(RATIO_BUCKETS) + 1
+        assert sum(point.bucket_counts) == point.count
+        assert point.count == metrics.value("observer_answer_confidence_ratio_count", **labels)
+    assert sum(p.count or 0 for p in confidence) == DEMO.scored
+
+    # Every family of the registry went out, counters under their `_total` name.
+    declared = {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in metrics.registry.collect()
+    }
+    assert {p.metric for p in collector.points} == declared
+
+
+def test_the_judge_calls_follow_the_genai_conventions_and_reach_langfuse(
+    collector: OtlpReceiver,
+    langfuse: FakeLangfuse,
+    stub: OpenAIStub,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
+    # Headers meant for the collector must never reach Langfuse.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-collector-key=collector-secret")
+    metrics = Metrics()
+    with OtlpReceiver(auth=BASIC) as langfuse_otlp:
+        telemetry = setup_telemetry(
+            metrics, judge_to_langfuse=LangfuseOtlp(langfuse_otlp.url, PUBLIC, SECRET)
+        )
+        assert telemetry.judge_tracer is not None
+        one_pass(
+            monkeypatch,
+            langfuse,
+            tmp_path / "s.sqlite",
+            metrics,
+            telemetry.judge_tracer,
+            OBSERVER_JUDGE__ENABLED="true",
+            OBSERVER_JUDGE__RATE="1.0",
+            OBSERVER_JUDGE__PRICE_PROMPT_PER_1K="0.5",
+            OBSERVER_JUDGE__PRICE_COMPLETION_PER_1K="1.5",
+        )
+        assert telemetry.shutdown(5.0)
+        generations = langfuse_otlp.spans
+        langfuse_requests = langfuse_otlp.requests
+
+    judged = metrics.value("observer_judged_traces_total", result="judged") + metrics.value(
+        "observer_judged_traces_total", result="abstained"
+    )
+    assert judged == DEMO.scored
+
+    # The ops collector: observer.judge per judged trace, observer.judge_call per LLM call.
+    calls = collector.spans_named("observer.judge_call")
+    assert len(calls) == stub.calls == metrics.value("observer_judge_calls_total")
+    judges = collector.spans_named("observer.judge")
+    assert len(judges) == DEMO.scored
+    judge_ids = {s.span_id for s in judges}
+    input_tokens = output_tokens = 0
+    for call in calls:
+        a = call.attributes
+        assert call.parent_span_id in judge_ids
+        assert call.kind == trace.SpanKind.CLIENT.value + 1  # proto kinds count from 1
+        assert a["gen_ai.operation.name"] == "chat"
+        assert a["gen_ai.provider.name"] == a["gen_ai.system"] == "openai"
+        assert a["gen_ai.request.model"] == a["gen_ai.response.model"] == "stub-judge"
+        assert a["gen_ai.request.temperature"] == 0
+        assert a["gen_ai.response.finish_reasons"] == ["stop"]
+        assert a["server.address"] == "127.0.0.1"
+        assert a["observer.judge.step"] in ("observer_claims", "observer_verdicts")
+        assert not any(key.startswith("langfuse.") for key in a)  # no text to the collector
+        input_tokens += a["gen_ai.usage.input_tokens"]
+        output_tokens += a["gen_ai.usage.output_tokens"]
+    assert input_tokens == metrics.value("observer_judge_tokens_total", kind="prompt")
+    assert output_tokens == metrics.value("observer_judge_tokens_total", kind="completion")
+    assert all(r.headers.get("x-collector-key") == "collector-secret" for r in collector.requests)
+
+    # Langfuse: one observer.judge trace per judged trace, each call a generation.
+    assert langfuse_requests and all(r.status == 200 for r in langfuse_requests)
+    assert all(r.path == LANGFUSE_TRACES_PATH for r in langfuse_requests)
+    assert all(r.headers["authorization"] == BASIC for r in langfuse_requests)
+    assert not any("x-collector-key" in r.headers for r in langfuse_requests)
+    roots = [s for s in generations if s.name == "observer.judge"]
+    gens = [s for s in generations if s.attributes.get("langfuse.observation.type") == "generation"]
+    assert len(roots) == DEMO.scored and len(gens) == len(calls)
+    root_ids = {s.span_id for s in roots}
+    ops_traces = {s.trace_id for s in collector.spans}
+    for span in generations:
+        assert span.resource["langfuse.environment"] == JUDGE_ENVIRONMENT
+        assert span.attributes["langfuse.environment"] == JUDGE_ENVIRONMENT
+        assert span.scope == "observer"
+        assert span.trace_id not in ops_traces  # its own traces, apart from observer's spans
+    for root in roots:
+        assert root.parent_span_id == ""
+        assert root.attributes["langfuse.trace.name"] == "observer.judge"
+        assert root.attributes["observer.trace_id"]
+    cost = 0.0
+    for gen in gens:
+        a = gen.attributes
+        assert gen.parent_span_id in root_ids
+        assert gen.name in ("observer_claims", "observer_verdicts")
+        assert a["langfuse.observation.model.name"] == "stub-judge"
+        assert '"role"' in a["langfuse.observation.input"]  # the messages, in the user's Langfuse
+        assert a["langfuse.observation.output"]
+        assert a["gen_ai.usage.input_tokens"] > 0 and a["gen_ai.usage.output_tokens"] > 0
+        assert '"input"' in a["langfuse.observation.usage_details"]
+        cost += float(a["langfuse.observation.cost_details"].split('"total": ')[1].rstrip("}"))
+    assert cost == pytest.approx(metrics.value("observer_judge_cost_usd_total"))
+
+    # As Langfuse would show a root to observer's own poller: never scored.
+    for root in roots:
+        as_read = {
+            "traceId": root.trace_id,
+            "name": root.name,
+            "isRootObservation": True,
+            "metadata": {"scope": {"name": root.scope}},
+        }
+        skip = trace_filter(as_read, JUDGE_ENVIRONMENT, MappingRules())
+        assert isinstance(skip, Skip) and skip.reason == "own_trace"
+
+
+def test_a_failed_judge_call_is_an_error_span(
+    collector: OtlpReceiver,
+    langfuse: FakeLangfuse,
+    stub: OpenAIStub,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", collector.url + "/v1/traces")
+    stub.reject_json_schema = True  # the first call fails with a 400; json_object then works
+    telemetry = setup_telemetry(Metrics())
+    assert telemetry.parts == ["spans"]
+    one_pass(
+        monkeypatch,
+        langfuse,
+        tmp_path / "s.sqlite",
+        Metrics(),
+        OBSERVER_JUDGE__ENABLED="true",
+        OBSERVER_JUDGE__RATE="1.0",
+        OBSERVER_JUDGE__CONCURRENCY="1",
+    )
+    assert telemetry.shutdown(5.0)
+    calls = collector.spans_named("observer.judge_call")
+    failed = [c for c in calls if c.status_code == 2]
+    assert len(failed) == 1
+    assert failed[0].attributes["error.type"] == "BadRequestError"
+    assert "gen_ai.usage.input_tokens" not in failed[0].attributes
+    assert all(c.status_code != 2 for c in calls if c is not failed[0])
+    assert collector.points == []  # metrics not asked for
+
+
+# -- nothing set: nothing built, nothing sent ------------------------------------------------------
+
+
+def test_without_otel_variables_nothing_is_built_or_sent(
+    collector: OtlpReceiver,
+    langfuse: FakeLangfuse,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    threads = {t.name for t in threading.enumerate()}
+    started = time.perf_counter()
+    telemetry = setup_telemetry(Metrics(), environ={})
+    assert time.perf_counter() - started < 0.05
+    assert not telemetry.enabled and telemetry.judge_tracer is None
+    assert {t.name for t in threading.enumerate()} == threads  # no exporter thread
+    span = trace.get_tracer("observer").start_span("observer.poll_pass")
+    assert not span.is_recording()
+    span.end()
+    one_pass(monkeypatch, langfuse, tmp_path / "s.sqlite", Metrics())
+    assert telemetry.force_flush(1.0) and telemetry.shutdown(1.0)
+    assert collector.requests == []
+
+    # A span costs next to nothing on the hot path when telemetry is off.
+    tracer = trace.get_tracer("observer")
+    started = time.perf_counter()
+    for _ in range(10_000):
+        with tracer.start_as_current_span("observer.trace_scored") as span:
+            span.is_recording()
+    assert (time.perf_counter() - started) / 10_000 < 50e-6
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"OTEL_SDK_DISABLED": "true"},
+        {"OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"},
+    ],
+)
+def test_disabled_by_the_standard_variables(collector: OtlpReceiver, env: dict[str, str]) -> None:
+    telemetry = setup_telemetry(
+        Metrics(), environ={"OTEL_EXPORTER_OTLP_ENDPOINT": collector.url, **env}
+    )
+    assert not telemetry.enabled
+    trace.get_tracer("observer").start_span("observer.poll_pass").end()
+    telemetry.shutdown(1.0)
+    assert collector.requests == []
+
+
+# -- the collector down ------------------------------------------------------------------------
+
+
+def test_a_collector_down_is_logged_once_and_shutdown_keeps_its_budget() -> None:
+    with OtlpReceiver() as gone:
+        url = gone.url
+    metrics = Metrics()
+    with capture_logs() as logs:
+        telemetry = setup_telemetry(
+            metrics,
+            environ={"OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_METRIC_EXPORT_INTERVAL": "50"},
+        )
+        tracer = trace.get_tracer("observer")
+        for _ in range(3):
+            tracer.start_span("observer.poll_pass").end()
+            time.sleep(0.1)
+        started = time.monotonic()
+        done = telemetry.shutdown(1.0)
+        took = time.monotonic() - started
+    assert not done
+    assert took < 1.5
+    failed = [e for e in logs if e["event"] == "telemetry_export_failed"]
+    assert Counter(e["what"] for e in failed) == {"metrics": 1, "spans": 1}
+    assert all(e["reason"] for e in failed)
+    assert telemetry.shutdown(1.0) is False  # idempotent, and quick
+    assert not trace.get_tracer("observer").start_span("after").is_recording()
+
+
+def test_a_collector_that_never_answers_cannot_hold_shutdown() -> None:
+    with socket.socket() as silent:  # accepts connections (backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        telemetry = setup_telemetry(
+            Metrics(), environ={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"}
+        )
+        trace.get_tracer("observer").start_span("observer.poll_pass").end()
+        started = time.monotonic()
+        assert telemetry.shutdown(0.5) is False
+        assert time.monotonic() - started < 1.0
+
+
+def test_a_collector_back_after_an_outage_gets_the_metrics(collector: OtlpReceiver) -> None:
+    collector.fail(1, status=400)  # refused once: not retried by the exporter
+    metrics = Metrics()
+    metrics.traces.labels(outcome="scored").inc(2)
+    configure_logging("json", "info")
+    with capture_logs() as logs:
+        telemetry = setup_telemetry(
+            metrics,
+            environ={
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": collector.url + "/v1/metrics",
+                "OTEL_METRIC_EXPORT_INTERVAL": "50",
+            },
+        )
+        collector.wait_until(lambda r: any(q.status == 200 for q in r.requests))
+        assert telemetry.shutdown(2.0)
+    events = [e["event"] for e in logs if e["event"].startswith("telemetry_export")]
+    assert events == ["telemetry_export_failed", "telemetry_export_recovered"]
+    point = collector.latest("observer_traces_total", outcome="scored")
+    assert point is not None and point.value == 2
+
+
+# -- settings from the standard variables ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "signal", "protocol", "endpoint"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, "traces", "http/protobuf", "http://c:4318/v1/traces"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"}, "metrics", "http/protobuf", "http://c:4318/v1/metrics"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t/x"}, "traces", "http/protobuf", "http://t/x"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t/x"}, "metrics", None, None),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "traces", "grpc", "http://c:4317"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_METRICS_EXPORTER": "none"}, "metrics", None, None),
+        ({}, "traces", None, None),
+    ],
+)  # fmt: skip
+def test_export_targets(
+    env: dict[str, str], signal: Any, protocol: str | None, endpoint: str | None
+) -> None:
+    target = export_target(env, signal)
+    if protocol is None:
+        assert target is None
+    else:
+        assert target is not None
+        assert (target.protocol, target.endpoint) == (protocol, endpoint)
+
+
+def test_headers_timeout_and_compression_are_read() -> None:
+    target = export_target(
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c",
+            "OTEL_EXPORTER_OTLP_HEADERS": "api-key=secret%20value,x-team=ops",
+            "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "3",
+            "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
+        },
+        "traces",
+    )
+    assert target is not None
+    assert target.headers == {"api-key": "secret value", "x-team": "ops"}
+    assert target.timeout_s == 3.0 and target.compression == "gzip"
+    assert "secret" not in repr(target)
+
+
+def test_resource_names_observer_unless_the_environment_says_otherwise() -> None:
+    assert resource_attributes({})["service.name"] == "observer"
+    assert resource_attributes({"OTEL_SERVICE_NAME": "rag-observer"})["service.name"] == (
+        "rag-observer"
+    )
+    extra = resource_attributes({"OTEL_RESOURCE_ATTRIBUTES": "k8s.pod.name=p-1,team=a%20b"})
+    assert extra["k8s.pod.name"] == "p-1" and extra["team"] == "a b"
+    assert extra["service.name"] == "observer" and extra["service.version"]
+
+
+def test_gzip_and_the_resource_reach_the_collector(collector: OtlpReceiver) -> None:
+    telemetry = setup_telemetry(
+        Metrics(),
+        environ={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,
+            "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
+            "OTEL_SERVICE_NAME": "observer-eu",
+            "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=prod",
+        },
+    )
+    trace.get_tracer("observer").start_span("observer.poll_pass").end()
+    assert telemetry.force_flush(5.0)
+    (span,) = collector.spans_named("observer.poll_pass")
+    assert span.resource["service.name"] == "observer-eu"
+    assert span.resource["deployment.environment.name"] == "prod"
+    assert {r.headers.get("content-encoding") for r in collector.requests} == {"gzip"}
+    assert telemetry.shutdown(5.0)
+
+
+def test_grpc_when_asked_for() -> None:
+    with OtlpGrpcReceiver() as receiver:
+        metrics = Metrics()
+        metrics.traces.labels(outcome="scored").inc()
+        telemetry = setup_telemetry(
+            metrics,
+            environ={
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                "OTEL_EXPORTER_OTLP_HEADERS": "x-team=ops",
+            },
+        )
+        trace.get_tracer("observer").start_span("observer.poll_pass").end()
+        assert telemetry.shutdown(5.0)
+        (span,) = receiver.spans_named("observer.poll_pass")
+        assert span.resource["service.name"] == "observer"
+        assert span.headers["x-team"] == "ops"
+        point = receiver.latest("observer_traces_total", outcome="scored")
+        assert point is not None and point.value == 1
+
+
+def test_a_second_setup_in_one_process_exports_too(collector: OtlpReceiver) -> None:
+    for round_ in range(2):
+        telemetry = setup_telemetry(
+            Metrics(), environ={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": collector.url + "/v1/traces"}
+        )
+        trace.get_tracer("observer").start_span(f"round-{round_}").end()
+        assert telemetry.shutdown(5.0)
+    assert [s.name for s in collector.spans] == ["round-0", "round-1"]
+
+
+# -- the registry as OTLP data (pure) --------------------------------------------------------------
+
+
+def test_the_registry_becomes_sums_gauges_and_histograms() -> None:
+    registry = CollectorRegistry()
+    counter = PromCounter("demo_events_total", "Events", ["kind"], registry=registry)
+    gauge = PromGauge("demo_queue_items", "Items", registry=registry)
+    histogram = PromHistogram(
+        "demo_wait_seconds", "Waits", ["kind"], buckets=(0.1, 1.0), registry=registry
+    )
+    counter.labels(kind="a").inc(3)
+    gauge.set(7)
+    for value in (0.05, 0.5, 0.7, 5.0):
+        histogram.labels(kind="a").observe(value)
+
+    data = registry_metrics(registry, Resource({"service.name": "observer"}), 2_000, 1_000)
+    (resource_metrics,) = data.resource_metrics
+    (scope_metrics,) = resource_metrics.scope_metrics
+    assert scope_metrics.scope.name == "observer"
+    by_name = {m.name: m for m in scope_metrics.metrics}
+    assert set(by_name) == {"demo_events_total", "demo_queue_items", "demo_wait_seconds"}
+
+    events = by_name["demo_events_total"].data
+    assert isinstance(events, Sum)
+    assert events.is_monotonic
+    assert events.aggregation_temporality == AggregationTemporality.CUMULATIVE
+    (point,) = events.data_points
+    assert point.value == 3 and point.attributes == {"kind": "a"}
+    assert 0 < point.start_time_unix_nano <= time.time_ns()  # when the series was created
+    assert point.time_unix_nano == 2_000
+
+    queue = by_name["demo_queue_items"].data
+    assert isinstance(queue, Gauge) and queue.data_points[0].value == 7
+
+    waits = by_name["demo_wait_seconds"]
+    assert waits.unit == "s"
+    assert isinstance(waits.data, Histogram)
+    (hist,) = waits.data.data_points
+    assert hist.attributes == {"kind": "a"}
+    assert list(hist.explicit_bounds) == [0.1, 1.0]
+    assert list(hist.bucket_counts) == [1, 2, 1]  # per bucket, not cumulative
+    assert hist.count == 4 and hist.sum == pytest.approx(6.25)
+
+    # The SDK's encoder takes it as is; Prometheus keeps no min or max, so none is sent.
+    request = encode_metrics(data)
+    encoded = request.resource_metrics[0].scope_metrics[0].metrics
+    histogram_point = next(m for m in encoded if m.name == "demo_wait_seconds").histogram
+    assert not histogram_point.data_points[0].HasField("min")
+    assert list(histogram_point.data_points[0].bucket_counts) == [1, 2, 1]
+
+
+def test_langfuse_keys_stay_out_of_reprs() -> None:
+    target = LangfuseOtlp("https://cloud.langfuse.com/", PUBLIC, SECRET)
+    assert SECRET not in repr(target)
+    assert target.traces_url == "https://cloud.langfuse.com/api/public/otel/v1/traces"
