@@ -454,15 +454,19 @@ def test_a_collector_back_after_an_outage_gets_the_metrics(collector: OtlpReceiv
 # -- settings from the standard variables ------------------------------------------------------
 
 
+BASE, TRACES = "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+HTTP = "http/protobuf"
+
+
 @pytest.mark.parametrize(
     ("env", "signal", "protocol", "endpoint"),
     [
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, "traces", "http/protobuf", "http://c:4318/v1/traces"),
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"}, "metrics", "http/protobuf", "http://c:4318/v1/metrics"),
-        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t/x"}, "traces", "http/protobuf", "http://t/x"),
-        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t/x"}, "metrics", None, None),
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "traces", "grpc", "http://c:4317"),
-        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_METRICS_EXPORTER": "none"}, "metrics", None, None),
+        ({BASE: "http://c:4318"}, "traces", HTTP, "http://c:4318/v1/traces"),
+        ({BASE: "http://c:4318/"}, "metrics", HTTP, "http://c:4318/v1/metrics"),
+        ({TRACES: "http://t/x"}, "traces", HTTP, "http://t/x"),
+        ({TRACES: "http://t/x"}, "metrics", None, None),
+        ({BASE: "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "traces", "grpc", "http://c:4317"),
+        ({BASE: "http://c", "OTEL_METRICS_EXPORTER": "none"}, "metrics", None, None),
         ({}, "traces", None, None),
     ],
 )  # fmt: skip
