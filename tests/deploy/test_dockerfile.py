@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -25,7 +26,7 @@ import pytest
 
 from observer.config import Settings
 from tests.daemon_helpers import demo_observations
-from tests.deploy.support import DEPLOY, daemon_env, run, tool
+from tests.deploy.support import DEPLOY, ROOT, daemon_env, run, tool
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.servers import free_port
 
@@ -143,6 +144,12 @@ def test_the_build_context_ignore_file_keeps_what_the_build_copies() -> None:
         if name == "COPY" and "--from" not in args:
             copied.update(args.split()[:-1])
     assert copied == kept == {"pyproject.toml", "README.md", "observer"}
+    # ... and all that building the wheel reads: no other file named in pyproject.toml.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["readme"] in copied
+    assert "file" not in project["project"].get("license", {})
+    assert "license-files" not in project["project"]
+    assert project["tool"]["setuptools"]["packages"]["find"]["include"] == ["observer*"]
 
 
 # -- the commands, run --------------------------------------------------------------------------
