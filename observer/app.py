@@ -22,6 +22,7 @@ from types import FrameType
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-untyped]
 from langfuse.api.client import LangfuseAPI
+from opentelemetry import trace
 
 from observer import langfuse_api
 from observer.alerts.delivery import Delivery
@@ -49,6 +50,7 @@ from observer.state import State, StateError
 from observer.summary import Summary
 from observer.telemetry.http import Health, HttpServer
 from observer.telemetry.metrics import Metrics
+from observer.telemetry.otel import LangfuseOtlp, Telemetry, setup_telemetry
 from observer.times import iso
 
 log = structlog.get_logger("observer.app")
@@ -88,7 +90,9 @@ def build_api(settings: Settings) -> LangfuseAPI:
     )
 
 
-def build_judge_client(settings: Settings) -> JudgeClient:
+def build_judge_client(
+    settings: Settings, langfuse_tracer: trace.Tracer | None = None
+) -> JudgeClient:
     """The judge's OpenAI-compatible client, built in one place."""
     import openai
 
@@ -112,6 +116,7 @@ def build_judge_client(settings: Settings) -> JudgeClient:
         max_tokens=j.max_tokens,
         price_prompt_per_1k=j.price_prompt_per_1k,
         price_completion_per_1k=j.price_completion_per_1k,
+        langfuse_tracer=langfuse_tracer,
     )
 
 
@@ -180,6 +185,7 @@ class Parts:
     summary: Summary
     alerts: AlertService
     health: Health
+    telemetry: Telemetry
     judge: JudgeService | None = None
 
 
@@ -193,12 +199,16 @@ def build(
     stop: threading.Event | None = None,
     judge_client: JudgeClient | None = None,
     on_judged: JudgedHook | None = None,
+    telemetry: Telemetry | None = None,
 ) -> Parts:
     """Wire the pipeline. Without `source`/`sink`, both talk to Langfuse."""
     metrics = metrics or Metrics(max_query_types=settings.metrics.max_query_types)
     stop = stop or threading.Event()
     state = State(state_path or settings.state.path, max_outbox=settings.sink.max_outbox)
     health = build_health(settings, state, metrics)
+    telemetry = telemetry or setup_telemetry(
+        metrics, judge_to_langfuse=_judge_to_langfuse(settings)
+    )
     try:
         alerts = build_alerts(settings, state, metrics)
     except ConfigError:
@@ -234,7 +244,7 @@ def build(
     judge: JudgeService | None = None
     if settings.judge.enabled:
         judge = JudgeService(
-            judge_client or build_judge_client(settings),
+            judge_client or build_judge_client(settings, telemetry.judge_tracer),
             state,
             metrics,
             settings.sampler_params(),
@@ -268,7 +278,35 @@ def build(
         should_stop=_beating(health, stop),
     )
     return Parts(
-        settings, state, metrics, source, dispatcher, pipeline, stop, summary, alerts, health, judge
+        settings,
+        state,
+        metrics,
+        source,
+        dispatcher,
+        pipeline,
+        stop,
+        summary,
+        alerts,
+        health,
+        telemetry,
+        judge,
+    )
+
+
+def _judge_to_langfuse(settings: Settings) -> LangfuseOtlp | None:
+    """Where the judge's own calls go as generations, when telemetry.judge_to_langfuse."""
+    lf = settings.langfuse
+    if not (settings.judge.enabled and settings.telemetry.judge_to_langfuse):
+        return None
+    if not lf.public_key or lf.secret_key is None:
+        raise ConfigError(
+            "telemetry.judge_to_langfuse needs LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY"
+        )
+    return LangfuseOtlp(
+        lf.base_url,
+        lf.public_key,
+        lf.secret_key.get_secret_value(),
+        settings.source.request_timeout_s,
     )
 
 
@@ -480,8 +518,21 @@ def run_once(
     """One pass up to now (every trace older than the settle delay), push, flush.
 
     With `window_start`, that whole window is read instead of the one after the
-    watermark (the demo), and the watermark is not touched.
+    watermark (the demo), and the watermark is not touched. Telemetry is flushed
+    before it returns.
     """
+    try:
+        return _run_once(parts, now, window_start)
+    finally:
+        _flush_telemetry(parts)
+
+
+def _flush_telemetry(parts: Parts) -> None:
+    """Spans and metrics out before the process ends; a dead collector costs at most 5 s."""
+    parts.telemetry.shutdown(min(5.0, parts.settings.run.shutdown_grace_s))
+
+
+def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None) -> OnceResult:
     grace = parts.settings.run.shutdown_grace_s
     if parts.judge is not None:
         parts.judge.start()
@@ -546,6 +597,19 @@ def backfill(
     progress: Callable[[datetime, PassResult], None] = lambda _at, _result: None,
 ) -> OnceResult:
     """The pipeline over a past window, chunk by chunk; the watermark is not touched."""
+    try:
+        return _backfill(parts, start, end, chunk, progress)
+    finally:
+        _flush_telemetry(parts)
+
+
+def _backfill(
+    parts: Parts,
+    start: datetime,
+    end: datetime,
+    chunk: timedelta,
+    progress: Callable[[datetime, PassResult], None],
+) -> OnceResult:
     parts.dispatcher.start()
     if parts.judge is not None:
         parts.judge.start()
@@ -679,6 +743,7 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
         _stop_judge(parts, max(0.1, (deadline - time.monotonic()) / 2))
         flushed = parts.dispatcher.shutdown(max(0.5, deadline - time.monotonic()))
         parts.alerts.shutdown(max(0.5, deadline - time.monotonic()))
+        parts.telemetry.shutdown(max(0.5, deadline - time.monotonic()))
         left = parts.state.outbox_size()
         parts.state.close()
         if server is not None:

@@ -36,6 +36,7 @@ from observer.telemetry.metrics import RATIO_BUCKETS, Metrics
 from observer.telemetry.otel import (
     JUDGE_ENVIRONMENT,
     LangfuseOtlp,
+    Telemetry,
     export_target,
     registry_metrics,
     resource_attributes,
@@ -91,7 +92,7 @@ def one_pass(
     langfuse: FakeLangfuse,
     state: Path,
     metrics: Metrics,
-    judge_tracer: trace.Tracer | None = None,
+    telemetry: Telemetry | None = None,
     **env: str,
 ) -> app.OnceResult:
     """`observer run --once` as the composition root runs it."""
@@ -99,8 +100,14 @@ def one_pass(
     judge_client = None
     if settings.judge.enabled:
         judge_client = app.build_judge_client(settings)
-        judge_client.langfuse_tracer = judge_tracer
-    parts = app.build(settings, state_path=state, metrics=metrics, judge_client=judge_client)
+        judge_client.langfuse_tracer = telemetry.judge_tracer if telemetry else None
+    parts = app.build(
+        settings,
+        state_path=state,
+        metrics=metrics,
+        judge_client=judge_client,
+        telemetry=telemetry,
+    )
     try:
         result = app.run_once(parts, after(demo_observations()))
     finally:
@@ -126,7 +133,7 @@ def test_a_pass_exports_its_spans_and_the_same_metrics(
     metrics = Metrics()
     telemetry = setup_telemetry(metrics)
     assert telemetry.parts == ["spans", "metrics"]
-    result = one_pass(monkeypatch, langfuse, tmp_path / "s.sqlite", metrics)
+    result = one_pass(monkeypatch, langfuse, tmp_path / "s.sqlite", metrics, telemetry)
     assert telemetry.shutdown(5.0)
     passed = result.passed
     assert passed is not None
@@ -226,7 +233,7 @@ def test_the_judge_calls_follow_the_genai_conventions_and_reach_langfuse(
             langfuse,
             tmp_path / "s.sqlite",
             metrics,
-            telemetry.judge_tracer,
+            telemetry,
             OBSERVER_JUDGE__ENABLED="true",
             OBSERVER_JUDGE__RATE="1.0",
             OBSERVER_JUDGE__PRICE_PROMPT_PER_1K="0.5",
@@ -326,6 +333,7 @@ def test_a_failed_judge_call_is_an_error_span(
         langfuse,
         tmp_path / "s.sqlite",
         Metrics(),
+        telemetry,
         OBSERVER_JUDGE__ENABLED="true",
         OBSERVER_JUDGE__RATE="1.0",
         OBSERVER_JUDGE__CONCURRENCY="1",
@@ -358,7 +366,7 @@ def test_without_otel_variables_nothing_is_built_or_sent(
     span = trace.get_tracer("observer").start_span("observer.poll_pass")
     assert not span.is_recording()
     span.end()
-    one_pass(monkeypatch, langfuse, tmp_path / "s.sqlite", Metrics())
+    one_pass(monkeypatch, langfuse, tmp_path / "s.sqlite", Metrics(), telemetry)
     assert telemetry.force_flush(1.0) and telemetry.shutdown(1.0)
     assert collector.requests == []
 
@@ -612,3 +620,27 @@ def test_langfuse_keys_stay_out_of_reprs() -> None:
     target = LangfuseOtlp("https://cloud.langfuse.com/", PUBLIC, SECRET)
     assert SECRET not in repr(target)
     assert target.traces_url == "https://cloud.langfuse.com/api/public/otel/v1/traces"
+
+
+def test_the_command_exports_before_it_exits(
+    collector: OtlpReceiver, langfuse: FakeLangfuse, tmp_path: Path
+) -> None:
+    """`observer run --once` with only the standard variables set: spans and metrics arrive."""
+    import subprocess
+    import sys
+
+    from tests.test_shutdown import daemon_env
+
+    env = {k: v for k, v in daemon_env(langfuse).items() if not k.startswith("OTEL_")}
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector.url
+    done = subprocess.run(
+        [sys.executable, "-m", "observer", "run", "--once", "--state", str(tmp_path / "s.db")],
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert len(collector.spans_named("observer.poll_pass")) == 1
+    assert len(collector.spans_named("observer.trace_scored")) == DEMO.traces
+    scored = collector.latest("observer_traces_total", outcome="scored")
+    assert scored is not None and scored.value == DEMO.scored
