@@ -619,7 +619,9 @@ def _backfill(
     try:
         while cursor < end and not parts.stop.is_set():
             chunk_end = min(end, cursor + chunk)
-            result = parts.pipeline.process_window(cursor, chunk_end, now)
+            # Read on past the chunk: the children of a trace rooted just before its end.
+            read_until = chunk_end + timedelta(seconds=parts.settings.source.overlap_s)
+            result = parts.pipeline.process_window(cursor, chunk_end, now, read_until)
             totals.add(result)
             cursor = chunk_end
             progress(cursor, result)

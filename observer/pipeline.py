@@ -179,10 +179,18 @@ class Pipeline:
         self.metrics.set_watermark(watermark.timestamp())
         return result
 
-    def process_window(self, start: datetime, end: datetime, now: datetime) -> PassResult:
-        """Handle every trace whose root starts in [start, end)."""
+    def process_window(
+        self, start: datetime, end: datetime, now: datetime, read_until: datetime | None = None
+    ) -> PassResult:
+        """Handle every trace whose root starts in [start, end), with all its observations.
+
+        Observations are read up to `read_until` (default `end`): a window that ends
+        before now (a backfill chunk) reads on past its end, so a trace rooted just
+        before it keeps the children that started just after. Traces rooted at or
+        after `end` are left to the next window.
+        """
         with tracer.start_as_current_span("observer.poll_pass") as span:
-            result = self._window(start, end, now)
+            result = self._window(start, end, now, max(end, read_until or end))
             if span.is_recording():
                 span.set_attributes(
                     {
@@ -200,12 +208,15 @@ class Pipeline:
                 )
             return result
 
-    def _window(self, start: datetime, end: datetime, now: datetime) -> PassResult:
+    def _window(
+        self, start: datetime, end: datetime, now: datetime, read_until: datetime
+    ) -> PassResult:
         result = PassResult(start, end)
         with self.metrics.pass_duration.time():
             buffered: dict[str, list[dict[str, Any]]] = {}
             roots: dict[str, datetime] = {}
-            for page in self.source.pages(start, end):
+            # From a little before the start: a child may "start" before its root (skew).
+            for page in self.source.pages(start - CLOCK_SKEW, read_until):
                 result.observations += len(page)
                 for observation in page:
                     trace_id = observation.get("traceId")
@@ -225,13 +236,13 @@ class Pipeline:
                 )
                 if oldest is not None:
                     complete = [t for t, r in roots.items() if r - CLOCK_SKEW > oldest]
-                    self._handle(complete, buffered, roots, start, now, result)
+                    self._handle(complete, buffered, roots, start, end, now, result)
                 if self.should_stop():
                     # Hand back the rest: the watermark stays, the next run re-reads it.
                     result.hold = start if result.hold is None else min(result.hold, start)
                     self.notify()
                     return result
-            self._handle(list(roots), buffered, roots, start, now, result)
+            self._handle(list(roots), buffered, roots, start, end, now, result)
             result.partial += len(buffered)
         self.notify()
         return result
@@ -244,6 +255,7 @@ class Pipeline:
         buffered: dict[str, list[dict[str, Any]]],
         roots: dict[str, datetime],
         start: datetime,
+        end: datetime,
         now: datetime,
         result: PassResult,
     ) -> None:
@@ -256,6 +268,8 @@ class Pipeline:
             if root_start < start:
                 result.partial += 1  # rooted before the window: handled by an earlier pass
                 continue
+            if root_start >= end:
+                continue  # read past the end for its neighbours; the next window's own
             with tracer.start_as_current_span("observer.trace_scored") as span:
                 outcome = self._trace(
                     trace_id, observations, root_start, known.get(trace_id), now, result

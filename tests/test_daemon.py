@@ -16,6 +16,7 @@ import pytest
 
 from observer import app
 from observer.telemetry.metrics import Metrics
+from observer.times import parse_time
 from tests.daemon_helpers import (
     after,
     configure,
@@ -413,3 +414,31 @@ def test_child_starting_before_its_root_still_joins_the_trace(
     scored = by_trace(fake.scores)[trace_id]
     assert scored["rerank_top1"]["value"] > 0
     assert "no retrieval scores" not in scored["rerank_top1"]["comment"]
+
+
+def test_backfill_scores_a_trace_that_straddles_a_chunk_boundary(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Root just before a chunk's end, its retrievers and generation just after."""
+    by_trace: dict[str, list[dict[str, Any]]] = {}
+    for observation in demo_observations():
+        by_trace.setdefault(observation["traceId"], []).append(observation)
+    expected = expected_signals()
+    trace_id = next(t for t in by_trace if t in expected)
+    fake.add_observations(by_trace[trace_id])
+    (root,) = [o for o in by_trace[trace_id] if o.get("isRootObservation")]
+    boundary = parse_time(root["startTime"]) + timedelta(milliseconds=1)
+    settings = configure(monkeypatch, fake)
+    parts = app.build(settings, state_path=tmp_path / "s.sqlite")
+    try:
+        result = app.backfill(
+            parts,
+            boundary - timedelta(minutes=30),
+            boundary + timedelta(minutes=30),
+            timedelta(minutes=30),
+        )
+    finally:
+        parts.state.close()
+    assert result.exit_code == 0, result.error
+    assert result.passed is not None and result.passed.scored == 1, result.passed
+    assert {s["traceId"] for s in fake.scores} == {trace_id}
