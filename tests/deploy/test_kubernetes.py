@@ -1,9 +1,14 @@
-"""deploy/kubernetes: valid under `kubernetes-validate --strict`, and the sidecar wired right.
+"""deploy/kubernetes: valid under `kubernetes-validate --strict`, and both layouts wired right.
 
 kubernetes-validate checks the manifests against the Kubernetes schemas it
 ships (`--kubernetes-version`, here an older and the newest it carries). The
-rest reads the manifests: probes, Secret and ConfigMap references, the config
-file observer gets, state on a volume, resources, a non-root read-only container.
+rest reads the manifests. observer-sidecar.yaml runs observer beside the app in
+one Pod: liveness and startup on /healthz but no readiness probe, since a
+sidecar's readiness would take the app's Pod out of its Services.
+observer-deployment.yaml runs it alone: readiness on /readyz too, and a Service
+for Prometheus. Both: one replica, Recreate, the example Secret and ConfigMap,
+the config file observer gets, state on their own volume claim, resources, a
+non-root read-only container, time to drain.
 """
 
 from __future__ import annotations
@@ -19,41 +24,71 @@ from tests.deploy.support import DEPLOY, run, tool
 
 KUBERNETES = DEPLOY / "kubernetes"
 MANIFESTS = sorted(KUBERNETES.glob("*.yaml"))
+SIDECAR = KUBERNETES / "observer-sidecar.yaml"
+STANDALONE = KUBERNETES / "observer-deployment.yaml"
+# The Secret and the ConfigMap both layouts read.
+SHARED = [KUBERNETES / "observer-secret.example.yaml", KUBERNETES / "observer-configmap.yaml"]
+LAYOUTS = [SIDECAR, STANDALONE]
 # An older release still in wide use, and the newest kubernetes-validate ships.
 VERSIONS = ["1.30.0", "1.37.0"]
 
-
-def documents() -> list[dict[str, Any]]:
-    return [doc for path in MANIFESTS for doc in yaml.safe_load_all(path.read_text()) if doc]
+layouts = pytest.mark.parametrize("manifest", LAYOUTS, ids=lambda p: p.stem)
 
 
-def one(kind: str) -> dict[str, Any]:
-    (found,) = [doc for doc in documents() if doc["kind"] == kind]
+def documents(*paths: Path) -> list[dict[str, Any]]:
+    return [
+        doc for path in paths or MANIFESTS for doc in yaml.safe_load_all(path.read_text()) if doc
+    ]
+
+
+def one(kind: str, *paths: Path) -> dict[str, Any]:
+    (found,) = [doc for doc in documents(*paths) if doc["kind"] == kind]
     return found
 
 
-def pod() -> dict[str, Any]:
-    spec: dict[str, Any] = one("Deployment")["spec"]["template"]["spec"]
+def pod(manifest: Path) -> dict[str, Any]:
+    spec: dict[str, Any] = one("Deployment", manifest)["spec"]["template"]["spec"]
     return spec
 
 
-def container(name: str) -> dict[str, Any]:
-    (found,) = [c for c in pod()["containers"] if c["name"] == name]
+def container(manifest: Path, name: str = "observer") -> dict[str, Any]:
+    containers: list[dict[str, Any]] = pod(manifest)["containers"]
+    (found,) = [c for c in containers if c["name"] == name]
     return found
 
 
-def env(name: str) -> dict[str, dict[str, Any]]:
-    return {variable["name"]: variable for variable in container(name)["env"]}
+def env(manifest: Path, name: str = "observer") -> dict[str, dict[str, Any]]:
+    return {variable["name"]: variable for variable in container(manifest, name)["env"]}
+
+
+def http_get(probe: dict[str, Any]) -> tuple[str, str]:
+    check = probe["httpGet"]
+    return check["path"], check["port"]
 
 
 def test_the_manifests() -> None:
     assert [p.name for p in MANIFESTS] == [
         "observer-configmap.yaml",
+        "observer-deployment.yaml",
         "observer-secret.example.yaml",
         "observer-sidecar.yaml",
     ]
-    kinds = sorted(doc["kind"] for doc in documents())
-    assert kinds == ["ConfigMap", "Deployment", "PersistentVolumeClaim", "Secret"]
+    assert sorted(doc["kind"] for doc in documents(*SHARED)) == ["ConfigMap", "Secret"]
+    assert sorted(doc["kind"] for doc in documents(SIDECAR)) == [
+        "Deployment",
+        "PersistentVolumeClaim",
+    ]
+    assert sorted(doc["kind"] for doc in documents(STANDALONE)) == [
+        "Deployment",
+        "PersistentVolumeClaim",
+        "Service",
+    ]
+
+
+def test_the_two_layouts_do_not_collide() -> None:
+    """Applied by mistake side by side, neither overwrites the other's objects."""
+    names = [(d["kind"], d["metadata"]["name"]) for d in documents(SIDECAR, STANDALONE)]
+    assert len(names) == len(set(names))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -64,50 +99,101 @@ def test_kubernetes_validate_strict(version: str) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("passed") == len(documents())
+    for manifest in LAYOUTS:  # the new file is validated too, every document of it
+        assert done.stdout.count(f"{manifest} passed") == len(documents(manifest))
+
+
+@layouts
+def test_one_replica_recreated_never_two_side_by_side(manifest: Path) -> None:
+    # One observer per Langfuse project, and never two pods on one state volume.
+    deployment = one("Deployment", manifest)
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert container(manifest)["args"] == ["run"]
 
 
 def test_an_app_container_and_observer_as_its_sidecar() -> None:
-    deployment = one("Deployment")
-    assert [c["name"] for c in pod()["containers"]] == ["app", "observer"]
-    assert "your-rag-service" in container("app")["image"]
-    assert container("observer")["args"] == ["run"]
-    # One observer per Langfuse project, and never two pods on one state volume.
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert [c["name"] for c in pod(SIDECAR)["containers"]] == ["app", "observer"]
+    assert "your-rag-service" in container(SIDECAR, "app")["image"]
 
 
-def test_probes_healthz_for_liveness_readyz_for_readiness_on_the_http_port() -> None:
-    observer = container("observer")
+def test_the_standalone_deployment_runs_observer_alone() -> None:
+    assert [c["name"] for c in pod(STANDALONE)["containers"]] == ["observer"]
+    assert container(STANDALONE)["image"] == container(SIDECAR)["image"]
+
+
+@layouts
+def test_the_http_port_and_liveness_and_startup_on_healthz(manifest: Path) -> None:
+    observer = container(manifest)
     (port,) = observer["ports"]
     assert port["containerPort"] == Settings().http.port
-    assert env("observer")["OBSERVER_HTTP_HOST"]["value"] == "0.0.0.0"
-    assert env("observer")["OBSERVER_HTTP_PORT"]["value"] == str(port["containerPort"])
-    for probe, path in (
-        ("livenessProbe", "/healthz"),
-        ("startupProbe", "/healthz"),
-        ("readinessProbe", "/readyz"),
-    ):
-        check = observer[probe]["httpGet"]
-        assert check["path"] == path and check["port"] == port["name"], probe
+    assert env(manifest)["OBSERVER_HTTP_HOST"]["value"] == "0.0.0.0"
+    assert env(manifest)["OBSERVER_HTTP_PORT"]["value"] == str(port["containerPort"])
+    for probe in ("livenessProbe", "startupProbe"):
+        assert http_get(observer[probe]) == ("/healthz", port["name"]), probe
 
 
-def test_credentials_come_from_the_example_secret() -> None:
-    secret = one("Secret")
+def test_the_sidecar_has_no_readiness_probe_so_it_never_gates_the_app() -> None:
+    for each in pod(SIDECAR)["containers"]:
+        if each["name"] != "app":  # the app's own probes are the app's business
+            assert "readinessProbe" not in each, each["name"]
+    # The manifest says why, and where readiness is watched instead.
+    text = SIDECAR.read_text()
+    assert "No readinessProbe" in text
+    assert "observer-deployment.yaml" in text and "deploy/prometheus" in text
+
+
+def test_the_standalone_deployment_has_readiness_on_readyz() -> None:
+    observer = container(STANDALONE)
+    (port,) = observer["ports"]
+    assert http_get(observer["readinessProbe"]) == ("/readyz", port["name"])
+    assert http_get(observer["livenessProbe"]) == ("/healthz", port["name"])
+
+
+def test_the_standalone_service_exposes_the_metrics_port_to_prometheus() -> None:
+    service = one("Service", STANDALONE)
+    deployment = one("Deployment", STANDALONE)
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    # It selects observer's pod only, not the app's (the sidecar layout's labels).
+    sidecar_labels = one("Deployment", SIDECAR)["spec"]["template"]["metadata"]["labels"]
+    assert not service["spec"]["selector"].items() <= sidecar_labels.items()
+    (container_port,) = container(STANDALONE)["ports"]
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == container_port["containerPort"] == Settings().http.port
+    assert port["name"] == port["targetPort"] == container_port["name"]
+    annotations = service["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(port["port"])
+    assert annotations["prometheus.io/path"] == "/metrics"
+    # Scraped while not ready (that is when its metrics matter), and scraped once:
+    # the pod itself carries no scrape annotation.
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    pod_annotations = deployment["spec"]["template"]["metadata"].get("annotations", {})
+    assert not any(key.startswith("prometheus.io/") for key in pod_annotations)
+
+
+@layouts
+def test_credentials_come_from_the_example_secret(manifest: Path) -> None:
+    secret = one("Secret", *SHARED)
     keys = set(secret["stringData"])
     for name in ("LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY", "OPENAI_API_KEY"):
-        reference = env("observer")[name]["valueFrom"]["secretKeyRef"]
+        reference = env(manifest)[name]["valueFrom"]["secretKeyRef"]
         assert reference["name"] == secret["metadata"]["name"]
         assert reference["key"] in keys
-    assert "value" not in env("observer")["LANGFUSE_SECRET_KEY"]
+    assert "value" not in env(manifest)["LANGFUSE_SECRET_KEY"]
 
 
-def test_the_config_map_is_mounted_as_the_file_observer_reads(tmp_path: Path) -> None:
-    config_map = one("ConfigMap")
-    config_path = Path(env("observer")["OBSERVER_CONFIG"]["value"])
-    volumes = {v["name"]: v for v in pod()["volumes"]}
+@layouts
+def test_the_config_map_is_mounted_as_the_file_observer_reads(
+    manifest: Path, tmp_path: Path
+) -> None:
+    config_map = one("ConfigMap", *SHARED)
+    config_path = Path(env(manifest)["OBSERVER_CONFIG"]["value"])
+    volumes = {v["name"]: v for v in pod(manifest)["volumes"]}
     (mount,) = [
         m
-        for m in container("observer")["volumeMounts"]
+        for m in container(manifest)["volumeMounts"]
         if "configMap" in volumes[m["name"]] and m["mountPath"] == str(config_path.parent)
     ]
     assert mount.get("readOnly") is True
@@ -119,40 +205,47 @@ def test_the_config_map_is_mounted_as_the_file_observer_reads(tmp_path: Path) ->
     copy.write_text(config_map["data"][key])
     settings = load_settings(copy)  # valid, and no secret in it (a secret would be refused)
     assert settings.source.environments == ["production"]
-    base_url = env("observer")["LANGFUSE_BASE_URL"]["valueFrom"]["configMapKeyRef"]
+    base_url = env(manifest)["LANGFUSE_BASE_URL"]["valueFrom"]["configMapKeyRef"]
     assert base_url["key"] in config_map["data"]
 
 
-def test_the_state_file_is_on_a_persistent_volume() -> None:
-    state = Path(env("observer")["OBSERVER_STATE__PATH"]["value"])
-    volumes = {v["name"]: v for v in pod()["volumes"]}
+@layouts
+def test_the_state_file_is_on_its_own_persistent_volume(manifest: Path) -> None:
+    state = Path(env(manifest)["OBSERVER_STATE__PATH"]["value"])
+    volumes = {v["name"]: v for v in pod(manifest)["volumes"]}
     (mount,) = [
-        m for m in container("observer")["volumeMounts"] if m["mountPath"] == str(state.parent)
+        m for m in container(manifest)["volumeMounts"] if m["mountPath"] == str(state.parent)
     ]
     claim = volumes[mount["name"]]["persistentVolumeClaim"]["claimName"]
-    assert claim == one("PersistentVolumeClaim")["metadata"]["name"]
+    assert claim == one("PersistentVolumeClaim", manifest)["metadata"]["name"]
     assert "readOnly" not in mount
 
 
-@pytest.mark.parametrize("name", ["app", "observer"])
-def test_resources_requested_and_limited(name: str) -> None:
-    resources = container(name)["resources"]
+@pytest.mark.parametrize(
+    ("manifest", "name"),
+    [(SIDECAR, "app"), (SIDECAR, "observer"), (STANDALONE, "observer")],
+    ids=lambda value: value.stem if isinstance(value, Path) else value,
+)
+def test_resources_requested_and_limited(manifest: Path, name: str) -> None:
+    resources = container(manifest, name)["resources"]
     assert {"cpu", "memory"} <= resources["requests"].keys()
     assert "memory" in resources["limits"]
 
 
-def test_observer_runs_non_root_read_only_without_privileges() -> None:
-    context = container("observer")["securityContext"]
+@layouts
+def test_observer_runs_non_root_read_only_without_privileges(manifest: Path) -> None:
+    context = container(manifest)["securityContext"]
     assert context["runAsNonRoot"] is True and context["runAsUser"] >= 1000
     assert context["readOnlyRootFilesystem"] is True
     assert context["allowPrivilegeEscalation"] is False
     assert context["capabilities"]["drop"] == ["ALL"]
-    assert pod()["securityContext"]["runAsNonRoot"] is True
+    assert pod(manifest)["securityContext"]["runAsNonRoot"] is True
     writable = {
-        m["mountPath"] for m in container("observer")["volumeMounts"] if not m.get("readOnly")
+        m["mountPath"] for m in container(manifest)["volumeMounts"] if not m.get("readOnly")
     }
     assert writable == {"/var/lib/observer", "/tmp"}
 
 
-def test_the_pod_waits_for_observers_shutdown_grace() -> None:
-    assert pod()["terminationGracePeriodSeconds"] > Settings().run.shutdown_grace_s
+@layouts
+def test_the_pod_waits_for_observers_shutdown_grace(manifest: Path) -> None:
+    assert pod(manifest)["terminationGracePeriodSeconds"] > Settings().run.shutdown_grace_s

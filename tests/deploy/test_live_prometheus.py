@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import servers
 from tests.daemon_helpers import demo_observations
 from tests.deploy.support import (
     DASHBOARDS,
@@ -34,7 +35,6 @@ from tests.deploy.support import (
     daemon_env,
     panel_queries,
     promql_metrics,
-    tool,
 )
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.servers import free_port
@@ -113,46 +113,33 @@ def running(command: list[str], log: Path, **kwargs: Any) -> Iterator[subprocess
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Prometheus with deploy/'s rules, having scraped a daemon that scored the demo traces."""
-    binary = tool("prometheus")
     workdir = tmp_path_factory.mktemp("live")
-    daemon_port, prometheus_port = free_port(), free_port()
+    daemon_port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(path) for path in RULE_FILES],
         "scrape_configs": [
             {"job_name": "observer", "static_configs": [{"targets": [f"127.0.0.1:{daemon_port}"]}]}
         ],
     }
-    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    base = f"http://127.0.0.1:{prometheus_port}"
     with FakeLangfuse() as fake:
         fake.add_observations(demo_observations())
         daemon = [sys.executable, "-m", "observer", "run"]
         env = daemon_env(fake, daemon_port, workdir / "observer.sqlite")
         with (
             running(daemon, workdir / "observer.log", env=env, cwd=workdir),
-            running(
-                [
-                    binary,
-                    f"--config.file={workdir / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={workdir / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{prometheus_port}",
-                    "--log.level=warn",
-                ],
-                workdir / "prometheus.log",
-            ),
+            servers.prometheus(
+                workdir / "prometheus", yaml.safe_dump(config), rule_files=RULE_FILES
+            ) as server,
         ):
             try:
-                wait_until("Prometheus is ready", lambda: urllib.request.urlopen(base + "/-/ready"))
-                wait_until("two scrapes of scored answers", lambda: scraped_twice(base))
-                wait_until("every rule evaluated on them", lambda: rules_evaluated(base))
+                wait_until("two scrapes of scored answers", lambda: scraped_twice(server.url))
+                wait_until("every rule evaluated on them", lambda: rules_evaluated(server.url))
             except AssertionError:
                 logs = [
-                    (workdir / name).read_text()[-2000:]
-                    for name in ("observer.log", "prometheus.log")
+                    path.read_text()[-2000:] for path in (workdir / "observer.log", server.log_path)
                 ]
                 raise AssertionError("\n".join(logs)) from None
-            yield base
+            yield server.url
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
