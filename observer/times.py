@@ -48,7 +48,10 @@ def parse_duration(text: str) -> timedelta:
         position = match.end()
     if not value or position != len(value):
         raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 15m, 4h, 1h30m, 0s)")
-    return timedelta(seconds=total)
+    try:
+        return timedelta(seconds=total)
+    except OverflowError:
+        raise ValueError(f"not a duration: {text!r} is too long") from None
 
 
 def format_duration(seconds: float) -> str:
