@@ -240,6 +240,12 @@ def check_window_rule(rule: WindowRule) -> WindowRule:
     for key, _ in rule.where:
         if key not in GROUP_LABELS:
             raise RuleError(f"{where}.where: {key!r} is not one of {GROUP_LABELS}")
+    if rule.pipeline and rule.where:
+        # The daemon's own samples carry no labels: a filter would match none of them.
+        raise RuleError(
+            f"{where}.where: {expression.signal} is a sample of the daemon, "
+            "not of a trace; it has no environment or query type"
+        )
     return rule
 
 
