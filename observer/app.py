@@ -20,7 +20,6 @@ from pathlib import Path
 from types import FrameType
 
 import structlog
-from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-untyped]
 from langfuse.api.client import LangfuseAPI
 from opentelemetry import trace
 
@@ -38,6 +37,7 @@ from observer.judge.outcome import JudgeResult
 from observer.judge.service import JudgedHook, JudgeService
 from observer.model import RagRecord, Signals
 from observer.pipeline import PassResult, Pipeline
+from observer.scheduling import background_scheduler
 from observer.sinks import ScoreSink
 from observer.sinks.dispatcher import Dispatcher
 from observer.sinks.jsonl import JsonlScoreSink
@@ -711,7 +711,7 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
             log.info("history_pruned", rows=history)
         parts.dispatcher.notify()
 
-    scheduler = BackgroundScheduler(timezone=UTC)
+    scheduler = background_scheduler()
     scheduler.add_job(
         poll_tick,
         "interval",
@@ -738,16 +738,21 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
         )
         parts.stop.wait()
         deadline = time.monotonic() + settings.run.shutdown_grace_s
-        # Stop polling; a pass in flight sees `stop` between pages and hands back the rest.
+        # Stop, join, close, in that order, within the grace. A pass in flight sees
+        # `stop` between pages and hands back the rest; one stuck inside a request is
+        # abandoned (its thread is a daemon), and the state is not closed under it.
         scheduler.shutdown(wait=False)
-        busy.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        joined = busy.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        if not joined:
+            log.warning("poll_abandoned", reason="still inside a request at the grace's end")
         # In-flight judging gets half of what is left; unjudged samples are not retried.
         _stop_judge(parts, max(0.1, (deadline - time.monotonic()) / 2))
         flushed = parts.dispatcher.shutdown(max(0.5, deadline - time.monotonic()))
         parts.alerts.shutdown(max(0.5, deadline - time.monotonic()))
         parts.telemetry.shutdown(max(0.5, deadline - time.monotonic()))
         left = parts.state.outbox_size()
-        parts.state.close()
+        if joined:
+            parts.state.close()
         if server is not None:
             server.stop()
     log.info("observer_stopped", flushed=flushed, outbox_left=left)

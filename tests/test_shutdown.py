@@ -77,3 +77,86 @@ def test_sigterm_mid_pass_then_restart_loses_and_duplicates_nothing(
     assert result.exit_code == 0, result.error
     assert len(fake.scores) == SCORES
     assert fake.duplicates() == []
+
+
+def test_sigterm_during_a_hanging_request_exits_within_the_grace(
+    fake: FakeLangfuse, tmp_path: Path
+) -> None:
+    """A Langfuse request that would take 30 s is abandoned, not waited for; the state
+    file is not closed under the thread still inside it, and stays usable."""
+    state = tmp_path / "state.sqlite"
+    env = daemon_env(fake)
+    env.update(OBSERVER_RUN__SHUTDOWN_GRACE_S="2", OBSERVER_SOURCE__REQUEST_TIMEOUT_S="30")
+    fake.latency_s = 20.0  # every answer hangs far past the grace
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "observer", "run", "--state", str(state)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while fake.in_flight < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fake.in_flight >= 1, "the daemon never sent a request"
+        proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        _out, err = proc.communicate(timeout=25)
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert took < 2 + 1.5, f"took {took:.1f} s"
+    assert b'"event": "poll_abandoned"' in err
+    assert b"closed database" not in err
+    fake.latency_s = 0.0
+    done = subprocess.run(
+        [sys.executable, "-m", "observer", "run", "--once", "--state", str(state)],
+        env=daemon_env(fake),
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert len(fake.scores) == SCORES
+
+
+def test_a_hanging_score_push_does_not_hold_run_once_past_the_grace(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    settings = configure(
+        monkeypatch,
+        fake,
+        OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400),
+        OBSERVER_RUN__SHUTDOWN_GRACE_S="2",
+        OBSERVER_SOURCE__REQUEST_TIMEOUT_S="30",
+    )
+    fake.post_latency_s = 20.0
+    started = time.monotonic()
+    result = once(settings, tmp_path / "s.sqlite", after(demo_observations()) + timedelta(days=1))
+    took = time.monotonic() - started
+    assert took < 2 * 2 + 2, f"took {took:.1f} s"  # the pass, then the grace, not 20 s
+    assert result.exit_code == 3
+    assert result.error is not None and "kept in the outbox" in result.error
+    fake.post_latency_s = 0.0
+    again = once(settings, tmp_path / "s.sqlite", after(demo_observations()) + timedelta(days=1))
+    assert again.exit_code == 0, again.error
+    assert len(fake.scores) == SCORES and fake.duplicates() == []
+
+
+def test_a_second_dispatcher_shutdown_returns_at_once(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from observer import app
+
+    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400))
+    parts = app.build(settings, state_path=tmp_path / "s.sqlite")
+    parts.pipeline.poll(after(demo_observations()) + timedelta(days=1))
+    fake.stop()  # nothing can be delivered
+    try:
+        assert parts.dispatcher.shutdown(0.5) is False
+        started = time.monotonic()
+        assert parts.dispatcher.shutdown(5.0) is False
+        assert time.monotonic() - started < 0.1
+    finally:
+        parts.state.close()

@@ -93,9 +93,29 @@ class Dispatcher:
     def flush(self, timeout_s: float) -> bool:
         """Send until the outbox is empty or `timeout_s` passes; True when empty.
 
-        Waits for backoffs and `Retry-After` that end before the deadline.
+        Waits for backoffs and `Retry-After` that end before the deadline. Returns
+        by the deadline even when a push hangs: the sending runs in a daemon thread
+        that is abandoned then (the scores stay in the outbox for the next run).
         """
         deadline = time.monotonic() + timeout_s
+        done = threading.Event()
+        result: list[bool] = []
+
+        def send() -> None:
+            try:
+                result.append(self._flush_until(deadline))
+            except Exception:  # the outbox keeps the scores
+                log.exception("dispatcher_failed")
+            finally:
+                done.set()
+
+        threading.Thread(target=send, name="observer-flush", daemon=True).start()
+        if not done.wait(max(0.0, timeout_s)):
+            log.warning("score_push_abandoned", reason="a push was still running at the deadline")
+            return False
+        return bool(result and result[0])
+
+    def _flush_until(self, deadline: float) -> bool:
         while True:
             self.send_due()
             if self._state.outbox_size() == 0:
@@ -111,12 +131,18 @@ class Dispatcher:
                 return False
 
     def shutdown(self, timeout_s: float) -> bool:
-        """Stop the worker after a last flush. Idempotent; True when nothing is left."""
+        """Stop the worker after a last flush within `timeout_s`; True when nothing is left.
+
+        Idempotent: a second call returns at once, with whether the outbox is empty.
+        """
+        if self._stop.is_set():
+            return self._state.outbox_size() == 0
+        deadline = time.monotonic() + timeout_s
         flushed = self.flush(timeout_s)
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout=max(1.0, timeout_s))
+            self._thread.join(timeout=max(0.1, deadline - time.monotonic()))
             self._thread = None
         return flushed
 

@@ -447,6 +447,7 @@ class FakeLangfuse(LoopbackService):
     public_key: str
     secret_key: str
     latency_s: float
+    post_latency_s: float
     dashboards_api: bool  # False: an older server, no dashboards API (404 Route not found)
 
     def __init__(self) -> None:
@@ -454,6 +455,7 @@ class FakeLangfuse(LoopbackService):
         self.public_key = "pk-lf-test"
         self.secret_key = "sk-lf-test"
         self.latency_s = 0.0
+        self.post_latency_s = 0.0  # on top of latency_s, for POSTs only (slow score pushes)
         self._lock = threading.RLock()
         self._observations: dict[str, _StoredObservation] = {}
         self._scores: dict[tuple[str, str, str], JsonDict] = {}
@@ -665,8 +667,9 @@ class FakeLangfuse(LoopbackService):
         except ValueError:
             length = -1
         body = handler.rfile.read(length) if length > 0 else b""
-        if self.latency_s > 0:
-            handler.server.stopped.wait(self.latency_s)
+        delay = self.latency_s + (self.post_latency_s if handler.command == "POST" else 0.0)
+        if delay > 0:
+            handler.server.stopped.wait(delay)
         if handler.server.stopped.is_set():
             self._record(handler, path, query, 0)
             return None
