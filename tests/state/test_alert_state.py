@@ -1,0 +1,316 @@
+"""The alert stores in the state file: signal history, rule state, trace-rule caps."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from observer.alerts.engine import AlertState, Example, GroupKey, Row
+from observer.state import State
+from observer.state.alerts import Digest
+
+T0 = 1_764_000_000.0  # 2025-11-24T16:00:00Z
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "state.sqlite"
+
+
+@pytest.fixture
+def state(path: Path) -> Iterator[State]:
+    opened = State(path)
+    yield opened
+    opened.close()
+
+
+def reopened(state: State) -> State:
+    """The same file as a new process sees it."""
+    state.close()
+    return State(state.path)
+
+
+def trace(trace_id: str, at: float, **values: float | str | bool | None) -> Row:
+    return Row(
+        at=at,
+        values=values or {"ungrounded": False},
+        trace_id=trace_id,
+        project_id="proj",
+        environment="production",
+        query_type="billing",
+    )
+
+
+# -- history -----------------------------------------------------------------------
+
+
+def test_history_rows_come_back_as_written(state: State) -> None:
+    row = Row(
+        at=T0 + 0.5,
+        values={"ungrounded": True, "confidence_band": "LOW", "faithfulness": 0.25, "x": None},
+        trace_id="t1",
+        project_id="proj-1",
+        environment="staging",
+        query_type="search",
+    )
+    state.history.put(row)
+    assert reopened(state).history.rows(T0, T0 + 1) == [row]
+
+
+def test_a_rescored_trace_replaces_its_row(state: State) -> None:
+    state.history.put(trace("t1", T0 + 10, ungrounded=True, faithfulness=0.4))
+    state.history.put(trace("t1", T0 + 20, ungrounded=False))
+    assert state.history.rows(T0, T0 + 100) == [trace("t1", T0 + 20, ungrounded=False)]
+    assert state.history.count() == 1
+
+
+def test_merge_adds_the_judges_values_to_the_row(state: State) -> None:
+    state.history.put(trace("t1", T0 + 10, ungrounded=True, faithfulness=0.4))
+    merged = state.history.merge(
+        "t1", {"faithfulness": 0.9, "critical_unsupported": True, "judge_error": None}
+    )
+    expected = trace("t1", T0 + 10, ungrounded=True, faithfulness=0.9, critical_unsupported=True)
+    assert merged == expected
+    # A value the judge does not have leaves the row's own alone.
+    assert state.history.rows(T0, T0 + 100) == [expected]
+
+
+def test_merge_into_an_unknown_trace_is_none(state: State) -> None:
+    assert state.history.merge("nobody", {"faithfulness": 0.9}) is None
+    assert state.history.rows(0, math.inf) == []
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "expected"),
+    [
+        (T0, T0 + 30, ["t10", "t20", "t30"]),
+        (T0 + 10, T0 + 30, ["t20", "t30"]),
+        (T0 + 10, T0 + 29.9, ["t20"]),
+        (T0 + 30, T0 + 100, []),
+        (T0 - 100, T0, []),
+        (T0 + 20, T0 + 20, []),
+    ],
+    ids=[
+        "all",
+        "start_excluded",
+        "end_included_only_when_reached",
+        "after_the_last",
+        "before_the_first",
+        "empty_interval",
+    ],
+)
+def test_rows_are_the_half_open_interval(
+    state: State, start: float, end: float, expected: list[str]
+) -> None:
+    for at in (30, 10, 20):
+        state.history.put(trace(f"t{at}", T0 + at))
+    assert [r.trace_id for r in state.history.rows(start, end)] == expected
+
+
+def test_daemon_samples_are_rows_without_a_trace(state: State) -> None:
+    state.history.put(trace("t1", T0 + 5))
+    state.history.add_samples(T0 + 10, {"lag_s": 42.0, "scores_dropped": 3})
+    state.history.add_samples(T0 + 1, {"lag_s": 7.0})
+    rows = state.history.rows(T0, T0 + 60)
+    assert [(r.at, r.trace_id, dict(r.values)) for r in rows] == [
+        (T0 + 1, None, {"lag_s": 7.0}),
+        (T0 + 5, "t1", {"ungrounded": False}),
+        (T0 + 10, None, {"lag_s": 42.0}),
+        (T0 + 10, None, {"scores_dropped": 3.0}),
+    ]
+    assert state.history.count() == 1  # traces only
+
+
+def test_span_covers_traces_and_samples(state: State) -> None:
+    assert state.history.span() is None
+    state.history.put(trace("t1", T0 + 50))
+    assert state.history.span() == (T0 + 50, T0 + 50)
+    state.history.add_samples(T0 + 5, {"lag_s": 1.0})
+    state.history.add_samples(T0 + 90, {"lag_s": 1.0})
+    assert state.history.span() == (T0 + 5, T0 + 90)
+
+
+def test_prune_forgets_rows_and_samples_before_the_cutoff(state: State) -> None:
+    for at in (10, 20, 30):
+        state.history.put(trace(f"t{at}", T0 + at))
+        state.history.add_samples(T0 + at, {"lag_s": float(at)})
+    assert state.history.prune(T0 + 20) == 2
+    rows = state.history.rows(0, math.inf)
+    assert sorted({r.at for r in rows}) == [T0 + 20, T0 + 30]
+    assert state.history.span() == (T0 + 20, T0 + 30)
+
+
+# -- window-rule state ---------------------------------------------------------------
+
+PROD: GroupKey = (("environment", "production"), ("query_type", "billing"))
+STAGING: GroupKey = (("environment", "staging"), ("query_type", "none"))
+
+FIRING = AlertState(
+    status="firing",
+    severity="warn",
+    since=T0 + 60,
+    last_notified=T0 + 120.25,
+    escalate_since=T0 + 180,
+    no_data_since=None,
+    no_data_firing=False,
+    value=0.0412345678901234,
+    samples=57,
+    evaluated_at=T0 + 240,
+)
+
+
+def test_rule_state_survives_a_restart_field_for_field(state: State) -> None:
+    states = {PROD: FIRING, STAGING: AlertState(no_data_since=T0, evaluated_at=T0 + 240)}
+    state.alerts.save("ungrounded_rate_high", states)
+    state.alerts.save("pipeline_lag_high", {(): AlertState(status="pending", since=T0)})
+    assert reopened(state).alerts.load() == {
+        "ungrounded_rate_high": states,
+        "pipeline_lag_high": {(): AlertState(status="pending", since=T0)},
+    }
+
+
+def test_save_is_the_whole_state_of_the_rule(state: State) -> None:
+    state.alerts.save("r", {PROD: FIRING, STAGING: AlertState()})
+    state.alerts.save("r", {STAGING: FIRING})
+    assert state.alerts.load() == {"r": {STAGING: FIRING}}
+    state.alerts.save("r", {})
+    assert state.alerts.load() == {}
+
+
+def test_forget_other_rules_keeps_only_the_configured(state: State) -> None:
+    for name in ("kept", "removed", "also_removed"):
+        state.alerts.save(name, {PROD: FIRING})
+    state.alerts.forget_other_rules({"kept", "never_saved"})
+    assert state.alerts.load() == {"kept": {PROD: FIRING}}
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
+moments = st.none() | finite
+alert_states = st.builds(
+    AlertState,
+    status=st.sampled_from(["ok", "pending", "firing"]),
+    severity=st.none() | st.sampled_from(["warn", "page"]),
+    since=moments,
+    last_notified=moments,
+    escalate_since=moments,
+    no_data_since=moments,
+    no_data_firing=st.booleans(),
+    value=moments,
+    samples=st.integers(min_value=0, max_value=10**9),
+    evaluated_at=moments,
+)
+labels = st.text(min_size=0, max_size=12)
+group_keys = st.lists(
+    st.tuples(st.sampled_from(["environment", "query_type"]), labels), max_size=2
+).map(tuple)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(states=st.dictionaries(group_keys, alert_states, max_size=6))
+def test_any_rule_state_round_trips(path: Path, states: dict[GroupKey, AlertState]) -> None:
+    with_file = State(path)
+    try:
+        with_file.alerts.save("r", states)
+        loaded = with_file.alerts.load()
+    finally:
+        with_file.close()
+    assert loaded.get("r", {}) == states
+
+
+# -- trace rules: at once, capped per hour, digests -------------------------------------
+
+HOUR = "2025-11-24T16"
+NEXT_HOUR = "2025-11-24T17"
+
+
+def example(trace_id: str) -> Example:
+    return Example(trace_id, "proj", 1.0)
+
+
+def admit_all(
+    state: State, rule: str, count: int, hour: str = HOUR, prefix: str = "t"
+) -> list[str]:
+    return [
+        state.alerts.admit(rule, f"{prefix}{i}", hour, T0 + i, example(f"{prefix}{i}"), 3)
+        for i in range(count)
+    ]
+
+
+def test_admit_notifies_up_to_the_cap_then_suppresses(state: State) -> None:
+    assert admit_all(state, "r", 5) == ["notify"] * 3 + ["suppressed"] * 2
+
+
+def test_a_trace_is_notified_once_ever(state: State) -> None:
+    assert state.alerts.admit("r", "t1", HOUR, T0, example("t1"), 3) == "notify"
+    assert state.alerts.admit("r", "t1", HOUR, T0, example("t1"), 3) == "duplicate"
+    assert state.alerts.admit("r", "t1", NEXT_HOUR, T0, example("t1"), 3) == "duplicate"
+    again = reopened(state)
+    try:
+        assert again.alerts.admit("r", "t1", NEXT_HOUR, T0, example("t1"), 3) == "duplicate"
+        # Another rule may still notify the same trace.
+        assert again.alerts.admit("other", "t1", HOUR, T0, example("t1"), 3) == "notify"
+    finally:
+        again.close()
+
+
+def test_a_duplicate_does_not_use_up_the_cap(state: State) -> None:
+    state.alerts.admit("r", "t1", HOUR, T0, example("t1"), 2)
+    state.alerts.admit("r", "t1", HOUR, T0, example("t1"), 2)
+    assert state.alerts.admit("r", "t2", HOUR, T0, example("t2"), 2) == "notify"
+
+
+def test_each_hour_and_each_rule_has_its_own_cap(state: State) -> None:
+    assert admit_all(state, "r", 4) == ["notify"] * 3 + ["suppressed"]
+    assert admit_all(state, "r", 2, NEXT_HOUR, prefix="n") == ["notify", "notify"]
+    assert admit_all(state, "other", 3) == ["notify"] * 3
+
+
+def test_the_digest_sums_up_a_past_hour_with_at_most_five_examples(state: State) -> None:
+    admit_all(state, "r", 3 + 8)  # t0..t2 notified, t3..t10 suppressed
+    assert state.alerts.due_digests(HOUR) == []  # the hour is not over yet
+    (digest,) = state.alerts.due_digests(NEXT_HOUR)
+    assert (digest.rule, digest.hour, digest.suppressed) == ("r", HOUR, 8)
+    assert len(digest.examples) == 5
+    # The first suppressed ones, and the latest.
+    assert [e.trace_id for e in digest.examples] == ["t3", "t4", "t5", "t6", "t10"]
+
+
+def test_a_digest_is_due_once(state: State) -> None:
+    admit_all(state, "r", 4)
+    admit_all(state, "r", 5, "2025-11-24T15", prefix="early")
+    due = state.alerts.due_digests(NEXT_HOUR)
+    assert [(d.hour, d.suppressed) for d in due] == [("2025-11-24T15", 2), (HOUR, 1)]
+    state.alerts.mark_digested(due[0])
+    again = reopened(state)
+    try:
+        assert [d.hour for d in again.alerts.due_digests(NEXT_HOUR)] == [HOUR]
+        again.alerts.mark_digested(Digest("r", HOUR, 1, ()))
+        assert again.alerts.due_digests("2099-01-01T00") == []
+    finally:
+        again.close()
+
+
+def test_an_hour_without_suppressed_traces_has_no_digest(state: State) -> None:
+    admit_all(state, "r", 3)
+    assert state.alerts.due_digests(NEXT_HOUR) == []
+
+
+def test_prune_forgets_old_traces_and_hours(state: State) -> None:
+    state.alerts.admit("r", "old", "2025-11-24T15", T0 - 3600, example("old"), 1)
+    state.alerts.admit("r", "old2", "2025-11-24T15", T0 - 3500, example("old2"), 1)
+    state.alerts.admit("r", "new", HOUR, T0 + 10, example("new"), 1)
+    state.alerts.admit("r", "new2", HOUR, T0 + 20, example("new2"), 1)
+    state.alerts.prune(T0, HOUR)
+    assert [d.hour for d in state.alerts.due_digests(NEXT_HOUR)] == [HOUR]
+    # The new trace is still known; the old one is forgotten and may notify again.
+    assert state.alerts.admit("r", "new", HOUR, T0 + 10, example("new"), 1) == "duplicate"
+    assert state.alerts.admit("r", "old", "2025-11-24T15", T0 - 3600, example("old"), 1) == (
+        "notify"
+    )
