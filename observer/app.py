@@ -252,6 +252,7 @@ def build(
             concurrency=settings.judge.concurrency,
             queue_size=settings.judge.queue_size,
             on_judged=_both(alerts.judged, on_judged),
+            signal_params=settings.signal_params(),
         )
 
     disabled = metrics.judge_decisions.labels(decision="disabled")

@@ -45,7 +45,10 @@ def decide(
     params: SamplerParams,
     judged_this_hour: int,
     tokens_today: int,
+    tokens_needed: int = 0,
 ) -> Decision:
+    """`tokens_today` counts spent and reserved tokens; `tokens_needed` what this trace
+    is expected to cost: a trace that would take the day past its cap is over budget."""
     if not params.enabled:
         return "disabled"
     draw = hash_fraction(trace_id)
@@ -55,6 +58,10 @@ def decide(
     )
     if not chosen and not risky:
         return "not_sampled"
-    if judged_this_hour >= params.max_judged_per_hour or tokens_today >= params.max_tokens_per_day:
+    if (
+        judged_this_hour >= params.max_judged_per_hour
+        or tokens_today >= params.max_tokens_per_day
+        or tokens_today + tokens_needed > params.max_tokens_per_day
+    ):
         return "over_budget"
     return "sampled" if chosen else "risk"

@@ -3,7 +3,10 @@
 `offer()` is called by the pipeline after a trace's deterministic scores are
 safely in the outbox; it decides (pure sampler), reserves budget and puts the
 trace on a bounded queue without ever blocking: a full queue is counted
-(`queue_full`) and the trace is simply not judged. A pool of worker threads
+(`queue_full`) and the trace is simply not judged. The reservation (one trace
+for the hourly cap, its expected tokens for the daily cap) and the sample
+itself are written to the state file: queued samples cannot overshoot a cap,
+and a sample still queued at shutdown is judged after the restart. A pool of worker threads
 judges, writes the judge's scores to the same outbox and hands every result
 to `on_judged` at once (alerting: the history row and the trace rules).
 """
@@ -16,6 +19,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+import orjson
 import structlog
 from opentelemetry import trace
 
@@ -23,8 +27,11 @@ from observer.judge.client import JudgeClient
 from observer.judge.outcome import JudgeResult, judge_score_events
 from observer.judge.sampler import Decision, SamplerParams, decide
 from observer.model import RagRecord, Signals
+from observer.records import RecordError, record_from_obj
+from observer.signals import SignalParams, compute
 from observer.state import OutboxFull, State
 from observer.telemetry.metrics import Metrics
+from observer.times import iso
 
 log = structlog.get_logger("observer.judge")
 tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
@@ -52,6 +59,7 @@ class JudgeService:
         queue_size: int = 1000,
         on_judged: JudgedHook | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        signal_params: SignalParams | None = None,
     ) -> None:
         self.client = client
         self.state = state
@@ -61,38 +69,73 @@ class JudgeService:
         self.concurrency = concurrency
         self.on_judged = on_judged
         self.clock = clock
+        self.signal_params = signal_params or SignalParams()
         # None is the stop sentinel.
-        self._queue: queue.Queue[tuple[RagRecord, Signals] | None] = queue.Queue(maxsize=queue_size)
+        self._queue: queue.Queue[tuple[RagRecord, Signals, str] | None] = queue.Queue(
+            maxsize=queue_size
+        )
         self._workers: list[threading.Thread] = []
         self._budget_lock = threading.Lock()
         self._idle = threading.Condition()
         self._pending = 0  # queued or being judged
+        self._started = False
 
     # -- intake -----------------------------------------------------------------
 
     def offer(self, record: RagRecord, signals: Signals) -> Decision | str:
         """Decide and enqueue; never blocks. Returns the decision (or `queue_full`)."""
-        hour, day = buckets(self.clock())
+        now = self.clock()
+        hour, day = buckets(now)
         with self._budget_lock:
-            judged, tokens = self.state.judge_budget(hour, day)
-            decision = decide(record.trace_id, signals, self.params, judged, tokens)
+            judged, tokens = self.state.judge.budget(hour, day)
+            expected = self.state.judge.tokens_per_trace()
+            decision = decide(record.trace_id, signals, self.params, judged, tokens, expected)
             if decision in ("sampled", "risk"):
-                try:
-                    with self._idle:
-                        self._queue.put_nowait((record, signals))
-                        self._pending += 1
-                except queue.Full:
+                if self._queue.full():
                     self.metrics.judge_decisions.labels(decision="queue_full").inc()
                     log.warning("judge_dropped", trace_id=record.trace_id, reason="queue_full")
                     return "queue_full"
-                # Reserve now, so concurrent workers cannot overshoot the hourly cap.
-                self.state.spend_judge_budget(hour, day, judged=1, tokens=0)
+                # Reserved before it is queued: queued samples count against both caps.
+                fresh = self.state.judge.reserve(
+                    record.trace_id, orjson.dumps(record), hour, day, expected, iso(now)
+                )
+                if fresh:
+                    self._enqueue(record, signals, day)
         self.metrics.judge_decisions.labels(decision=decision).inc()
         return decision
 
+    def _enqueue(self, record: RagRecord, signals: Signals, day: str) -> None:
+        with self._idle:
+            self._queue.put_nowait((record, signals, day))
+            self._pending += 1
+        self.metrics.judge_pending.set(self.pending())
+
     # -- workers ----------------------------------------------------------------
 
+    def restore(self) -> int:
+        """Queue the samples a previous process left in the state file; how many."""
+        restored = 0
+        for sample in self.state.judge.pending():
+            try:
+                record = record_from_obj(orjson.loads(sample.record))
+            except (RecordError, orjson.JSONDecodeError) as error:
+                self.state.judge.abandon(sample.trace_id)
+                self.metrics.judged.labels(result="abandoned").inc()
+                log.warning("judge_sample_abandoned", trace_id=sample.trace_id, error=str(error))
+                continue
+            if self._queue.full():
+                break  # the rest waits in the state file for a later start
+            self._enqueue(record, compute(record, self.signal_params), sample.day)
+            restored += 1
+        if restored:
+            log.info("judge_samples_restored", count=restored)
+        return restored
+
     def start(self) -> None:
+        """Start the workers; the first start also queues what a previous process left."""
+        if not self._started:
+            self._started = True
+            self.restore()
         for index in range(self.concurrency - len(self._workers)):
             worker = threading.Thread(
                 target=self._work, name=f"observer-judge-{index}", daemon=True
@@ -107,14 +150,17 @@ class JudgeService:
                 return
             try:
                 self.judge_now(*item)
-            except Exception:  # a worker never dies
+            except Exception:  # a worker never dies; the sample stays for the next start
                 log.exception("judge_crashed")
             finally:
                 with self._idle:
                     self._pending -= 1
                     self._idle.notify_all()
+                self.metrics.judge_pending.set(self.pending())
 
-    def judge_now(self, record: RagRecord, signals: Signals) -> JudgeResult:
+    def judge_now(
+        self, record: RagRecord, signals: Signals, reserved_day: str | None = None
+    ) -> JudgeResult:
         """Judge one trace (in the calling thread) and record everything about it."""
         with tracer.start_as_current_span(
             "observer.judge", attributes={"observer.trace_id": record.trace_id}
@@ -134,7 +180,10 @@ class JudgeService:
                 if result.error:
                     span.set_status(trace.StatusCode.ERROR, result.error.split(":", 1)[0])
         hour, day = buckets(self.clock())
-        self.state.spend_judge_budget(hour, day, judged=0, tokens=result.tokens)
+        if reserved_day is None:  # judged directly, never queued
+            self.state.judge.spend(hour, day, judged=1, tokens=result.tokens)
+        else:
+            self.state.judge.settle(record.trace_id, day, result.tokens)
         self.metrics.judge_calls.inc(result.calls)
         self.metrics.judge_tokens.labels(kind="prompt").inc(result.prompt_tokens)
         self.metrics.judge_tokens.labels(kind="completion").inc(result.completion_tokens)
@@ -206,18 +255,32 @@ class JudgeService:
             return self._pending
 
     def shutdown(self, timeout_s: float) -> bool:
-        """Finish in-flight judging within `timeout_s`; what is still queued is not judged."""
+        """Finish in-flight judging within `timeout_s`; True when nothing was left.
+
+        Samples still queued stay in the state file with their reservation and
+        are judged after the restart; a judging call still running at the
+        deadline is abandoned (its sample stays too).
+        """
+        deadline = time.monotonic() + timeout_s
         done = self.drain(timeout_s)
+        kept = 0
         while True:
             try:
                 if self._queue.get_nowait() is not None:
+                    kept += 1
                     with self._idle:
                         self._pending -= 1
             except queue.Empty:
                 break
+        if kept:
+            log.info("judge_samples_kept", count=kept, reason="judged after the restart")
         for _ in self._workers:
-            self._queue.put(None)
+            try:
+                self._queue.put_nowait(None)
+            except queue.Full:
+                break
         for worker in self._workers:
-            worker.join(timeout=max(0.1, timeout_s))
+            worker.join(timeout=max(0.0, deadline - time.monotonic()))
         self._workers.clear()
-        return done
+        self._started = False
+        return done and not kept

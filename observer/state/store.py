@@ -25,6 +25,7 @@ from observer.model import ScoreEvent
 from observer.state.alerts import ALERTS_SCHEMA, AlertStore
 from observer.state.db import Database, StateError
 from observer.state.history import HISTORY_SCHEMA, History, write_row
+from observer.state.judge import JUDGE_SCHEMA, JudgeStore
 from observer.times import iso, parse_time
 
 _SCHEMA = """
@@ -46,11 +47,6 @@ CREATE TABLE IF NOT EXISTS outbox (
     last_error TEXT
 );
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_attempt, seq);
-CREATE TABLE IF NOT EXISTS judge_budget (
-    bucket TEXT PRIMARY KEY,
-    judged INTEGER NOT NULL DEFAULT 0,
-    tokens INTEGER NOT NULL DEFAULT 0
-);
 """
 
 
@@ -78,7 +74,7 @@ class State:
     """Watermark, fingerprints, outbox and judge budget; `history` and `alerts` beside them."""
 
     def __init__(self, path: str | Path, max_outbox: int = 100_000) -> None:
-        self._file = Database(path, _SCHEMA + HISTORY_SCHEMA + ALERTS_SCHEMA)
+        self._file = Database(path, _SCHEMA + HISTORY_SCHEMA + ALERTS_SCHEMA + JUDGE_SCHEMA)
         self.path = self._file.path
         self.max_outbox = max_outbox
         self._lock = self._file.lock
@@ -89,6 +85,7 @@ class State:
         self._transaction = self._file.transaction
         self.history = History(self._file)
         self.alerts = AlertStore(self._file)
+        self.judge = JudgeStore(self._file)
         try:
             # Backoffs belong to the process that failed: a new one tries every queued
             # score at once, so a restart after an outage delivers what the outbox holds.
@@ -193,25 +190,6 @@ class State:
                 raise OutboxFull(f"outbox holds {self._outbox_size} scores (max {self.max_outbox})")
             added = self._queue(db, scores)
         self._outbox_size += added
-
-    # -- judge budget ---------------------------------------------------------
-
-    def judge_budget(self, hour: str, day: str) -> tuple[int, int]:
-        """(traces judged in this hour bucket, tokens spent in this day bucket)."""
-        with self._lock:
-            judged = self._scalar("SELECT judged FROM judge_budget WHERE bucket = ?", f"h:{hour}")
-            tokens = self._scalar("SELECT tokens FROM judge_budget WHERE bucket = ?", f"d:{day}")
-        return judged, tokens
-
-    def spend_judge_budget(self, hour: str, day: str, judged: int, tokens: int) -> None:
-        with self._transaction() as db:
-            for bucket, j, t in ((f"h:{hour}", judged, 0), (f"d:{day}", 0, tokens)):
-                db.execute(
-                    "INSERT INTO judge_budget (bucket, judged, tokens) VALUES (?, ?, ?) "
-                    "ON CONFLICT(bucket) DO UPDATE SET judged = judged + excluded.judged, "
-                    "tokens = tokens + excluded.tokens",
-                    (bucket, j, t),
-                )
 
     def prune_traces(self, root_before: datetime) -> int:
         """Forget fingerprints of traces too old to be polled again."""

@@ -47,7 +47,7 @@ REQUEST_RESULTS = ("ok", "rate_limited", "unreachable", "auth_rejected", "reject
 DROP_REASONS = ("rejected", "outbox_full")
 PUSH_ERROR_KINDS = ("rate_limited", "auth", "unreachable")
 JUDGE_DECISIONS = ("sampled", "risk", "not_sampled", "over_budget", "disabled", "queue_full")
-JUDGE_RESULTS = ("judged", "abstained", "error")
+JUDGE_RESULTS = ("judged", "abstained", "error", "abandoned")
 NOTIFICATION_RESULTS = ("sent", "failed", "dropped")
 
 
@@ -208,6 +208,11 @@ class Metrics:
             "observer_judge_errors_total",
             "Judge errors (no judge score written), by reason",
             ["reason"],
+            registry=r,
+        )
+        self.judge_pending = Gauge(
+            "observer_judge_pending_samples",
+            "Samples queued for the judge (kept in the state file across restarts)",
             registry=r,
         )
         self.judge_calls = Counter(

@@ -113,7 +113,7 @@ def test_daily_token_budget_caps_the_judge(
     state_path = tmp_path / "s.sqlite"
     state = State(state_path)
     hour, day = buckets(app.now_utc())
-    state.spend_judge_budget(hour, day, judged=0, tokens=5000)
+    state.judge.spend(hour, day, judged=0, tokens=5000)
     state.close()
     _, metrics = run(
         monkeypatch,
@@ -136,7 +136,7 @@ def test_judging_spends_the_token_budget(
     langfuse, _ = servers
     _, metrics = run(monkeypatch, langfuse, tmp_path / "s.sqlite", OBSERVER_JUDGE__RATE="1.0")
     state = State(tmp_path / "s.sqlite")
-    judged_now, tokens = state.judge_budget(*buckets(app.now_utc()))
+    judged_now, tokens = state.judge.budget(*buckets(app.now_utc()))
     state.close()
     assert judged_now == SCORED
     used = metrics.value("observer_judge_tokens_total", kind="prompt") + metrics.value(
@@ -233,3 +233,64 @@ def test_a_critical_unsupported_claim_pages_at_once_through_the_default_trace_ru
     # One page per critical trace, up to the hourly cap of 20.
     assert len(pages) == min(len(critical), 20)
     assert all(p["severity"] == "page" and len(p["trace_urls"]) == 1 for p in pages)
+
+
+def test_queued_samples_cannot_overshoot_the_daily_token_cap(
+    servers: tuple[FakeLangfuse, OpenAIStub], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each queued sample reserves what a trace is expected to cost (3,000 tokens before
+    any trace was judged): a cap of three traces' worth queues three, not the whole pass."""
+    langfuse, stub = servers
+    settings = configure(
+        monkeypatch,
+        langfuse,
+        OBSERVER_JUDGE__ENABLED="true",
+        OBSERVER_JUDGE__RATE="1.0",
+        OBSERVER_JUDGE__MAX_TOKENS_PER_DAY="9000",
+    )
+    metrics = Metrics()
+    parts = app.build(settings, state_path=tmp_path / "s.sqlite", metrics=metrics)
+    try:
+        parts.pipeline.poll(after(demo_observations()))  # workers not started: all queue up
+        assert parts.judge is not None and parts.judge.pending() == 3
+        assert metrics.value("observer_judge_decisions_total", decision="over_budget") == (
+            SCORED - 3
+        )
+    finally:
+        parts.state.close()
+    assert stub.calls == 0
+
+
+def test_samples_still_queued_at_shutdown_are_judged_after_the_restart(
+    servers: tuple[FakeLangfuse, OpenAIStub], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    langfuse, _ = servers
+    settings = configure(
+        monkeypatch, langfuse, OBSERVER_JUDGE__ENABLED="true", OBSERVER_JUDGE__RATE="0.3"
+    )
+    state = tmp_path / "s.sqlite"
+    metrics = Metrics()
+    parts = app.build(settings, state_path=state, metrics=metrics)
+    try:
+        parts.pipeline.poll(after(demo_observations()))
+        assert parts.judge is not None
+        queued = parts.judge.pending()
+        assert queued > 3
+        assert parts.judge.shutdown(0.1) is False  # never started: all of them kept
+        parts.dispatcher.flush(5)
+    finally:
+        parts.state.close()
+    assert judged(langfuse) == {}
+    # The restart: nothing new to score (fingerprints are saved), the kept samples judged.
+    again = Metrics()
+    parts = app.build(settings, state_path=state, metrics=again)
+    try:
+        result = app.run_once(parts, after(demo_observations()))
+    finally:
+        parts.state.close()
+    assert result.exit_code == 0, result.error
+    assert result.passed is not None and result.passed.scored == 0
+    assert len(judged(langfuse)) == queued
+    assert again.value("observer_judged_traces_total", result="judged") + again.value(
+        "observer_judged_traces_total", result="abstained"
+    ) == queued
