@@ -577,10 +577,26 @@ _SDK_VARIABLES = {
 }
 
 
-def _describe(error: ValidationError, origin: str) -> str:
+def _where(loc: tuple[int | str, ...], data: dict[str, Any]) -> str:
+    """`alerts.rules[ungrounded_rate_high].threshold` rather than `alerts.rules.0.threshold`."""
+    parts: list[str] = []
+    node: Any = data
+    for part in loc:
+        if isinstance(part, int) and parts:
+            name = node[part].get("name") if isinstance(node, list) and part < len(node) else None
+            named = isinstance(name, str) and name
+            parts[-1] += f"[{name}]" if named else f"[{part}]"
+            node = node[part] if isinstance(node, list) and part < len(node) else None
+            continue
+        parts.append(str(part))
+        node = node.get(part) if isinstance(node, dict) else None
+    return ".".join(parts)
+
+
+def _describe(error: ValidationError, origin: str, data: dict[str, Any] | None = None) -> str:
     lines = [f"invalid configuration ({origin}):"]
     for item in error.errors(include_url=False):
-        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        where = _where(item["loc"], data or {}) or "(top level)"
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key"
@@ -607,7 +623,7 @@ def load_settings(config_path: str | Path | None = None) -> Settings:
     try:
         return Settings(**data)
     except ValidationError as error:
-        raise ConfigError(_describe(error, origin)) from None
+        raise ConfigError(_describe(error, origin, data)) from None
 
 
 def masked(settings: Settings) -> dict[str, Any]:

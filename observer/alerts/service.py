@@ -232,7 +232,8 @@ class AlertService:
             samples=event.samples,
         )
         names = self.targets(rule.notify)
-        if event.transition in ("escalated", "deescalated") and event.previous_severity:
+        changed = event.previous_severity and event.previous_severity != event.severity
+        if event.transition in ("escalated", "deescalated", "no_data") and changed:
             # Alertmanager knows an alert by its labels, severity among them: close the old one.
             closing = window_notification(
                 rule, event, self.base_url, now, state="resolved", severity=event.previous_severity

@@ -368,3 +368,15 @@ def test_config_show_writes_for_as_the_file_does(tmp_path: Path) -> None:
     again = tmp_path / "shown.toml"
     again.write_text(shown.stdout)
     assert load_settings(again).alerts.window_rules() == load_settings(path).alerts.window_rules()
+
+
+def test_a_field_error_names_the_rule_not_its_index(tmp_path: Path) -> None:
+    path = tmp_path / "observer.toml"
+    path.write_text(
+        '[[alerts.rules]]\nname = "first"\nsignal = "ungrounded"\nthreshold = 0.1\n'
+        '[[alerts.rules]]\nname = "mine"\nsignal = "ungrounded"\nthresold = 0.1\n'
+    )
+    with pytest.raises(ConfigError) as error:
+        load_settings(path)
+    assert "alerts.rules[mine].threshold: Field required" in str(error.value)
+    assert "alerts.rules[mine].thresold: unknown key" in str(error.value)
