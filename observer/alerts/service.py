@@ -88,6 +88,7 @@ class AlertService:
         self.step_s = step_s
         self.clock = clock
         self._dropped_seen = self._dropped_total()
+        metrics.notifiers_known(self.notifier_kinds)
         for rule in self.rules:
             for outcome in ("ok", "pending", "firing"):
                 metrics.alert_evaluations.labels(rule=rule.name, outcome=outcome)

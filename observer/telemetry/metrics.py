@@ -49,6 +49,14 @@ PUSH_ERROR_KINDS = ("rate_limited", "auth", "unreachable")
 JUDGE_DECISIONS = ("sampled", "risk", "not_sampled", "over_budget", "disabled", "queue_full")
 JUDGE_RESULTS = ("judged", "abstained", "error", "abandoned")
 NOTIFICATION_RESULTS = ("sent", "failed", "dropped")
+JUDGE_ERROR_REASONS = (
+    "rate_limited",
+    "timeout",
+    "unreachable",
+    "server_error",
+    "bad_request",
+    "protocol",
+)
 
 
 class Metrics:
@@ -253,6 +261,13 @@ class Metrics:
         _zero(self.judge_decisions, "decision", JUDGE_DECISIONS)
         _zero(self.judged, "result", JUDGE_RESULTS)
         _zero(self.judge_tokens, "kind", ("prompt", "completion"))
+        _zero(self.judge_errors, "reason", JUDGE_ERROR_REASONS)
+
+    def notifiers_known(self, names: Iterable[str]) -> None:
+        """Each configured notifier's notification counters, at 0 from the start."""
+        for name in names:
+            for result in NOTIFICATION_RESULTS:
+                self.alert_notifications.labels(notifier=name, result=result)
 
     # -- the lag ------------------------------------------------------------------
 
