@@ -15,6 +15,7 @@ from langfuse.api.core.request_options import RequestOptions
 
 from observer import __version__
 from observer.errors import AuthRejected, RateLimited, Rejected, RemoteError, Unreachable
+from observer.retry import parse_retry_after
 
 NO_RETRIES: RequestOptions = {"max_retries": 0}
 
@@ -35,13 +36,7 @@ def _retry_after(headers: dict[str, str] | None) -> float | None:
     if not headers:
         return None
     lowered = {k.lower(): v for k, v in headers.items()}
-    value = lowered.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
+    return parse_retry_after(lowered.get("retry-after"))
 
 
 def translate(error: Exception, what: str) -> RemoteError:

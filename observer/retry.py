@@ -30,7 +30,8 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import TypeVar
+from types import SimpleNamespace
+from typing import Any, TypeVar, cast
 
 from tenacity import (
     RetryCallState,
@@ -42,7 +43,7 @@ from tenacity import (
 
 T = TypeVar("T")
 
-__all__ = ["call_with_retries", "parse_retry_after"]
+__all__ = ["backoff_s", "call_with_retries", "parse_retry_after"]
 
 
 class _Stopped(Exception):
@@ -93,11 +94,7 @@ def call_with_retries(
             last_error = error
             raise
 
-    # Equal jitter from tenacity's parts: a fixed half plus a uniform draw over the other half.
-    half_base, half_max = base_s / 2, max_s / 2
-    backoff = wait_exponential(multiplier=half_base, max=half_max) + wait_random_exponential(
-        multiplier=half_base, max=half_max
-    )
+    backoff = _equal_jitter(base_s, max_s)
 
     def wait(state: RetryCallState) -> float:
         error = _error_of(state)
@@ -134,6 +131,21 @@ def call_with_retries(
     except _Stopped:
         assert last_error is not None  # _Stopped is raised only after a failed attempt
         raise last_error from None
+
+
+def _equal_jitter(base_s: float, max_s: float) -> Any:
+    """Half of the exponential step fixed, the other half a uniform draw (tenacity's parts)."""
+    half_base, half_max = base_s / 2, max_s / 2
+    return wait_exponential(multiplier=half_base, max=half_max) + wait_random_exponential(
+        multiplier=half_base, max=half_max
+    )
+
+
+def backoff_s(attempt: int, *, base_s: float, max_s: float) -> float:
+    """The wait after failed attempt number `attempt` (1, 2, ...), for retries that are
+    scheduled rather than slept (the outbox): the same policy as `call_with_retries`."""
+    state = SimpleNamespace(attempt_number=max(1, attempt))
+    return float(_equal_jitter(base_s, max_s)(cast(RetryCallState, state)))
 
 
 def _error_of(state: RetryCallState) -> Exception | None:

@@ -10,7 +10,6 @@ repair call; anything still wrong is a judge error: counted, logged, no score.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from observer.judge.protocol import (
     verdicts_messages,
 )
 from observer.model import RagRecord, Signals
+from observer.retry import call_with_retries, parse_retry_after
 from observer.telemetry.otel import judge_trace, llm_call
 
 
@@ -57,11 +57,20 @@ class _Usage:
 
 
 def _retry_after(error: openai.APIStatusError) -> float | None:
-    value = error.response.headers.get("retry-after")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
+    return parse_retry_after(error.response.headers.get("retry-after"))
+
+
+class _Transient(Exception):
+    """A failure worth another try (429, timeout, connection, 5xx)."""
+
+    def __init__(self, reason: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class _SchemaRejected(Exception):
+    """The endpoint does not take `json_schema` response formats: ask for json_object."""
 
 
 def _rejects_json_schema(error: openai.BadRequestError) -> bool:
@@ -155,54 +164,28 @@ class JudgeClient:
         schema: dict[str, Any],
         usage: _Usage,
     ) -> str | None:
-        attempt = 0
+        """One call of the protocol, retried per observer.retry (429, timeouts, 5xx)."""
         while True:
             json_schema = self.json_schema
-            messages = build(json_schema)
+
+            def attempt(js: bool = json_schema) -> ChatCompletion:
+                return self._create(build(js), name, schema, js)
+
             try:
-                with llm_call(
-                    step=name,
-                    model=self.model,
-                    messages=messages,
-                    temperature=0,
-                    max_tokens=self.max_tokens,
-                    response_format="json_schema" if json_schema else "json_object",
-                    base_url=str(self._client.base_url),
-                    prices_per_1k=self._prices,
-                ) as call:
-                    response: ChatCompletion = self._client.chat.completions.create(
-                        model=self.model,
-                        messages=cast(list[ChatCompletionMessageParam], messages),
-                        temperature=0,
-                        max_tokens=self.max_tokens,
-                        response_format=cast(
-                            ResponseFormat, response_format(name, schema, json_schema)
-                        ),
-                    )
-                    call.completed(response)
-            except openai.BadRequestError as error:
-                if json_schema and _rejects_json_schema(error):
-                    self.json_schema = False  # remembered: later traces ask for json_object
-                    continue
-                raise JudgeCallError("bad_request", str(error)[:300]) from None
-            except openai.AuthenticationError as error:
-                raise JudgeCallError(
-                    "auth", f"the judge endpoint rejected the key ({error.status_code})"
-                ) from None
-            except openai.RateLimitError as error:
-                attempt = self._wait(attempt, "rate_limited", str(error), _retry_after(error))
+                response = call_with_retries(
+                    attempt,
+                    attempts=self.max_retries + 1,
+                    base_s=0.5,
+                    max_s=30.0,
+                    retryable=lambda e: isinstance(e, _Transient),
+                    retry_after=lambda e: e.retry_after if isinstance(e, _Transient) else None,
+                    sleep=self._sleep,
+                )
+            except _SchemaRejected:
+                self.json_schema = False  # remembered: later traces ask for json_object
                 continue
-            except openai.APITimeoutError as error:
-                attempt = self._wait(attempt, "timeout", str(error), None)
-                continue
-            except openai.APIConnectionError as error:
-                attempt = self._wait(attempt, "unreachable", str(error), None)
-                continue
-            except openai.APIStatusError as error:
-                if error.status_code >= 500 or error.status_code in (408, 409):
-                    attempt = self._wait(attempt, "server_error", str(error), None)
-                    continue
-                raise JudgeCallError("bad_request", str(error)[:300]) from None
+            except _Transient as error:
+                raise JudgeCallError(error.reason, str(error)[:300]) from None
             usage.calls += 1
             if response.usage is not None:
                 usage.prompt += response.usage.prompt_tokens
@@ -212,12 +195,50 @@ class JudgeClient:
             content: str | None = response.choices[0].message.content
             return content
 
-    def _wait(self, attempt: int, reason: str, message: str, retry_after: float | None) -> int:
-        if attempt >= self.max_retries:
-            raise JudgeCallError(reason, message[:300])
-        backoff = min(30.0, 0.5 * 2.0**attempt) * (0.5 + random.random() / 2)
-        self._sleep(retry_after if retry_after is not None else backoff)
-        return attempt + 1
+    def _create(
+        self, messages: list[dict[str, str]], name: str, schema: dict[str, Any], json_schema: bool
+    ) -> ChatCompletion:
+        """One request; the openai client's errors as retryable or final ones."""
+        try:
+            with llm_call(
+                step=name,
+                model=self.model,
+                messages=messages,
+                temperature=0,
+                max_tokens=self.max_tokens,
+                response_format="json_schema" if json_schema else "json_object",
+                base_url=str(self._client.base_url),
+                prices_per_1k=self._prices,
+            ) as call:
+                response: ChatCompletion = self._client.chat.completions.create(
+                    model=self.model,
+                    messages=cast(list[ChatCompletionMessageParam], messages),
+                    temperature=0,
+                    max_tokens=self.max_tokens,
+                    response_format=cast(
+                        ResponseFormat, response_format(name, schema, json_schema)
+                    ),
+                )
+                call.completed(response)
+                return response
+        except openai.BadRequestError as error:
+            if json_schema and _rejects_json_schema(error):
+                raise _SchemaRejected from None
+            raise JudgeCallError("bad_request", str(error)[:300]) from None
+        except openai.AuthenticationError as error:
+            raise JudgeCallError(
+                "auth", f"the judge endpoint rejected the key ({error.status_code})"
+            ) from None
+        except openai.RateLimitError as error:
+            raise _Transient("rate_limited", str(error), _retry_after(error)) from None
+        except openai.APITimeoutError as error:
+            raise _Transient("timeout", str(error)) from None
+        except openai.APIConnectionError as error:
+            raise _Transient("unreachable", str(error)) from None
+        except openai.APIStatusError as error:
+            if error.status_code >= 500 or error.status_code in (408, 409):
+                raise _Transient("server_error", str(error)) from None
+            raise JudgeCallError("bad_request", str(error)[:300]) from None
 
     def _result(self, record: RagRecord, usage: _Usage, **fields: Any) -> JudgeResult:
         cost = usage.prompt / 1000 * self._prices[0] + usage.completion / 1000 * self._prices[1]

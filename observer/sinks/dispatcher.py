@@ -12,7 +12,6 @@ idempotent. The loop shape is `while not stop.wait(interval): tick()`.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from opentelemetry import trace
 
 from observer.errors import AuthRejected, RateLimited, Rejected, RemoteError
 from observer.model import ScoreEvent
+from observer.retry import backoff_s
 from observer.sinks import ScoreSink
 from observer.state import State
 from observer.telemetry.metrics import Metrics
@@ -164,8 +164,8 @@ class Dispatcher:
         return acknowledged
 
     def _backoff(self, attempts: int) -> float:
-        base = min(self._max_backoff_s, 2.0 ** min(attempts, 16))
-        return base * (0.5 + random.random() / 2)
+        # Scheduled in the outbox rather than slept: observer.retry's policy, step by step.
+        return backoff_s(attempts + 1, base_s=2.0, max_s=self._max_backoff_s)
 
     def _send(self, batch: Sequence[ScoreEvent], attempts: int) -> int | None:
         """One batch; the number acknowledged, or None when sending must pause."""

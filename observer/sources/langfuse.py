@@ -9,7 +9,6 @@ retried a bounded number of times with backoff, then raised as
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -21,6 +20,7 @@ from langfuse.api.commons.types.observation_v2 import ObservationV2
 
 from observer.errors import AuthRejected, RateLimited, Rejected, Unreachable
 from observer.langfuse_api import NO_RETRIES, translate
+from observer.retry import call_with_retries
 from observer.sources.ratelimit import RateLimiter
 from observer.telemetry.metrics import Metrics
 
@@ -116,11 +116,11 @@ class LangfuseSource:
         limit: int | None = None,
         fields: str = FIELDS,
     ) -> Any:
-        attempt = 0
-        while True:
+        unreachable = 0
+
+        def once() -> Any:
             if not self._limiter.acquire(self._should_stop):
                 raise Stopped()
-            attempt += 1
             try:
                 response = self._api.observations.get_many(
                     fields=fields,
@@ -134,21 +134,36 @@ class LangfuseSource:
                 )
             except Exception as raw:
                 error = translate(raw, "reading observations")
-                result = _RESULTS.get(type(error), "error")
-                self._metrics.source_requests.labels(result=result).inc()
-                if isinstance(error, RateLimited):
-                    wait = error.retry_after_s if error.retry_after_s is not None else 2.0**attempt
-                    self._limiter.block_for(wait)
-                    log.warning("source_rate_limited", retry_after_s=wait)
-                    if attempt < self._max_attempts * 2:
-                        continue
-                if isinstance(error, Unreachable) and attempt < self._max_attempts:
-                    backoff = min(30.0, 2.0 ** (attempt - 1)) * (0.5 + random.random() / 2)
-                    log.warning(
-                        "source_request_failed", error=str(error), retry_in_s=round(backoff, 1)
-                    )
-                    self._limiter.block_for(backoff)
-                    continue
+                self._metrics.source_requests.labels(
+                    result=_RESULTS.get(type(error), "error")
+                ).inc()
                 raise error from None
             self._metrics.source_requests.labels(result="ok").inc()
             return response
+
+        def retryable(error: Exception) -> bool:
+            # A 429 says when to come back: twice the tries an unreachable Langfuse gets.
+            nonlocal unreachable
+            if isinstance(error, RateLimited):
+                return True
+            unreachable += isinstance(error, Unreachable)
+            return isinstance(error, Unreachable) and unreachable < self._max_attempts
+
+        def on_retry(_attempt: int, error: Exception, wait_s: float) -> None:
+            if isinstance(error, RateLimited):
+                log.warning("source_rate_limited", retry_after_s=round(wait_s, 1))
+            else:
+                log.warning("source_request_failed", error=str(error), retry_in_s=round(wait_s, 1))
+
+        # A wait blocks the rate limiter: every request of this process waits, and the
+        # next try's acquire() is where it is waited out (a shutdown cuts it short).
+        return call_with_retries(
+            once,
+            attempts=self._max_attempts * 2,
+            base_s=1.0,
+            max_s=30.0,
+            retryable=retryable,
+            retry_after=lambda e: e.retry_after_s if isinstance(e, RateLimited) else None,
+            sleep=self._limiter.block_for,
+            on_retry=on_retry,
+        )

@@ -452,6 +452,12 @@ def test_a_collector_back_after_an_outage_gets_the_metrics(collector: OtlpReceiv
             },
         )
         collector.wait_until(lambda r: any(q.status == 200 for q in r.requests))
+        # The exporter thread logs the recovery just after the collector answered.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+            e["event"] == "telemetry_export_recovered" for e in logs
+        ):
+            time.sleep(0.02)
         assert telemetry.shutdown(2.0)
     events = [e["event"] for e in logs if e["event"].startswith("telemetry_export")]
     assert events == ["telemetry_export_failed", "telemetry_export_recovered"]
