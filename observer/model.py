@@ -127,6 +127,25 @@ class NumericGrounding:
 
 
 @dataclass(frozen=True, slots=True)
+class Concentration:
+    """How much of an answer rests on one document (docs/signals.md#source-concentration).
+
+    Over the cited sentences and the sources their valid refs point to:
+    `cited_docs` are the distinct `doc_id`s cited, sorted; `top_doc` is the
+    most-cited one (cited by the most sentences; ties: the one more sentences
+    rest on alone, then the smallest id); `alone` counts the cited sentences
+    whose valid refs all point into `top_doc`. `ratio = alone / cited_sentences`,
+    None with fewer than two cited sentences or when no cited source has a doc_id.
+    """
+
+    cited_docs: tuple[str, ...]
+    top_doc: str | None
+    alone: int
+    cited_sentences: int
+    ratio: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Signals:
     """Every deterministic signal of one record (docs/signals.md)."""
 
@@ -140,6 +159,7 @@ class Signals:
     low_confidence: bool
     ungrounded: bool
     numeric: NumericGrounding
+    concentration: Concentration
     # None when the record carries no app grade to compare with.
     crag_mismatch: bool | None = field(default=None)
 

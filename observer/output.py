@@ -35,6 +35,8 @@ def signals_json(signals: Signals) -> dict[str, Any]:
         "ungrounded": signals.ungrounded,
         "numeric_grounding": signals.numeric.ratio,
         "unsupported_numbers": list(signals.numeric.unsupported),
+        "cited_docs": list(signals.concentration.cited_docs),
+        "citation_concentration": signals.concentration.ratio,
         "sentences": [
             {"text": s.text, "refs": list(s.refs), "substantive": s.substantive, "cited": s.cited}
             for s in cites.sentences

@@ -18,6 +18,7 @@ SIGNAL_SCORE_NAMES = (
     "confidence_band",
     "invalid_citations",
     "numeric_grounding",
+    "citation_concentration",
 )
 _COMMENT_MAX = 500
 
@@ -71,6 +72,19 @@ def _crag_comment(signals: Signals, params: SignalParams) -> str:
     if signals.crag_mismatch:
         text += "; differs from the app's own grade"
     return text
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def concentration_comment(signals: Signals) -> str:
+    """`4/5 cited sentences rest on doc "handbook-v3" alone; 2 documents cited`."""
+    conc = signals.concentration
+    return (
+        f"{conc.alone}/{conc.cited_sentences} cited sentences rest on doc "
+        f'"{conc.top_doc}" alone; {_plural(len(conc.cited_docs), "document")} cited'
+    )
 
 
 def score_events(record: RagRecord, signals: Signals, params: SignalParams) -> list[ScoreEvent]:
@@ -150,6 +164,15 @@ def score_events(record: RagRecord, signals: Signals, params: SignalParams) -> l
                 "NUMERIC",
                 f"{numeric.grounded}/{numeric.numbers} numbers found in the cited sources"
                 f"{unsupported}",
+            )
+        )
+    if signals.concentration.ratio is not None:
+        entries.append(
+            (
+                "citation_concentration",
+                signals.concentration.ratio,
+                "NUMERIC",
+                concentration_comment(signals),
             )
         )
     return score_events_of(record, entries)

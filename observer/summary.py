@@ -29,6 +29,9 @@ class Summary:
     unsupported_numbers: int = 0
     unsupported_records: int = 0
     grade_mismatches: int = 0
+    concentration_sum: float = 0.0
+    concentration_n: int = 0
+    single_doc_records: int = 0
 
     def add(self, signals: Signals) -> None:
         self.records += 1
@@ -49,6 +52,11 @@ class Summary:
         self.unsupported_numbers += numeric.numbers - numeric.grounded
         self.unsupported_records += numeric.grounded < numeric.numbers
         self.grade_mismatches += signals.crag_mismatch is True
+        ratio = signals.concentration.ratio
+        if ratio is not None:
+            self.concentration_sum += ratio
+            self.concentration_n += 1
+            self.single_doc_records += ratio == 1.0
 
 
 def _share(count: int, total: int) -> str:
@@ -88,6 +96,13 @@ def summary_table(summary: Summary, title: str = "observer score") -> Table:
         f"{summary.unsupported_numbers} of {summary.numbers} numbers, "
         f"in {_share(summary.unsupported_records, n)} records",
     )
+    if summary.concentration_n:
+        table.add_row(
+            "mean citation concentration",
+            f"{summary.concentration_sum / summary.concentration_n:.3f} over "
+            f"{summary.concentration_n} records; "
+            f"{summary.single_doc_records} on one document",
+        )
     if summary.grade_mismatches:
         table.add_row("app CRAG grade mismatches", _share(summary.grade_mismatches, n))
     return table

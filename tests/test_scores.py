@@ -80,3 +80,37 @@ def test_ungrounded_is_boolean_one() -> None:
     got = events(record("This answer cites nothing at all.", scores=(0.1,)))
     assert got["ungrounded"].value == 1.0
     assert got["crag_grade"].value == "LOW"
+
+
+def with_docs(answer: str, docs: tuple[str | None, ...]) -> RagRecord:
+    return RagRecord(
+        trace_id="trace-a",
+        question="q",
+        answer=answer,
+        sources=tuple(Source(text="Text.", score=0.8, doc_id=d) for d in docs),
+        observation_id="gen-1",
+        timestamp="2026-11-20T08:30:01.100Z",
+    )
+
+
+def test_citation_concentration_score_and_comment() -> None:
+    answer = " ".join(f"Sentence {n} states a fact [{r}]." for n, r in enumerate("11211"))
+    got = events(with_docs(answer, ("handbook-v3", "faq")))
+    score = got["citation_concentration"]
+    assert (score.data_type, score.value) == ("NUMERIC", 0.8)
+    assert score.comment == '4/5 cited sentences rest on doc "handbook-v3" alone; 2 documents cited'
+    assert score.id == score_id("trace-a", "gen-1", "citation_concentration")
+    assert list(got)[-1] == "citation_concentration"
+
+
+def test_citation_concentration_singular_comment() -> None:
+    got = events(with_docs("One fact stated here [1]. Another fact here [1].", ("kb",)))
+    assert got["citation_concentration"].comment == (
+        '2/2 cited sentences rest on doc "kb" alone; 1 document cited'
+    )
+
+
+def test_citation_concentration_only_when_computed() -> None:
+    assert "citation_concentration" not in events(with_docs("One fact stated here [1].", ("kb",)))
+    no_docs = with_docs("One fact stated here [1]. Another fact here [2].", (None, None))
+    assert "citation_concentration" not in events(no_docs)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from observer.model import Band, Grade, RagRecord, Signals
+from observer.signals.concentration import cited_sources, concentration
 from observer.signals.crag import grade
 from observer.signals.numbers import ground
 from observer.signals.params import CragParams, SignalParams
 from observer.signals.sentences import citations, split_answer
 
-__all__ = ["CragParams", "SignalParams", "compute", "retrieval_scores"]
+__all__ = ["CragParams", "SignalParams", "cited_sources", "compute", "retrieval_scores"]
 
 
 def _clamp01(value: float) -> float:
@@ -64,5 +65,6 @@ def compute(record: RagRecord, params: SignalParams) -> Signals:
         low_confidence=low_confidence,
         ungrounded=ungrounded,
         numeric=numeric,
+        concentration=concentration(cites.sentences, record.sources),
         crag_mismatch=mismatch,
     )

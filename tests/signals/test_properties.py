@@ -28,17 +28,18 @@ answers = st.one_of(
     st.lists(st.one_of(_PIECES, st.text(max_size=12)), max_size=30).map("".join),
 )
 scores = st.floats(allow_nan=True, allow_infinity=True) | st.floats(min_value=-0.5, max_value=1.5)
+doc_ids = st.sampled_from([None, "", "handbook", "faq"])
 source_texts = st.one_of(st.text(max_size=80), st.sampled_from(["Revenue was 120 in 2023.", ""]))
 
 
 @st.composite
 def records(draw: st.DrawFn) -> RagRecord:
-    sources = draw(st.lists(st.tuples(source_texts, st.none() | scores), max_size=5))
+    sources = draw(st.lists(st.tuples(source_texts, st.none() | scores, doc_ids), max_size=5))
     return RagRecord(
         trace_id="trace-p",
         question="q",
         answer=draw(answers),
-        sources=tuple(Source(text=text, score=score) for text, score in sources),
+        sources=tuple(Source(text=t, score=s, doc_id=d) for t, s, d in sources),
         rerank_scores=draw(st.none() | st.lists(scores, max_size=6).map(tuple)),
         needs_fallback=draw(st.none() | st.booleans()),
         low_confidence=draw(st.none() | st.booleans()),
@@ -55,6 +56,7 @@ def test_scores_in_unit_interval_never_nan(record: RagRecord) -> None:
     signals = compute(record, PARAMS)
     assert _unit_or_none(signals.citations.coverage)
     assert _unit_or_none(signals.numeric.ratio)
+    assert _unit_or_none(signals.concentration.ratio)
     for value in (signals.confidence, signals.rerank_top1):
         assert not math.isnan(value)
         assert 0.0 <= value <= 1.0
