@@ -181,6 +181,22 @@ _SPECS: Final[dict[str, ScoreConfigSpec]] = {
             "numeric_grounding",
             "observer: numbers of the answer found in its cited sources / numbers",
         ),
+        _ratio(
+            "citation_concentration",
+            "observer: share of cited sentences resting on the single most-cited document",
+        ),
+        ScoreConfigSpec(
+            "missing_chunks",
+            "NUMERIC",
+            "observer: cited chunks no longer in the vector store (citation resolver)",
+            min_value=0.0,
+        ),
+        ScoreConfigSpec(
+            "stale_citations",
+            "NUMERIC",
+            "observer: cited chunks whose text changed since the answer (citation resolver)",
+            min_value=0.0,
+        ),
         _ratio("faithfulness", "observer's judge: claims supported by the context / claims"),
         _ratio(
             "citation_accuracy",

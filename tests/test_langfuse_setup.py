@@ -32,6 +32,8 @@ from observer.langfuse_setup import (
     placements,
     widget_difference,
 )
+
+ALL = len(SCORE_CONFIGS) + len(WIDGETS) + 1  # every config, every widget, the dashboard
 from observer.model import Band, Grade, RagRecord, ScoreEvent, Source
 from observer.scores import SIGNAL_SCORE_NAMES, score_events
 from observer.signals import SignalParams, compute
@@ -289,7 +291,7 @@ def test_first_run_creates_every_config_and_the_dashboard_with_its_widgets(
     tiles = board["definition"]["widgets"]
     assert [t["widgetId"] for t in tiles] == [w["id"] for w in widgets]
     assert report.item("dashboard", DASHBOARD_NAME).detail == "with 8 of 8 widgets"
-    assert report.lines()[-1] == "21 created"
+    assert report.lines()[-1] == f"{ALL} created"
     assert report.lines()[0] == "created  score config confidence: NUMERIC 0..1"
 
 
@@ -312,7 +314,7 @@ def test_second_run_finds_everything_and_creates_nothing(
         boards,
     )
     assert again.item("dashboard", DASHBOARD_NAME).detail == "unchanged"
-    assert again.lines()[-1] == "21 existed"
+    assert again.lines()[-1] == f"{ALL} existed"
 
 
 def test_existing_config_of_another_type_is_reported_not_duplicated(
@@ -367,7 +369,7 @@ def test_no_dashboards_api_still_creates_the_configs_and_refuses_the_dashboard(
     assert all(report.item("widget", n).outcome is Outcome.REFUSED for n in WIDGET_NAMES)
     assert report.exit_code == EXIT_ATTENTION and report.error is None
     assert fake.dashboards == [] and fake.dashboard_widgets == []
-    assert report.lines()[-1] == "12 created, 9 refused"
+    assert report.lines()[-1] == f"{len(SCORE_CONFIGS)} created, {len(WIDGETS) + 1} refused"
 
 
 def test_a_forbidden_dashboards_api_is_a_refusal_not_an_auth_error(
@@ -477,7 +479,10 @@ def test_langfuse_down_fails_with_a_clear_message(fake: FakeLangfuse, api: Langf
     assert set(outcomes(report).values()) == {Outcome.FAILED}
     assert not any(item.attempted for item in report.items)
     lines = report.lines()
-    assert lines[0] == "failed   not attempted: 12 score configs, 8 widgets, 1 dashboard"
+    assert lines[0] == (
+        f"failed   not attempted: {len(SCORE_CONFIGS)} score configs, {len(WIDGETS)} widgets, "
+        "1 dashboard"
+    )
     assert lines[1].startswith("stopped: Langfuse unreachable: listing score configs: ")
     assert "Traceback" not in "\n".join(lines)
 
