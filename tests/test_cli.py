@@ -79,6 +79,8 @@ def test_score_output_has_exactly_the_documented_keys(tmp_path: Path) -> None:
         "ungrounded",
         "numeric_grounding",
         "unsupported_numbers",
+        "cited_docs",
+        "citation_concentration",
         "sentences",
     }
 

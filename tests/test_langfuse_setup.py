@@ -32,8 +32,6 @@ from observer.langfuse_setup import (
     placements,
     widget_difference,
 )
-
-ALL = len(SCORE_CONFIGS) + len(WIDGETS) + 1  # every config, every widget, the dashboard
 from observer.model import Band, Grade, RagRecord, ScoreEvent, Source
 from observer.scores import SIGNAL_SCORE_NAMES, score_events
 from observer.signals import SignalParams, compute
@@ -46,6 +44,7 @@ from tests.fakes.langfuse_server import (
 )
 
 SPECS = {spec.name: spec for spec in SCORE_CONFIGS}
+ALL = len(SCORE_CONFIGS) + len(WIDGETS) + 1  # every config, every widget, the dashboard
 WIDGET_NAMES = [w.name for w in WIDGETS]
 
 
