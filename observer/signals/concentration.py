@@ -34,9 +34,7 @@ def concentration(sentences: Sequence[Sentence], sources: Sequence[Source]) -> C
     """
     n = len(sources)
     per_sentence = [
-        frozenset(_doc(sources[r - 1]) for r in s.refs if 0 < r <= n)
-        for s in sentences
-        if s.cited
+        frozenset(_doc(sources[r - 1]) for r in s.refs if 0 < r <= n) for s in sentences if s.cited
     ]
     citing: Counter[str] = Counter()
     alone: Counter[str] = Counter()
