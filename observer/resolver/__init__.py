@@ -1,0 +1,48 @@
+"""Citation resolver (DESIGN §8): are the chunks an answer cites still in the store, unchanged?
+
+Pure core: `cited_chunks` (which chunk ids a record cites), `findings` (the
+hash rules: missing, stale, unverifiable), the judge's funnel
+(`claim_needs_llm`, `fresh_sources`) and the scores (`resolver_score_events`).
+`Resolver` batches, caches and counts lookups in one `ChunkStore`; the
+adapters over each store's own client are in `observer.resolver.backends`
+(imported on demand: their clients are the optional `resolver` extra).
+"""
+
+from __future__ import annotations
+
+from observer.resolver.core import (
+    CitedChunk,
+    CitedChunks,
+    ResolverFindings,
+    StoredChunk,
+    answer_hash,
+    cited_chunks,
+    findings,
+)
+from observer.resolver.front import Resolution, Resolver, ResolverStats
+from observer.resolver.funnel import ClaimDecision, claim_needs_llm, fresh_sources
+from observer.resolver.scores import RESOLVER_SCORE_NAMES, resolver_score_events
+from observer.resolver.store import REASONS, ChunkStore, Fields, Reason, ResolverError
+
+__all__ = [
+    "REASONS",
+    "RESOLVER_SCORE_NAMES",
+    "ChunkStore",
+    "CitedChunk",
+    "CitedChunks",
+    "ClaimDecision",
+    "Fields",
+    "Reason",
+    "Resolution",
+    "Resolver",
+    "ResolverError",
+    "ResolverFindings",
+    "ResolverStats",
+    "StoredChunk",
+    "answer_hash",
+    "cited_chunks",
+    "claim_needs_llm",
+    "findings",
+    "fresh_sources",
+    "resolver_score_events",
+]
