@@ -1,0 +1,36 @@
+"""Resolver hooks for the tests, named `tests.resolver.hooks:<function>` like a user's own."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+# The hook's "store", filled by the tests: {chunk_id: {"text_hash", "text", "doc_id", ...}}.
+STORE: dict[str, dict[str, Any]] = {}
+CALLS: list[list[str]] = []
+RELEASE = threading.Event()  # slow() waits on it, so a test can let it finish
+
+
+def lookup(ids: list[str]) -> dict[str, dict[str, Any]]:
+    CALLS.append(list(ids))
+    return {i: STORE[i] for i in ids if i in STORE}
+
+
+def slow(ids: list[str]) -> dict[str, dict[str, Any]]:
+    RELEASE.wait(5.0)
+    return lookup(ids)
+
+
+def wrong_fields(ids: list[str]) -> dict[str, dict[str, Any]]:
+    return {i: {"hash": "abc", "body": "text"} for i in ids}
+
+
+def not_a_dict(ids: list[str]) -> list[str]:
+    return ids
+
+
+def broken(ids: list[str]) -> dict[str, dict[str, Any]]:
+    raise RuntimeError("the knowledge base said no")
+
+
+NOT_CALLABLE = 42
