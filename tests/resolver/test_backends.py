@@ -461,3 +461,19 @@ def test_fields_need_an_id_field() -> None:
         "updated_at",
     )
     assert replace(Fields(), text_field="body").read[2] == "body"
+
+
+@pytest.mark.parametrize(
+    ("text", "secrets", "expected"),
+    [
+        ("failed for http://admin:hunter2@milvus:19530", (), "failed for http://***@milvus:19530"),
+        ("dsn host=db password=hunter2 user=u", (), "dsn host=db password=*** user=u"),
+        ("token: abc.def rejected", (), "token=*** rejected"),
+        ("bad key k-123 given", ("k-123",), "bad key *** given"),
+        ("two\n  lines", (), "two lines"),
+    ],
+)
+def test_error_messages_hold_no_secret(text: str, secrets: tuple[str, ...], expected: str) -> None:
+    from observer.resolver.backends._common import redact
+
+    assert redact(text, secrets) == expected

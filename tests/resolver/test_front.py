@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 import structlog
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from observer.model import RagRecord, Source
 from observer.resolver import (
@@ -181,3 +183,29 @@ def test_resolve_records_from_records_and_signals() -> None:
 def test_bad_batch_size() -> None:
     with pytest.raises(ValueError, match="batch_size"):
         Resolver(FakeStore({}), batch_size=0)
+
+
+# ---- properties -----------------------------------------------------------------------------
+
+_IDS = st.sampled_from(["a", "b", "c", "d", "e", "f", "g"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.lists(_IDS, max_size=5, unique=True), max_size=6),
+    st.integers(min_value=1, max_value=8),
+    st.sets(_IDS),
+)
+def test_batching_and_caching_do_not_change_findings(
+    page_ids: list[list[str]], batch_size: int, present: set[str]
+) -> None:
+    page = [cited(f"t{n}", *ids) for n, ids in enumerate(page_ids)]
+    chunks = {i: SAME if i < "d" else CHANGED for i in present}
+    one_go = make(FakeStore(dict(chunks)), batch_size=500).resolve(page)
+    store = FakeStore(dict(chunks))
+    batched = make(store, batch_size=batch_size)
+    assert batched.resolve(page) == one_go
+    assert all(len(call) <= batch_size for call in store.calls)
+    assert batched.resolve(page) == one_go  # now from the cache
+    asked = [i for call in store.calls for i in call]
+    assert len(asked) == len(set(asked))  # each id asked once
