@@ -7,7 +7,10 @@ the store for the rest in batches of at most `batch_size`, and returns one
 failing batch stops the lookups of this call, every record that needed an
 id left unanswered gets `findings=None` with the reason, and the failure is
 counted in `stats.errors` and logged once per call. Records whose ids were
-all answered still get their findings.
+all answered still get their findings. After a failure the store is left
+alone for `error_backoff_s`: a store that is down or slow would otherwise
+cost up to timeout_s on every page. Meanwhile records whose ids are not
+cached get the last error's reason, and `stats.skipped` counts the calls.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class ResolverStats:
     lookups: int = 0  # queries (batches) sent to the store, failed ones included
     ids_looked_up: int = 0  # chunk ids sent to the store
     lookup_seconds: float = 0.0  # time spent in the store, by the injected clock
+    skipped: int = 0  # calls that did not ask the store: it failed under error_backoff_s ago
     errors: dict[Reason, int] = field(default_factory=_zero_errors)  # failed batches by reason
 
 
@@ -74,6 +78,7 @@ class Resolver:
         cache_ttl_s: float = 300.0,
         batch_size: int = 500,
         max_cached: int = 100_000,
+        error_backoff_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if batch_size < 1:
@@ -82,9 +87,12 @@ class Resolver:
         self.cache_ttl_s = cache_ttl_s
         self.batch_size = min(batch_size, store.max_ids_per_query)
         self.max_cached = max_cached
+        self.error_backoff_s = error_backoff_s
         self.clock = clock
         self.stats = ResolverStats()
         self._cache: dict[str, _Entry] = {}
+        self._last_error: ResolverError | None = None
+        self._paused_until = float("-inf")
 
     def resolve_records(self, page: Sequence[tuple[RagRecord, Signals]]) -> list[Resolution]:
         """`resolve` over records and their signals."""
@@ -106,7 +114,17 @@ class Resolver:
                     wanted[chunk_id] = None
         self.stats.ids_cited += len(known) + len(wanted)
         self.stats.cache_hits += len(known)
-        failure = self._fetch(list(wanted), known)
+        skipped = bool(wanted) and now < self._paused_until and self._last_error is not None
+        if skipped:
+            assert self._last_error is not None
+            self.stats.skipped += 1
+            last = self._last_error
+            failure: ResolverError | None = ResolverError(
+                last.reason,
+                f"{last.detail} (not asked again for {self._paused_until - now:.0f}s)",
+            )
+        else:
+            failure = self._fetch(list(wanted), known)
         stored = {k: v for k, v in known.items() if v is not None}
         results = []
         failed = 0
@@ -119,7 +137,7 @@ class Resolver:
                 results.append(Resolution(cited.trace_id, None, failure.reason, failure.detail))
                 failed += 1
         self.stats.records_failed += failed
-        if failure is not None:
+        if failure is not None and not skipped:
             log.warning(
                 "resolver_lookup_failed",
                 store=self.store.kind,
@@ -142,11 +160,11 @@ class Resolver:
             try:
                 got = self.store.lookup(batch)
             except ResolverError as error:
-                self.stats.errors[error.reason] += 1
-                return error
+                return self._failed(error)
             except Exception as error:  # an adapter's bug must not stop scoring either
-                self.stats.errors["error"] += 1
-                return ResolverError("error", f"{self.store.kind}: {type(error).__name__}")
+                return self._failed(
+                    ResolverError("error", f"{self.store.kind}: {type(error).__name__}")
+                )
             finally:
                 self.stats.lookup_seconds += max(0.0, self.clock() - began)
             expires = self.clock() + self.cache_ttl_s
@@ -155,6 +173,12 @@ class Resolver:
                 known[chunk_id] = chunk
                 self._remember(chunk_id, (expires, chunk))
         return None
+
+    def _failed(self, error: ResolverError) -> ResolverError:
+        self.stats.errors[error.reason] += 1
+        self._last_error = error
+        self._paused_until = self.clock() + self.error_backoff_s
+        return error
 
     def _remember(self, chunk_id: str, entry: _Entry) -> None:
         if self.cache_ttl_s <= 0 or self.max_cached <= 0:

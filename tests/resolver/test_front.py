@@ -131,11 +131,12 @@ def test_a_store_error_leaves_findings_out_with_the_reason_and_never_raises() ->
     store = FakeStore({"a": SAME}, max_ids_per_query=2)
     store.fail = ResolverError("unreachable", "fake: connection refused")
     store.fail_after = 1  # the first batch works, the second fails, the third is not tried
-    resolver = make(store)
+    clock = Clock()
+    resolver = make(store, clock)
     page = [cited("t1", "a", "b"), cited("t2", "c"), cited("t3", "e", "f"), cited("t4", "a")]
     with structlog.testing.capture_logs() as logs:
         got = resolver.resolve(page)
-    assert len(store.calls) == 2
+    assert store.calls == [["a", "b"], ["c", "e"]]
     assert got[0].findings == ResolverFindings(("b",), (), 0, 2)
     assert got[1] == Resolution("t2", None, "unreachable", "fake: connection refused")
     assert got[2].findings is None and got[2].error == "unreachable"
@@ -144,10 +145,35 @@ def test_a_store_error_leaves_findings_out_with_the_reason_and_never_raises() ->
     assert (resolver.stats.records, resolver.stats.records_failed) == (2, 2)
     [event] = [e for e in logs if e["event"] == "resolver_lookup_failed"]
     assert event["reason"] == "unreachable" and event["records_without_findings"] == 2
-    # What was answered stays cached; the next page asks only for the rest.
+    # Once the back-off is over, what was answered stays cached; only the rest is asked for.
     store.fail = None
+    clock.now += 31
     resolver.resolve([cited("t2", "c"), cited("t1", "a", "b")])
     assert store.calls[-1] == ["c"]
+
+
+def test_after_a_failure_the_store_is_left_alone_for_the_backoff() -> None:
+    store = FakeStore({"a": SAME})
+    store.fail = ResolverError("timeout", "fake: no answer within 5s")
+    clock = Clock()
+    resolver = Resolver(store, clock=clock, error_backoff_s=30)
+    resolver.resolve([cited("t1", "b")])
+    store.fail = None
+    clock.now += 29
+    with structlog.testing.capture_logs() as logs:
+        [got] = resolver.resolve([cited("t2", "a")])
+    assert len(store.calls) == 1  # not asked
+    assert (got.findings, got.error) == (None, "timeout")
+    assert got.message == "fake: no answer within 5s (not asked again for 1s)"
+    assert resolver.stats.skipped == 1
+    assert resolver.stats.errors["timeout"] == 1  # one real failure
+    assert logs == []  # logged when it failed, not on every page after
+    [empty] = resolver.resolve([cited("t3")])  # nothing to ask: findings all the same
+    assert empty.findings == ResolverFindings((), (), 0, 0)
+    clock.now += 2
+    [got] = resolver.resolve([cited("t2", "a")])
+    assert got.findings == ResolverFindings((), (), 0, 1)
+    assert len(store.calls) == 2
 
 
 def test_an_adapter_bug_is_an_error_not_a_crash() -> None:
