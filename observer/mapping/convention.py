@@ -10,7 +10,7 @@ strange input. Users whose traces look different change `MappingRules`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +19,7 @@ from observer.mapping.decode import (
     as_float,
     as_float_list,
     as_str,
+    clean_text,
     decode,
 )
 from observer.model import RagRecord, Source
@@ -259,6 +260,7 @@ def map_trace(
         return Skip("mapping_error", f"{type(error).__name__}: {error}")
     if isinstance(mapped, Skip):
         return mapped
+    mapped = _clean(mapped)
     if len(mapped.answer) > rules.max_answer_chars:
         return Skip(
             "too_large",
@@ -271,6 +273,20 @@ def map_trace(
             f"{len(mapped.sources)} sources (limits.max_sources {rules.max_sources})",
         )
     return mapped
+
+
+def _clean(record: RagRecord) -> RagRecord:
+    """Every text of the record writable as UTF-8 (scores, state and logs are)."""
+
+    def clean(value: Any) -> Any:
+        return clean_text(value) if isinstance(value, str) else value
+
+    changed = {f.name: clean(getattr(record, f.name)) for f in fields(record)}
+    changed["sources"] = tuple(
+        replace(source, **{f.name: clean(getattr(source, f.name)) for f in fields(source)})
+        for source in record.sources
+    )
+    return RagRecord(**changed)
 
 
 def _map(

@@ -19,7 +19,7 @@ def decode(value: Any) -> Any:
         if stripped and stripped[0] in '[{"-0123456789tfn':
             try:
                 return json.loads(stripped)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past any reason
                 return value
     return value
 
@@ -61,3 +61,16 @@ def as_float_list(value: Any) -> tuple[float, ...] | None:
     if any(n is None for n in numbers):
         return None
     return tuple(n for n in numbers if n is not None)
+
+
+def clean_text(value: str) -> str:
+    """The text with lone surrogates replaced by U+FFFD, so it can be written as UTF-8.
+
+    JSON may escape half of a surrogate pair (`"\\ud800"`); Python decodes it into a
+    string no UTF-8 encoder accepts. Paired surrogates become the character they pair to.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return value
