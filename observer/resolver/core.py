@@ -36,7 +36,8 @@ __all__ = [
 
 
 def sha256_hex(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """SHA-256 hex of the UTF-8 text; a lone surrogate (not UTF-8) is hashed, never raised."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def normalise_hash(value: str | None) -> str | None:

@@ -104,6 +104,11 @@ def test_hash_rules(text_hash: str | None, text: str | None, expected: str | Non
     assert StoredChunk(text_hash=text_hash, text=text).hash == expected
 
 
+def test_any_text_hashes() -> None:
+    assert answer_hash(None, "bad \udc80 surrogate") is not None
+    assert StoredChunk(text="\ud800").hash is not None
+
+
 def test_normalise_hash() -> None:
     assert normalise_hash(None) is None
     assert normalise_hash("  ") is None
