@@ -674,6 +674,8 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
             return
         try:
             parts.health.beat()
+            if parts.health.not_ready_because and not state_writable_again():
+                return  # no new traces while nothing can be recorded
             moment = clock()
             result = parts.pipeline.poll(moment)
             parts.health.langfuse_answered()
@@ -691,6 +693,10 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
             )
         except Stopped:
             pass
+        except StateError as error:
+            # Disk full or read-only: what is in the outbox stays; new traces wait.
+            parts.health.not_ready_because = "the state file cannot be written"
+            log.error("state_unwritable", error=str(error), action="polling paused")
         except AuthRejected as error:
             log.error("poll_failed", kind="auth", error=str(error))
         except RemoteError as error:
@@ -699,6 +705,15 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
             log.exception("poll_crashed")
         finally:
             busy.release()
+
+    def state_writable_again() -> bool:
+        try:
+            parts.state.check_writable(clock())
+        except StateError:
+            return False
+        parts.health.not_ready_because = None
+        log.info("state_writable_again", action="polling resumed")
+        return True
 
     def housekeeping() -> None:
         watermark = parts.state.watermark()

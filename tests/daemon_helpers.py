@@ -112,7 +112,9 @@ def _new_id(old: Any, salt: str, length: int) -> Any:
     return hashlib.sha256(f"{old}|{salt}".encode()).hexdigest()[:length]
 
 
-def packed_traces(start: datetime, spacing_s: float, copies: int = 1) -> list[dict[str, Any]]:
+def packed_traces(
+    start: datetime, spacing_s: float, copies: int = 1, tag: str = ""
+) -> list[dict[str, Any]]:
     """The demo's traces again under new ids, their roots `spacing_s` apart from `start`.
 
     A real stream in miniature: the demo's answers (their ungrounded share and all)
@@ -129,7 +131,7 @@ def packed_traces(start: datetime, spacing_s: float, copies: int = 1) -> list[di
             root_start = parse_time((roots or observations)[0]["startTime"])
             assert root_start is not None
             shift = start + timedelta(seconds=index * spacing_s) - root_start
-            salt = f"{copy}"
+            salt = f"{tag}{copy}"
             for observation in observations:
                 moved = dict(observation)
                 moved["traceId"] = _new_id(trace_id, salt, 32)

@@ -23,7 +23,7 @@ from observer.errors import AuthRejected, RateLimited, Rejected, RemoteError
 from observer.model import ScoreEvent
 from observer.retry import backoff_s
 from observer.sinks import ScoreSink
-from observer.state import State
+from observer.state import State, StateError
 from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.dispatcher")
@@ -63,6 +63,7 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
         self.auth_failed = False
         self.last_error: str | None = None
+        self._state_error_logged = -1e9
         self._metrics.outbox.set(state.outbox_size())
 
     # -- lifecycle ------------------------------------------------------------
@@ -87,6 +88,11 @@ class Dispatcher:
                 break
             try:
                 self.send_due()
+            except StateError as error:  # disk full: sent scores stay queued, sent again later
+                now = time.monotonic()
+                if now - self._state_error_logged > 60:
+                    self._state_error_logged = now
+                    log.error("outbox_unwritable", error=str(error))
             except Exception:  # the worker never dies; the outbox keeps the scores
                 log.exception("dispatcher_failed")
 

@@ -7,6 +7,7 @@ from blocking readers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -77,13 +78,17 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; a full disk or a read-only file is a StateError."""
         with self.lock:
             try:
                 self.db.execute("BEGIN IMMEDIATE")
                 yield self.db
                 self.db.execute("COMMIT")
-            except BaseException:
-                self.db.execute("ROLLBACK")
+            except BaseException as error:
+                with contextlib.suppress(sqlite3.Error):  # nothing to roll back, or cannot
+                    self.db.execute("ROLLBACK")
+                if isinstance(error, sqlite3.OperationalError | sqlite3.DatabaseError):
+                    raise StateError(f"state file {self.path} cannot be written: {error}") from None
                 raise
 
     def close(self) -> None:

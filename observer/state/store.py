@@ -107,8 +107,13 @@ class State:
         return parse_time(value) if value else None
 
     def set_watermark(self, moment: datetime) -> None:
-        with self._lock:
+        with self._transaction():
             self._set_meta("watermark", iso(moment))
+
+    def check_writable(self, now: datetime) -> None:
+        """A tiny write; raises StateError when the file cannot take one (disk full, read-only)."""
+        with self._transaction():
+            self._set_meta("written_at", iso(now))
 
     # -- traces ---------------------------------------------------------------
 
