@@ -1,4 +1,4 @@
-"""Citation resolver (DESIGN §8): are the chunks an answer cites still in the store, unchanged?
+"""Citation resolver (docs/resolver.md): are the chunks an answer cites still there, unchanged?
 
 Pure core: `cited_chunks` (which chunk ids a record cites), `findings` (the
 hash rules: missing, stale, unverifiable), the judge's funnel

@@ -1,4 +1,4 @@
-"""Which chunks an answer cites, and what the store says of them (DESIGN §8). Pure.
+"""Which chunks an answer cites, and what the store says of them (docs/resolver.md). Pure.
 
 - `cited_chunks(record, signals)`: the chunk ids of the sources that the
   cited sentences' valid refs point to, each with its answer-time hash; a
@@ -124,7 +124,7 @@ def cited_chunks(record: RagRecord, signals: Signals) -> CitedChunks:
 
 @dataclass(frozen=True, slots=True)
 class ResolverFindings:
-    """What the store said about one record's cited chunks (DESIGN §8)."""
+    """What the store said about one record's cited chunks (docs/resolver.md)."""
 
     missing: tuple[str, ...]  # cited chunk ids absent from the store, in source order
     stale: tuple[str, ...]  # present, but the text changed since the answer

@@ -1,4 +1,4 @@
-"""The judge's funnel over the resolver's findings (DESIGN §8, layer 3). Pure.
+"""The judge's funnel over the resolver's findings (docs/resolver.md, the funnel). Pure.
 
 Only fresh cited chunks go to the verdicts call: a source whose chunk is
 missing from the store or changed since the answer is left out of it, and a

@@ -1,4 +1,4 @@
-"""Each adapter against a real store on this machine (DESIGN §8).
+"""Each adapter against a real store on this machine (docs/resolver.md).
 
 Milvus Lite (a temporary file), Qdrant local mode (a temporary path),
 PostgreSQL (a throwaway cluster, tests/resolver/conftest.py) and a hook are

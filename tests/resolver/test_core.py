@@ -1,4 +1,4 @@
-"""The resolver's pure core: cited chunks, hash rules, findings, funnel, scores (DESIGN §8)."""
+"""The resolver's pure core: cited chunks, hash rules, findings, funnel and scores."""
 
 from __future__ import annotations
 
