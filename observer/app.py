@@ -37,6 +37,7 @@ from observer.judge.outcome import JudgeResult
 from observer.judge.service import JudgedHook, JudgeService
 from observer.model import RagRecord, Signals
 from observer.pipeline import PassResult, Pipeline
+from observer.resolver.daemon import ResolverLookup
 from observer.scheduling import background_scheduler
 from observer.sinks import ScoreSink
 from observer.sinks.dispatcher import Dispatcher
@@ -151,6 +152,36 @@ def build_notifiers(settings: Settings) -> dict[str, Notifier]:
     return built
 
 
+def build_resolver(settings: Settings, metrics: Metrics) -> ResolverLookup | None:
+    """The citation resolver over the configured chunk store, or None when it is off."""
+    r = settings.resolver
+    if not r.kind:
+        return None
+    from observer.resolver import Fields, Resolver
+    from observer.resolver.backends import build_store
+
+    try:
+        store = build_store(
+            r.kind,
+            uri=r.uri,
+            collection=r.collection,
+            secret=settings.resolver_secret(),
+            hook=r.hook,
+            fields=Fields(r.id_field, r.hash_field, r.text_field, r.doc_field, r.updated_field),
+            timeout_s=r.timeout_s,
+            max_ids_per_query=r.max_ids_per_query,
+        )
+    except ValueError as error:
+        raise ConfigError(f"resolver: {error}") from None
+    resolver = Resolver(
+        store,
+        cache_ttl_s=r.cache_ttl_s,
+        batch_size=r.max_ids_per_query,
+        error_backoff_s=r.error_backoff_s,
+    )
+    return ResolverLookup(resolver, metrics)
+
+
 def build_alerts(settings: Settings, state: State, metrics: Metrics) -> AlertService:
     notifiers = build_notifiers(settings)
     a = settings.alerts
@@ -187,6 +218,7 @@ class Parts:
     health: Health
     telemetry: Telemetry
     judge: JudgeService | None = None
+    resolver: ResolverLookup | None = None
 
 
 def build(
@@ -206,6 +238,11 @@ def build(
     stop = stop or threading.Event()
     state = State(state_path or settings.state.path, max_outbox=settings.sink.max_outbox)
     health = build_health(settings, state, metrics)
+    try:
+        resolver = build_resolver(settings, metrics)
+    except ConfigError:
+        state.close()
+        raise
     telemetry = telemetry or setup_telemetry(
         metrics, judge_to_langfuse=_judge_to_langfuse(settings)
     )
@@ -276,6 +313,7 @@ def build(
         lookback_s=settings.source.lookback_s,
         on_scored=on_scored,
         on_signals=lambda _record, signals: summary.add(signals),
+        lookup=resolver,
         should_stop=_beating(health, stop),
     )
     return Parts(
@@ -291,6 +329,7 @@ def build(
         health,
         telemetry,
         judge,
+        resolver,
     )
 
 
@@ -529,8 +568,11 @@ def run_once(
 
 
 def _flush_telemetry(parts: Parts) -> None:
-    """Spans and metrics out before the process ends; a dead collector costs at most 5 s."""
+    """Spans and metrics out before the process ends; a dead collector costs at most 5 s.
+    The chunk store's client is closed too (a Milvus Lite file is one process's at a time)."""
     parts.telemetry.shutdown(min(5.0, parts.settings.run.shutdown_grace_s))
+    if parts.resolver is not None:
+        parts.resolver.close()
 
 
 def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None) -> OnceResult:
@@ -769,6 +811,8 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
         left = parts.state.outbox_size()
         if joined:
             parts.state.close()
+            if parts.resolver is not None:
+                parts.resolver.close()
         if server is not None:
             server.stop()
     log.info("observer_stopped", flushed=flushed, outbox_left=left)

@@ -331,6 +331,27 @@ def _window_rule(r: WindowRuleSettings) -> WindowRule:
     )
 
 
+class ResolverSettings(_Section):
+    kind: Literal["", "milvus", "qdrant", "postgres", "hook"] = Field(
+        "", description="the chunk store to check citations against (empty: off)"
+    )
+    uri: str = Field("", description="milvus: URI or Milvus Lite file; qdrant: URL or path")
+    collection: str = Field("", description="milvus/qdrant collection; postgres table or view")
+    secret_env: str = Field("", description="variable holding the token, API key or DSN")
+    hook: str = Field("", description='kind = "hook": module:function')
+    id_field: str = "chunk_id"
+    hash_field: str = "text_hash"
+    text_field: str = "text"
+    doc_field: str = "doc_id"
+    updated_field: str = "updated_at"
+    cache_ttl_s: float = Field(300.0, ge=0)
+    timeout_s: float = Field(5.0, gt=0)
+    max_ids_per_query: int = Field(500, ge=1)
+    error_backoff_s: float = Field(
+        30.0, ge=0, description="after a failure, the store is not asked for this long"
+    )
+
+
 class HttpSettings(_Section):
     enabled: bool = Field(True, description="serve /metrics, /healthz and /readyz")
     host: str = Field("127.0.0.1", description="loopback by default; 0.0.0.0 in a container")
@@ -466,6 +487,7 @@ class Settings(BaseSettings):
     judge: JudgeSettings = JudgeSettings()
     alerts: AlertsSettings = AlertsSettings()
     limits: LimitsSettings = LimitsSettings()
+    resolver: ResolverSettings = ResolverSettings()
     http: HttpSettings = HttpSettings()
     metrics: MetricsSettings = MetricsSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
@@ -519,6 +541,16 @@ class Settings(BaseSettings):
         value = os.environ.get(name) or read_secret_file(name, os.environ)
         if not value:
             raise ConfigError(f"{where}: the environment variable {name} is not set")
+        return value
+
+    def resolver_secret(self) -> str | None:
+        """The value of the variable `resolver.secret_env` names (or its `_FILE`)."""
+        name = self.resolver.secret_env
+        if not name:
+            return None
+        value = os.environ.get(name) or read_secret_file(name, os.environ)
+        if not value:
+            raise ConfigError(f"resolver.secret_env: the environment variable {name} is not set")
         return value
 
     def mapping_rules(self) -> MappingRules:

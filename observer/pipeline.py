@@ -34,9 +34,11 @@ import orjson
 import structlog
 from opentelemetry import trace
 
-from observer.alerts.history import signal_values, trace_row
+from observer.alerts.history import resolver_values, signal_values, trace_row
 from observer.mapping.convention import MappingRules, Skip, map_trace
 from observer.model import RagRecord, Signals
+from observer.resolver.core import ResolverFindings
+from observer.resolver.scores import resolver_score_events
 from observer.scores import score_events
 from observer.signals import SignalParams, compute
 from observer.sources import ObservationSource
@@ -68,6 +70,23 @@ def params_digest(params: SignalParams) -> str:
         }
     )
     return hashlib.sha256(described).hexdigest()[:16]
+
+
+@dataclass
+class _Prepared:
+    """A trace mapped and fingerprinted, before anything is recorded."""
+
+    unsettled: bool = False
+    skip: Skip | None = None
+    record: RagRecord | None = None
+    signals: Signals | None = None
+    fingerprint: str | None = None  # None: unchanged since the last pass
+    findings: ResolverFindings | None = None
+
+
+# The citation resolver for a page's new and changed traces: findings per trace, in order
+# (None where the store could not say).
+Lookup = Callable[[list[tuple[RagRecord, Signals]]], list["ResolverFindings | None"]]
 
 
 @dataclass
@@ -147,6 +166,7 @@ class Pipeline:
         lookback_s: float = 3600.0,
         on_scored: ScoredHook | None = None,
         on_signals: ScoredHook | None = None,
+        lookup: Lookup | None = None,
         should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
         self.source = source
@@ -160,6 +180,7 @@ class Pipeline:
         self.lookback = timedelta(seconds=lookback_s)
         self.on_scored = on_scored
         self.on_signals = on_signals
+        self.lookup = lookup
         self.should_stop = should_stop
         self._params_digest = params_digest(params)
 
@@ -262,6 +283,7 @@ class Pipeline:
         if not trace_ids:
             return
         known = self.state.fingerprints(trace_ids)
+        handled: list[tuple[str, list[dict[str, Any]], datetime, _Prepared]] = []
         for trace_id in trace_ids:
             observations = buffered.pop(trace_id)
             root_start = roots.pop(trace_id)
@@ -270,9 +292,18 @@ class Pipeline:
                 continue
             if root_start >= end:
                 continue  # read past the end for its neighbours; the next window's own
+            prepared = self._prepare(trace_id, observations, known.get(trace_id), now)
+            handled.append((trace_id, observations, root_start, prepared))
+        # The new and changed traces of this page: their cited chunks in one lookup.
+        changed = [p for *_, p in handled if p.fingerprint is not None and p.signals is not None]
+        if self.lookup is not None and changed:
+            found = self.lookup([(p.record, p.signals) for p in changed if p.record and p.signals])
+            for item, findings in zip(changed, found, strict=True):
+                item.findings = findings
+        for trace_id, observations, root_start, prepared in handled:
             with tracer.start_as_current_span("observer.trace_scored") as span:
-                outcome = self._trace(
-                    trace_id, observations, root_start, known.get(trace_id), now, result
+                outcome = self._finish(
+                    trace_id, prepared, root_start, known.get(trace_id), now, result
                 )
                 if span.is_recording():
                     span.set_attributes(_trace_attributes(trace_id, outcome, observations))
@@ -281,40 +312,64 @@ class Pipeline:
     def _hold(self, result: PassResult, root_start: datetime) -> None:
         result.hold = root_start if result.hold is None else min(result.hold, root_start)
 
-    def _trace(
+    def _prepare(
         self,
         trace_id: str,
         observations: list[dict[str, Any]],
+        known: str | None,
+        now: datetime,
+    ) -> _Prepared:
+        """Map, compute and fingerprint one complete trace: no I/O, no counting."""
+        last = _last_activity(observations)
+        if last is not None and now - last < self.settle:
+            return _Prepared(unsettled=True)
+        mapped = map_trace(trace_id, observations, self.rules)
+        if isinstance(mapped, Skip):
+            return _Prepared(skip=mapped)
+        signals = compute(mapped, self.params)
+        fingerprint = hashlib.sha256(
+            orjson.dumps(mapped) + self._params_digest.encode()
+        ).hexdigest()
+        if fingerprint == known:
+            return _Prepared(record=mapped, signals=signals)
+        return _Prepared(record=mapped, signals=signals, fingerprint=fingerprint)
+
+    def _finish(
+        self,
+        trace_id: str,
+        prepared: _Prepared,
         root_start: datetime,
         known: str | None,
         now: datetime,
         result: PassResult,
     ) -> str:
-        """Handle one complete trace; its outcome (`skipped:<reason>` for a skip)."""
-        last = _last_activity(observations)
-        if last is not None and now - last < self.settle:
+        """Record one prepared trace; its outcome (`skipped:<reason>` for a skip)."""
+        if prepared.unsettled:
             result.unsettled += 1
             self.metrics.traces.labels(outcome="unsettled").inc()
             self._hold(result, root_start)
             return "unsettled"
-        mapped = map_trace(trace_id, observations, self.rules)
-        if isinstance(mapped, Skip):
-            self._skip(trace_id, mapped, root_start, known, now, result)
-            return f"skipped:{mapped.reason}"
-        signals = compute(mapped, self.params)
+        if prepared.skip is not None:
+            self._skip(trace_id, prepared.skip, root_start, known, now, result)
+            return f"skipped:{prepared.skip.reason}"
+        mapped, signals = prepared.record, prepared.signals
+        assert mapped is not None and signals is not None
         if self.on_signals is not None:
             self.on_signals(mapped, signals)
-        fingerprint = hashlib.sha256(
-            orjson.dumps(mapped) + self._params_digest.encode()
-        ).hexdigest()
-        if fingerprint == known:
+        if prepared.fingerprint is None:
             result.unchanged += 1
             self.metrics.traces.labels(outcome="unchanged").inc()
             return "unchanged"
         scores = score_events(mapped, signals, self.params)
-        history = trace_row(mapped, signal_values(signals), now)
+        values = signal_values(signals)
+        if prepared.findings is not None:
+            scores += resolver_score_events(mapped, prepared.findings)
+            values.update(resolver_values(prepared.findings))
+        history = trace_row(mapped, values, now)
         try:
-            self.state.record_trace(trace_id, fingerprint, root_start, scores, now, history)
+            self.state.record_trace(
+                trace_id, prepared.fingerprint, root_start, scores, now, history
+            )
         except OutboxFull as error:
             result.deferred += 1
             self.metrics.traces.labels(outcome="deferred").inc()

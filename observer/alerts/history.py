@@ -14,6 +14,7 @@ from observer.alerts.engine import Row
 from observer.alerts.rules import Value
 from observer.judge.outcome import JudgeResult
 from observer.model import RagRecord, Signals
+from observer.resolver.core import ResolverFindings
 from observer.times import parse_time
 
 NO_QUERY_TYPE = "none"
@@ -34,6 +35,16 @@ def signal_values(signals: Signals) -> dict[str, Value]:
         "unsupported_numbers": float(numeric.numbers - numeric.grounded),
         "needs_fallback": signals.needs_fallback,
         "crag_mismatch": signals.crag_mismatch,
+    }
+
+
+def resolver_values(found: ResolverFindings) -> dict[str, Value]:
+    """What the citation resolver found, when it looked the cited chunks up."""
+    if not found.looked_up:
+        return {}
+    return {
+        "missing_chunks": float(len(found.missing)),
+        "stale_citations": float(len(found.stale)),
     }
 
 

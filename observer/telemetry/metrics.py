@@ -199,6 +199,29 @@ class Metrics:
             registry=r,
         )
 
+        # -- the citation resolver ----------------------------------------------------
+        self.resolver_lookups = Counter(
+            "observer_resolver_lookups_total", "Queries sent to the chunk store", registry=r
+        )
+        self.resolver_ids = Counter(
+            "observer_resolver_chunk_ids_total",
+            "Cited chunk ids to check, by where the answer came from (cache, store)",
+            ["source"],
+            registry=r,
+        )
+        self.resolver_errors = Counter(
+            "observer_resolver_errors_total",
+            "Failed chunk store queries, by reason (their traces keep their other scores)",
+            ["reason"],
+            registry=r,
+        )
+        self.resolver_findings = Counter(
+            "observer_resolver_chunks_total",
+            "Cited chunks checked, by finding (missing, stale, unverifiable, fresh)",
+            ["environment", "query_type", "finding"],
+            registry=r,
+        )
+
         # -- the judge ----------------------------------------------------------------
         self.judge_decisions = Counter(
             "observer_judge_decisions_total",
