@@ -455,11 +455,19 @@ def test_a_collector_back_after_an_outage_gets_the_metrics(collector: OtlpReceiv
         # The exporter thread logs the recovery just after the collector answered.
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not any(
-            e["event"] == "telemetry_export_recovered" for e in logs
+            e["event"] == "telemetry_export_recovered"
+            and e.get("endpoint") == collector.url + "/v1/metrics"
+            for e in logs
         ):
             time.sleep(0.02)
         assert telemetry.shutdown(2.0)
-    events = [e["event"] for e in logs if e["event"].startswith("telemetry_export")]
+    # Only this collector's: an exporter of an earlier test may still be retrying elsewhere.
+    ours = collector.url + "/v1/metrics"
+    events = [
+        e["event"]
+        for e in logs
+        if e["event"].startswith("telemetry_export") and e.get("endpoint") == ours
+    ]
     assert events == ["telemetry_export_failed", "telemetry_export_recovered"]
     point = collector.latest("observer_traces_total", outcome="scored")
     assert point is not None and point.value == 2
