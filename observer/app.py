@@ -423,6 +423,25 @@ def check_state(path: Path) -> str:
     return f"usable: watermark {at}, {traces:,} traces known, {outbox:,} scores in the outbox"
 
 
+def check_resolver(settings: Settings) -> tuple[str, bool]:
+    """Reach the chunk store and query it by the configured id field: (what happened, failed)."""
+    from observer.resolver import ResolverError
+
+    r = settings.resolver
+    try:
+        lookup = build_resolver(settings, Metrics())
+    except ConfigError as error:
+        return f"NOT USABLE: {error}", True
+    assert lookup is not None
+    try:
+        lookup.resolver.store.lookup(["observer-check-probe"])
+    except ResolverError as error:
+        return f"NO: {r.kind} {r.collection or r.uri or r.hook}: {error}", True
+    finally:
+        lookup.close()
+    return f"{r.kind} {r.collection or r.uri or r.hook}: reachable, {r.id_field} queried", False
+
+
 @dataclass
 class CheckResult:
     rows: list[tuple[str, str]]
@@ -438,6 +457,10 @@ def check(settings: Settings, state_path: Path) -> CheckResult:
     except StateError as error:
         rows.append(("state", f"NOT USABLE: {error}"))
         code = EXIT_CONFIG
+    if settings.resolver.kind:
+        row, failed = check_resolver(settings)
+        rows.append(("resolver", row))
+        code = code or (EXIT_CONFIG if failed else EXIT_OK)
     try:
         probe = LangfuseSource(build_api(settings), RateLimiter(60), Metrics(), max_attempts=1)
         probe.probe()

@@ -126,3 +126,31 @@ def test_a_bad_resolver_config_stops_at_start(
     )
     with pytest.raises(ConfigError, match="resolver"):
         app.build(settings, state_path=tmp_path / "s.sqlite")
+
+
+@pytest.mark.parametrize(
+    ("hook", "says", "code"),
+    [("lookup", "reachable", 0), ("broken", "NO: hook", 2), ("NOT_CALLABLE", "NOT USABLE", 2)],
+)
+def test_check_proves_the_resolver(
+    monkeypatch: pytest.MonkeyPatch,
+    langfuse: FakeLangfuse,
+    tmp_path: Path,
+    hook: str,
+    says: str,
+    code: int,
+) -> None:
+    from click.testing import CliRunner
+
+    from observer.cli import main
+
+    configure(
+        monkeypatch,
+        langfuse,
+        OBSERVER_RESOLVER__KIND="hook",
+        OBSERVER_RESOLVER__HOOK=f"tests.resolver.hooks:{hook}",
+        COLUMNS="200",
+    )
+    result = CliRunner().invoke(main, ["check", "--state", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == code, result.output
+    assert says in result.stdout
