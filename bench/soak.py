@@ -52,6 +52,7 @@ import shutil
 import signal
 import socket
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -94,6 +95,7 @@ HOST = "127.0.0.1"
 SAMPLE_EVERY_S = 2.0
 FEED_TICK_S = 0.25
 WARMUP_S = 120.0
+RSS_SPAN_S = 30.0
 TIME_KEYS = ("startTime", "endTime", "createdAt", "updatedAt", "completionStartTime")
 JsonDict = dict[str, Any]
 
@@ -411,7 +413,6 @@ class Daemon:
         self.lock = threading.Lock()
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
-        self.started_at_s = 0.0
         self.stopping = False
         self.starts = 0
         self.stops: list[Stop] = []
@@ -431,7 +432,6 @@ class Daemon:
                     cwd=self.state.parent,  # not the checkout: the snapshot is imported
                 )
             self.port = port
-            self.started_at_s = self.clock()
             self.starts += 1
             self.stopping = False
 
@@ -768,6 +768,11 @@ class Outcome:
     failed: bool
 
 
+def median_rss(samples: list[Sample], start: float, end: float) -> float | None:
+    values = [s.rss_mb for s in samples if start <= s.at_s < end and s.rss_mb is not None]
+    return statistics.median(values) if values else None
+
+
 def lags_between(
     samples: list[Sample], start: float, end: float, *, true: bool = False
 ) -> list[float]:
@@ -834,16 +839,14 @@ def report(
     all_true = [s.state_lag_s for s in samples if s.state_lag_s is not None]
     first = samples[0] if samples else None
     rss_start = next((s.rss_mb for s in samples if first and s.pid == first.pid and s.rss_mb), None)
+    # The last process: the median RSS over RSS_SPAN_S after its warm-up, and at its end
+    # (one sample moves by a few MB either way).
     final_samples = [s for s in samples if s.pid == final_pid and s.rss_mb is not None]
-    final_began = final_samples[0].at_s if final_samples else None
-    warm_at = None if final_began is None else final_began + min(WARMUP_S, 0.2 * feed_s)
-    warm = next((s for s in final_samples if warm_at is not None and s.at_s >= warm_at), None)
-    rss_end = final_samples[-1].rss_mb if final_samples else None
-    growth = (
-        None
-        if warm is None or rss_end is None or warm.rss_mb is None
-        else 100 * (rss_end - warm.rss_mb) / warm.rss_mb
-    )
+    warm_at = final_samples[0].at_s + min(WARMUP_S, 0.2 * feed_s) if final_samples else 0.0
+    end_at = final_samples[-1].at_s - RSS_SPAN_S if final_samples else 0.0
+    rss_warm = median_rss(final_samples, warm_at, warm_at + RSS_SPAN_S)
+    rss_end = median_rss(final_samples, end_at, math.inf)
+    growth = None if rss_warm is None or rss_end is None else 100 * (rss_end - rss_warm) / rss_warm
     peak = max((s.rss_mb for s in samples if s.rss_mb is not None), default=None)
     state_peak = max((s.state_mb for s in samples), default=0.0)
 
@@ -913,13 +916,13 @@ def report(
         ),
         ("RSS at start", fmt(rss_start, " MB", 0), "", ""),
         (
-            "RSS after warm-up (last process)",
-            fmt(warm.rss_mb if warm else None, " MB", 0)
-            + ("" if warm is None else f" at {warm.at_s - feed_began:.0f} s"),
+            "RSS after warm-up (last process, median)",
+            fmt(rss_warm, " MB", 0) + f" at {warm_at - feed_began:.0f}-"
+            f"{warm_at - feed_began + RSS_SPAN_S:.0f} s",
             "",
             "",
         ),
-        ("RSS at the end", fmt(rss_end, " MB", 0), "", ""),
+        ("RSS at the end (median, last 30 s)", fmt(rss_end, " MB", 0), "", ""),
         (
             "RSS growth after warm-up",
             fmt(growth, " %"),
