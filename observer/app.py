@@ -237,6 +237,9 @@ def build(
     metrics = metrics or Metrics(max_query_types=settings.metrics.max_query_types)
     stop = stop or threading.Event()
     state = State(state_path or settings.state.path, max_outbox=settings.sink.max_outbox)
+    watermark = state.watermark()
+    if watermark is not None:  # the lag is known from the start, not after the first pass
+        metrics.set_watermark(watermark.timestamp())
     health = build_health(settings, state, metrics)
     try:
         resolver = build_resolver(settings, metrics)

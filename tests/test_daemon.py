@@ -263,11 +263,26 @@ def test_a_retry_after_of_the_last_process_does_not_hold_back_the_next(
     loaded.fail_next(429, count=1, retry_after=3600, path_prefix="/api/public/scores")
     first = once(settings, tmp_path / "s.sqlite", now)
     assert first.exit_code == 3 and first.error is not None
-    assert "100 scores kept in the outbox" in first.error
+    # Langfuse said wait an hour: nothing more is sent by that process.
+    assert f"{SCORES_PER_PASS:,} scores kept in the outbox" in first.error
     again = once(settings, tmp_path / "s.sqlite", now + timedelta(seconds=30))
     assert again.exit_code == 0, again.error
     assert len(loaded.scores) == SCORES_PER_PASS
     assert loaded.duplicates() == []
+
+
+def test_a_429_pauses_every_batch_for_its_retry_after(
+    loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Retry-After holds the whole sink: no burst of posts Langfuse will refuse anyway."""
+    settings = configure(monkeypatch, loaded, OBSERVER_RUN__SHUTDOWN_GRACE_S="5")
+    loaded.fail_next(429, count=1, retry_after=1.0, path_prefix="/api/public/scores")
+    result = once(settings, tmp_path / "s.sqlite", after(demo_observations()))
+    assert result.exit_code == 0, result.error
+    posts = [r.time for r in loaded.requests if r.path.endswith("/scores")]
+    assert len(posts) > 2
+    assert posts[1] - posts[0] >= 0.9  # the second post waited out the first one's 429
+    assert len(loaded.scores) == SCORES_PER_PASS and loaded.duplicates() == []
 
 
 def test_rejected_score_is_dropped_and_counted_the_rest_delivered(

@@ -64,6 +64,7 @@ class Dispatcher:
         self.auth_failed = False
         self.last_error: str | None = None
         self._state_error_logged = -1e9
+        self._resume_at = 0.0  # clock time before which nothing is sent
         self._metrics.outbox.set(state.outbox_size())
 
     # -- lifecycle ------------------------------------------------------------
@@ -130,7 +131,7 @@ class Dispatcher:
             remaining = deadline - time.monotonic()
             if next_due is None or remaining <= 0:
                 return self._state.outbox_size() == 0
-            wait = max(0.0, next_due - self._clock())
+            wait = max(0.0, max(next_due, self._resume_at) - self._clock())
             if wait >= remaining:
                 return False
             if self._stop.wait(min(wait, remaining)) and wait > 0:
@@ -158,7 +159,7 @@ class Dispatcher:
         """Send every due batch now; returns how many scores were acknowledged."""
         acknowledged = 0
         with self._send_lock:
-            while not self._stop.is_set():
+            while not self._stop.is_set() and self._clock() >= self._resume_at:
                 pending = self._state.due(self._clock(), self._batch_size)
                 if not pending:
                     break
@@ -230,6 +231,9 @@ class Dispatcher:
 
     def _defer(self, batch: Sequence[ScoreEvent], wait_s: float, kind: str, error: str) -> None:
         self._state.retry_later(batch, self._clock() + wait_s, error)
+        # The whole sink waits, not only this batch: a 429's Retry-After, or a backoff after
+        # an outage, holds every batch (no burst of failing posts, on shutdown neither).
+        self._resume_at = max(self._resume_at, self._clock() + wait_s)
         _pushed(kind, failed=True)
         self._metrics.push_errors.labels(kind=kind).inc()
         self._metrics.scores_retried.inc(len(batch))

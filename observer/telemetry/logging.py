@@ -103,5 +103,7 @@ def configure_logging(
     root.setLevel(_LEVELS[level])
     for name in CHATTY:
         logging.getLogger(name).setLevel(max(_LEVELS[level], logging.WARNING))
-    # The SDK logs its own retries and drops; observer reports those itself.
+    # The SDK logs its own retries and drops; observer reports those itself. apscheduler
+    # warns each time a poll is skipped because the last pass still runs: expected, not news.
     logging.getLogger("langfuse").setLevel(logging.ERROR)
+    logging.getLogger("apscheduler").setLevel(max(_LEVELS[level], logging.ERROR))
