@@ -57,6 +57,7 @@ from observer.errors import AuthRejected, RateLimited, Rejected, RemoteError
 from observer.judge.outcome import JUDGE_SCORE_NAMES
 from observer.langfuse_api import NO_RETRIES, translate
 from observer.model import Band, Grade, ScoreDataType
+from observer.resolver.scores import RESOLVER_SCORE_NAMES
 from observer.scores import SIGNAL_SCORE_NAMES
 
 __all__ = [
@@ -211,7 +212,11 @@ _SPECS: Final[dict[str, ScoreConfigSpec]] = {
 }
 
 # Every score name observer can write; tests hold that each one has a config.
-SCORE_NAMES: Final[tuple[str, ...]] = (*SIGNAL_SCORE_NAMES, *JUDGE_SCORE_NAMES)
+SCORE_NAMES: Final[tuple[str, ...]] = (
+    *SIGNAL_SCORE_NAMES,
+    *RESOLVER_SCORE_NAMES,
+    *JUDGE_SCORE_NAMES,
+)
 SCORE_CONFIGS: Final[tuple[ScoreConfigSpec, ...]] = tuple(
     _SPECS[name] for name in SCORE_NAMES if name in _SPECS
 )

@@ -33,6 +33,7 @@ from observer.langfuse_setup import (
     widget_difference,
 )
 from observer.model import Band, Grade, RagRecord, ScoreEvent, Source
+from observer.resolver import RESOLVER_SCORE_NAMES, ResolverFindings, resolver_score_events
 from observer.scores import SIGNAL_SCORE_NAMES, score_events
 from observer.signals import SignalParams, compute
 from tests.daemon_helpers import demo_observations
@@ -52,7 +53,7 @@ WIDGET_NAMES = [w.name for w in WIDGETS]
 
 
 def test_every_score_observer_can_write_has_one_config() -> None:
-    assert (*SIGNAL_SCORE_NAMES, *JUDGE_SCORE_NAMES) == SCORE_NAMES
+    assert (*SIGNAL_SCORE_NAMES, *RESOLVER_SCORE_NAMES, *JUDGE_SCORE_NAMES) == SCORE_NAMES
     assert [spec.name for spec in SCORE_CONFIGS] == list(SCORE_NAMES)
     assert len(set(SCORE_NAMES)) == len(SCORE_NAMES)
     for spec in SCORE_CONFIGS:  # the API's name rule, and a description for the UI
@@ -90,6 +91,9 @@ def written_scores() -> list[ScoreEvent]:
             )
         )
     events = [e for r in records for e in score_events(r, compute(r, params), params)]
+    # With a citation resolver: one deleted and one re-written chunk of three looked up.
+    found = ResolverFindings(missing=("c1",), stale=("c2",), unverifiable=0, looked_up=3)
+    events += resolver_score_events(records[0], found)
     claims = (
         Claim(0, "The limit is 120 requests.", 0, (1,)),
         Claim(1, "It resets hourly.", 1, ()),
