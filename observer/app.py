@@ -354,10 +354,12 @@ def _judge_to_langfuse(settings: Settings) -> LangfuseOtlp | None:
 
 
 def _beating(health: Health, stop: threading.Event) -> Callable[[], bool]:
-    """The pipeline asks whether to stop once per page: a heartbeat for /healthz too."""
+    """The pipeline asks whether to stop once per page it read: a heartbeat for /healthz,
+    and proof for /readyz that Langfuse answers, also during a pass of many pages."""
 
     def should_stop() -> bool:
         health.beat()
+        health.langfuse_answered()
         return stop.is_set()
 
     return should_stop
