@@ -49,13 +49,13 @@ def test_dependencies_log_through_the_same_json_stream(capsys: pytest.CaptureFix
     import logging
 
     configure_logging("json", "info")
-    logging.getLogger("apscheduler.scheduler").warning("Run time of job was missed")
+    logging.getLogger("openai._base_client").warning("Retrying request to /chat/completions")
     logging.getLogger("httpx").info("HTTP Request: GET http://x")  # chatty at info: not shown
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1
     event = json.loads(lines[0])
-    assert event["event"] == "Run time of job was missed"
-    assert event["logger"] == "apscheduler.scheduler" and event["level"] == "warning"
+    assert event["event"] == "Retrying request to /chat/completions"
+    assert event["logger"] == "openai._base_client" and event["level"] == "warning"
 
 
 def test_question_and_answer_text_stay_out_unless_asked(
