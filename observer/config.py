@@ -416,6 +416,17 @@ def read_secret_file(variable: str, environ: Mapping[str, str]) -> str | None:
         raise ConfigError(f"{variable}_FILE: {name} cannot be read ({reason})") from None
 
 
+def _named_secret(name: str, where: str) -> str | None:
+    """The value of the variable a `secret_env` key names, or of the file `<name>_FILE` names;
+    None when the key is empty, a ConfigError naming the key when the variable is unset."""
+    if not name:
+        return None
+    value = os.environ.get(name) or read_secret_file(name, os.environ)
+    if not value:
+        raise ConfigError(f"{where}: the environment variable {name} is not set")
+    return value
+
+
 def _with_secret_files(environ: Mapping[str, str]) -> dict[str, str]:
     merged = dict(environ)
     for variable in SECRET_VARIABLES:
@@ -534,24 +545,12 @@ class Settings(BaseSettings):
 
     def notifier_secret(self, notifier: NotifierSettings) -> str | None:
         """The secret a notifier names, from its variable (or a file named by `<VAR>_FILE`)."""
-        name = notifier.secret_env
-        if not name:
-            return None
         where = f"alerts.notifiers[{notifier.name}].secret_env"
-        value = os.environ.get(name) or read_secret_file(name, os.environ)
-        if not value:
-            raise ConfigError(f"{where}: the environment variable {name} is not set")
-        return value
+        return _named_secret(notifier.secret_env, where)
 
     def resolver_secret(self) -> str | None:
         """The value of the variable `resolver.secret_env` names (or its `_FILE`)."""
-        name = self.resolver.secret_env
-        if not name:
-            return None
-        value = os.environ.get(name) or read_secret_file(name, os.environ)
-        if not value:
-            raise ConfigError(f"resolver.secret_env: the environment variable {name} is not set")
-        return value
+        return _named_secret(self.resolver.secret_env, "resolver.secret_env")
 
     def mapping_rules(self) -> MappingRules:
         m = self.mapping
