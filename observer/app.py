@@ -182,19 +182,19 @@ def build_resolver(settings: Settings, metrics: Metrics) -> ResolverLookup | Non
     return ResolverLookup(resolver, metrics)
 
 
-def build_alerts(settings: Settings, state: State, metrics: Metrics) -> AlertService:
-    notifiers = build_notifiers(settings)
+def build_alerts(
+    settings: Settings, state: State, metrics: Metrics, *, notify: bool = True
+) -> AlertService:
+    """The alert service; with `notify` false no notifier is built and nothing is sent."""
+    notifiers = build_notifiers(settings) if notify else {}
     a = settings.alerts
-    if notifiers:
-        delivery: Delivery | None = Delivery(notifiers, metrics)
-    else:
-        delivery = None
+    delivery = Delivery(notifiers, metrics) if notifiers else None
     return AlertService(
         state,
         metrics,
         a.window_rules(),
         a.trace_rule_list(),
-        notifier_kinds={n.name: n.kind for n in a.notifiers},
+        notifier_kinds={n.name: n.kind for n in a.notifiers} if notify else {},
         delivery=delivery,
         base_url=settings.langfuse.base_url,
         max_groups=a.max_groups,
@@ -482,32 +482,12 @@ def check(settings: Settings, state_path: Path) -> CheckResult:
 # -- alerts commands ----------------------------------------------------------------
 
 
-def open_alerts(settings: Settings, state_path: Path, *, notify: bool = False) -> AlertService:
-    """Rules over an existing state file, for `alerts status` and `backtest`.
-
-    Without `notify`, nothing is sent. The caller closes `.state`.
-    """
+def open_alerts(settings: Settings, state_path: Path) -> AlertService:
+    """Rules over an existing state file, for `alerts status` and `backtest`: nothing is
+    sent (no notifier is built). The caller closes `.state`."""
     if not state_path.exists():
         raise StateError(f"state file {state_path} does not exist (run the daemon first)")
-    state = State(state_path)
-    if notify:
-        try:
-            return build_alerts(settings, state, Metrics())
-        except ConfigError:
-            state.close()
-            raise
-    a = settings.alerts
-    return AlertService(
-        state,
-        Metrics(),
-        a.window_rules(),
-        a.trace_rule_list(),
-        notifier_kinds={},
-        delivery=None,
-        base_url=settings.langfuse.base_url,
-        max_groups=a.max_groups,
-        history_days=a.history_days,
-    )
+    return build_alerts(settings, State(state_path), Metrics(), notify=False)
 
 
 @dataclass

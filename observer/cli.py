@@ -609,7 +609,7 @@ def alerts() -> None:
 
 
 def _alert_service(
-    config_path: str | None, state_path: str | None, notify: bool = False
+    config_path: str | None, state_path: str | None
 ) -> tuple[Settings, AlertService]:
     from observer import app
     from observer.config import ConfigError
@@ -619,9 +619,7 @@ def _alert_service(
     settings = _settings(config_path)
     configure_logging(settings.log.format, "warning")
     try:
-        return settings, app.open_alerts(
-            settings, Path(state_path or settings.state.path), notify=notify
-        )
+        return settings, app.open_alerts(settings, Path(state_path or settings.state.path))
     except (ConfigError, StateError) as error:
         click.echo(f"observer: {error}", err=True)
         raise SystemExit(app.EXIT_CONFIG) from None
