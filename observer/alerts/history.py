@@ -15,9 +15,8 @@ from observer.alerts.rules import Value
 from observer.judge.outcome import JudgeResult
 from observer.model import RagRecord, Signals
 from observer.resolver.core import ResolverFindings
+from observer.telemetry.metrics import NO_QUERY_TYPE
 from observer.times import parse_time
-
-NO_QUERY_TYPE = "none"
 
 
 def signal_values(signals: Signals) -> dict[str, Value]:

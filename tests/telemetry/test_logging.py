@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 import structlog
 
 from observer.telemetry.logging import configure_logging
-
-
-@pytest.fixture(autouse=True)
-def restore() -> Iterator[None]:
-    yield
-    configure_logging("console", "warning")  # what tests/conftest.py set
 
 
 def emit() -> None:
