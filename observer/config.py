@@ -106,9 +106,7 @@ class LangfuseSettings(_Section):
         # A URL without a scheme would otherwise be retried for seconds as "unreachable".
         parsed = urlsplit(value.strip())
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ValueError(
-                f"must be an http:// or https:// URL with a host, got {value!r}"
-            )
+            raise ValueError(f"must be an http:// or https:// URL with a host, got {value!r}")
         return value.strip().rstrip("/")
 
 

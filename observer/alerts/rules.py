@@ -306,9 +306,7 @@ def default_window_rules() -> tuple[WindowRule, ...]:
         _window("pipeline_lag_high", "lag_s", "max", ">", 600, 300, 300, 1),
         _window("judge_error_rate_high", "judge_error", "rate", ">", 0.20, 0.10, 1800, 10),
         _window("scores_dropped", "scores_dropped", "count", ">", 0, None, 900, 1, for_s=0),
-        _window(
-            "stale_citation_rate", "stale_citations > 0", "rate", ">", 0.05, 0.02, 1800, 50
-        ),
+        _window("stale_citation_rate", "stale_citations > 0", "rate", ">", 0.05, 0.02, 1800, 50),
     )
 
 

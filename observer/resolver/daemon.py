@@ -26,9 +26,7 @@ class ResolverLookup:
         for source in ("cache", "store"):
             metrics.resolver_ids.labels(source=source)
 
-    def __call__(
-        self, page: Sequence[tuple[RagRecord, Signals]]
-    ) -> list[ResolverFindings | None]:
+    def __call__(self, page: Sequence[tuple[RagRecord, Signals]]) -> list[ResolverFindings | None]:
         resolutions = self.resolver.resolve_records(page)
         self._count()
         for (record, _), resolution in zip(page, resolutions, strict=True):
