@@ -8,7 +8,13 @@
    groundedness (1 + one per sentence), whose prompt tokens are estimated
    from what each call must carry (context, answer, statements) plus the
    same instruction overhead as observer's prompts, by the same rule.
-2. Judged traces per second through the daemon's worker pool (JudgeService)
+2. The funnel's savings: the examples judged with and without the citation
+   resolver's findings, against a chunk store made of the chunks the examples
+   cite, of which a share was deleted or re-written after the answers (chosen
+   by a hash of the chunk id; half deleted, half re-written). Claims citing
+   only such chunks are decided without the LLM and those chunks stay out of
+   the verdicts call; the table shows the calls and tokens that saves.
+3. Judged traces per second through the daemon's worker pool (JudgeService)
    with the stub answering every call in 300 ms, at concurrency 4 and 16.
 """
 
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import statistics
 import sys
 import tempfile
@@ -35,6 +42,12 @@ from observer.judge.sampler import SamplerParams  # noqa: E402
 from observer.judge.service import JudgeService  # noqa: E402
 from observer.model import RagRecord, Signals  # noqa: E402
 from observer.records import parse_record  # noqa: E402
+from observer.resolver import (  # noqa: E402
+    ResolverFindings,
+    StoredChunk,
+    cited_chunks,
+    findings,
+)
 from observer.signals import SignalParams, compute  # noqa: E402
 from observer.state import State  # noqa: E402
 from observer.telemetry.logging import configure_logging  # noqa: E402
@@ -120,6 +133,69 @@ def cost_table(pairs: list[tuple[RagRecord, Signals]]) -> Table:
     return table
 
 
+def reindexed_store(pairs: list[tuple[RagRecord, Signals]], share: float) -> dict[str, StoredChunk]:
+    """Every chunk the examples carry, as the answers saw it, then `share` of them
+    deleted (the first half of the share) or re-written (the second half)."""
+    store: dict[str, StoredChunk] = {}
+    for record, _ in pairs:
+        for source in record.sources:
+            if not source.chunk_id:
+                continue
+            draw = int.from_bytes(hashlib.sha256(source.chunk_id.encode()).digest()[:8]) / 2**64
+            if draw < share / 2:
+                continue  # deleted
+            text = source.text + " (re-written)" if draw < share else source.text
+            store[source.chunk_id] = StoredChunk(text=text)
+    return store
+
+
+def funnel_table(pairs: list[tuple[RagRecord, Signals]], shares: list[float]) -> Table:
+    with OpenAIStub() as stub:
+        api = openai.OpenAI(base_url=stub.url + "/v1", api_key="sk-bench", max_retries=0)
+        client = JudgeClient(api, "stub")
+        plain = [client.judge(r, s) for r, s in pairs]
+        table = Table(
+            title=f"The funnel: judging the {len(pairs)} examples with the resolver's findings, "
+            "chunks deleted or re-written after the answers"
+        )
+        for column in (
+            "chunks changed",
+            "traces flagged",
+            "claims decided w/o LLM",
+            "calls / trace",
+            "prompt tokens / trace",
+            "tokens / trace",
+            "saved, all traces",
+            "saved, flagged traces",
+        ):
+            table.add_column(column, justify="right")
+        for share in shares:
+            store = reindexed_store(pairs, share)
+            found: list[ResolverFindings] = [findings(cited_chunks(r, s), store) for r, s in pairs]
+            results = [client.judge(r, s, f) for (r, s), f in zip(pairs, found, strict=True)]
+            ok = [
+                (p, f, res)
+                for p, f, res in zip(plain, found, results, strict=True)
+                if p.error is None and res.error is None
+            ]
+            before = sum(p.tokens for p, _, _ in ok)
+            after = sum(res.tokens for _, _, res in ok)
+            flagged_before = sum(p.tokens for p, f, _ in ok if f.flagged)
+            flagged_after = sum(res.tokens for _, f, res in ok if f.flagged)
+            decided = sum(len(res.decided) for *_, res in ok)
+            table.add_row(
+                f"{share:.0%}",
+                f"{sum(f.flagged for f in found)}/{len(pairs)}",
+                f"{decided}/{sum(len(res.claims) for *_, res in ok)}",
+                f"{statistics.mean(res.calls for *_, res in ok):.2f}",
+                f"{statistics.mean(res.prompt_tokens for *_, res in ok):,.0f}",
+                f"{after / len(ok):,.0f}",
+                f"{1 - after / before:.1%}" if before else "-",
+                f"{1 - flagged_after / flagged_before:.1%}" if flagged_before else "-",
+            )
+    return table
+
+
 def throughput(
     pairs: list[tuple[RagRecord, Signals]], concurrency: int, count: int
 ) -> tuple[float, int]:
@@ -155,6 +231,7 @@ def main() -> None:
     pairs = load()
     console = Console(width=120)
     console.print(cost_table(pairs))
+    console.print(funnel_table(pairs, [0.0, 0.1, 0.25, 0.5]))
     table = Table(title="judged traces/s through the worker pool, stub answering in 300 ms")
     for column in ("concurrency", "traces", "LLM calls", "traces/s", "ideal (2 calls x 300 ms)"):
         table.add_column(column, justify="right")

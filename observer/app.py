@@ -37,6 +37,7 @@ from observer.judge.outcome import JudgeResult
 from observer.judge.service import JudgedHook, JudgeService
 from observer.model import RagRecord, Signals
 from observer.pipeline import PassResult, Pipeline
+from observer.resolver.core import ResolverFindings
 from observer.resolver.daemon import ResolverLookup
 from observer.scheduling import background_scheduler
 from observer.sinks import ScoreSink
@@ -297,10 +298,10 @@ def build(
 
     disabled = metrics.judge_decisions.labels(decision="disabled")
 
-    def on_scored(record: RagRecord, signals: Signals) -> None:
+    def on_scored(record: RagRecord, signals: Signals, findings: ResolverFindings | None) -> None:
         alerts.scored(record, signals)
         if judge is not None:
-            judge.offer(record, signals)
+            judge.offer(record, signals, findings)
         else:
             disabled.inc()
 

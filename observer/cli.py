@@ -500,6 +500,7 @@ def judge_json(signals_obj: dict[str, Any], result: JudgeResult) -> dict[str, An
         ],
         "verdicts": [
             {"id": v.id, "supported": v.supported, "cited_support": v.cited_support}
+            | ({"reason": v.reason} if v.reason else {})
             for v in result.verdicts
         ],
         "faithfulness": result.faithfulness,

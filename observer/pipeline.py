@@ -49,9 +49,11 @@ from observer.times import parse_time
 log = structlog.get_logger("observer.pipeline")
 tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
 
-# on_scored: a trace's scores are safely in the outbox (new or changed traces);
+# on_scored: a trace's scores are safely in the outbox (new or changed traces), with
+# what the resolver found of its cited chunks (None: no resolver, or it could not say);
 # on_signals: every answer trace read, changed or not (summaries).
-ScoredHook = Callable[[RagRecord, Signals], None]
+ScoredHook = Callable[[RagRecord, Signals, "ResolverFindings | None"], None]
+SignalsHook = Callable[[RagRecord, Signals], None]
 # Spans of one trace can come from hosts whose clocks differ a little: a child
 # may "start" just before its root. A trace counts as complete only once the
 # pages are this far below its root.
@@ -165,7 +167,7 @@ class Pipeline:
         overlap_s: float = 300.0,
         lookback_s: float = 3600.0,
         on_scored: ScoredHook | None = None,
-        on_signals: ScoredHook | None = None,
+        on_signals: SignalsHook | None = None,
         lookup: Lookup | None = None,
         should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
@@ -398,7 +400,7 @@ class Pipeline:
             scores=len(scores),
         )
         if self.on_scored is not None:
-            self.on_scored(mapped, signals)
+            self.on_scored(mapped, signals, prepared.findings)
         return outcome
 
     def _skip(

@@ -196,3 +196,25 @@ def test_links_to_docs_resolve() -> None:
 def test_no_reference_to_a_document_users_do_not_have() -> None:
     for page in PAGES:
         assert "DESIGN" not in page.read_text(), f"{page.name} cites DESIGN; link docs/ instead"
+
+
+# Snippets may name a notifier another snippet defines, or a module of the reader's own.
+_ELSEWHERE = re.compile(r"no notifier named '\w+' \(configured: none\)|cannot import 'mypackage")
+
+
+@pytest.mark.parametrize(
+    "page", [ROOT / "README.md", *DOCS, ROOT / "deploy" / "README.md"], ids=lambda p: p.name
+)
+def test_every_toml_snippet_is_a_valid_configuration(page: Path) -> None:
+    import tomllib
+
+    from observer.config import Settings
+
+    problems = []
+    for number, block in enumerate(re.findall(r"```toml\n(.*?)```", page.read_text(), re.S)):
+        try:
+            Settings(**tomllib.loads(block))
+        except Exception as error:  # a TOML or validation error: both are the doc's fault
+            if not _ELSEWHERE.search(str(error)):
+                problems.append(f"toml block {number + 1}: {error}")
+    assert not problems

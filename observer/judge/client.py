@@ -20,6 +20,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from openai.types.chat.completion_create_params import ResponseFormat
 from opentelemetry.trace import Tracer
 
+from observer.judge.funnel import route
 from observer.judge.outcome import JudgeResult
 from observer.judge.protocol import (
     CLAIMS_SCHEMA,
@@ -37,6 +38,7 @@ from observer.judge.protocol import (
     verdicts_messages,
 )
 from observer.model import RagRecord, Signals
+from observer.resolver.core import ResolverFindings
 from observer.retry import call_with_retries, parse_retry_after
 from observer.telemetry.otel import judge_trace, llm_call
 
@@ -101,10 +103,16 @@ class JudgeClient:
         # Telemetry's judge_tracer: every call also a generation in Langfuse (observer-judge).
         self.langfuse_tracer = langfuse_tracer
 
-    def judge(self, record: RagRecord, signals: Signals) -> JudgeResult:
-        """Claims, then verdicts: at most 2 calls, 3 with a repair. Never raises."""
+    def judge(
+        self, record: RagRecord, signals: Signals, findings: ResolverFindings | None = None
+    ) -> JudgeResult:
+        """Claims, then verdicts: at most 2 calls, 3 with a repair. Never raises.
+
+        With the resolver's `findings`, the funnel decides the claims citing only
+        missing or stale chunks and keeps those chunks out of the verdicts call.
+        """
         with judge_trace(self.langfuse_tracer, record.trace_id) as traced:
-            result = self._judge(record, signals)
+            result = self._judge(record, signals, findings)
             traced.done(
                 {
                     "claims": len(result.claims),
@@ -117,7 +125,9 @@ class JudgeClient:
             )
             return result
 
-    def _judge(self, record: RagRecord, signals: Signals) -> JudgeResult:
+    def _judge(
+        self, record: RagRecord, signals: Signals, findings: ResolverFindings | None
+    ) -> JudgeResult:
         usage = _Usage()
         sentences = signals.citations.sentences
         try:
@@ -128,18 +138,26 @@ class JudgeClient:
                 usage,
             )
             claims = parse_claims(content, sentences, len(record.sources))
-            verdicts: list[Verdict] = []
-            if claims:
-                verdicts = self._verdicts(record, claims, usage)
+            routed = route(claims, record, findings)
+            verdicts = list(routed.decided)
+            if routed.asked:
+                verdicts += self._verdicts(record, list(routed.asked), routed.keep, usage)
+            verdicts.sort(key=lambda v: v.id)
         except JudgeCallError as error:
             return self._result(record, usage, error=f"{error.reason}: {error}")
         except ProtocolError as error:
             return self._result(record, usage, error=f"protocol: {error}")
         return self._result(record, usage, claims=tuple(claims), verdicts=tuple(verdicts))
 
-    def _verdicts(self, record: RagRecord, claims: list[Claim], usage: _Usage) -> list[Verdict]:
+    def _verdicts(
+        self,
+        record: RagRecord,
+        claims: list[Claim],
+        keep: tuple[int, ...] | None,
+        usage: _Usage,
+    ) -> list[Verdict]:
         def build(schema: bool) -> list[dict[str, str]]:
-            return verdicts_messages(record, claims, schema)
+            return verdicts_messages(record, claims, schema, keep)
 
         content = self._call(build, VERDICTS_SCHEMA_NAME, VERDICTS_SCHEMA, usage)
         try:

@@ -1,22 +1,23 @@
-"""The judge's funnel over the resolver's findings (docs/resolver.md, the funnel). Pure.
+"""The judge's funnel over the resolver's findings (docs/judge.md, the funnel). Pure.
 
 Only fresh cited chunks go to the verdicts call: a source whose chunk is
 missing from the store or changed since the answer is left out of it, and a
 claim that cites only such sources is not cited-supported, decided without
-an LLM call. With no findings (no resolver, or its lookup failed) every
-source is fresh and every claim goes to the LLM: a resolver failure never
-changes what the judge does.
+an LLM call (and, its evidence gone, not judged for faithfulness). With no
+findings (no resolver, or its lookup failed) every source is fresh and every
+claim goes to the LLM: a resolver failure never changes what the judge does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from observer.judge.protocol import Claim, Verdict
 from observer.model import RagRecord
 from observer.resolver.core import ResolverFindings
 
-__all__ = ["ClaimDecision", "claim_needs_llm", "fresh_sources"]
+__all__ = ["ClaimDecision", "Route", "claim_needs_llm", "fresh_sources", "route"]
 
 _SHOWN = 10
 
@@ -88,3 +89,28 @@ def fresh_sources(
         return tuple(wanted)
     flagged = set(findings.missing) | set(findings.stale)
     return tuple(x for x in wanted if record.sources[x - 1].chunk_id not in flagged)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Which claims go to the verdicts call, which are decided here, with which sources."""
+
+    asked: tuple[Claim, ...]  # their citations narrowed to fresh sources
+    decided: tuple[Verdict, ...]  # not cited-supported, with the reason
+    keep: tuple[int, ...] | None  # the sources the verdicts call sees; None: all of them
+
+
+def route(claims: Sequence[Claim], record: RagRecord, findings: ResolverFindings | None) -> Route:
+    """Split the claims of call 1 by the funnel; without flagged findings, all are asked."""
+    if findings is None or not findings.flagged:
+        return Route(tuple(claims), (), None)
+    asked: list[Claim] = []
+    decided: list[Verdict] = []
+    for claim in claims:
+        decision = claim_needs_llm(claim.citations, record, findings)
+        if decision.needs_llm:
+            fresh = fresh_sources(record, findings, claim.citations) if claim.citations else ()
+            asked.append(replace(claim, citations=fresh))
+        else:
+            decided.append(Verdict(claim.id, None, False, decision.reason))
+    return Route(tuple(asked), tuple(decided), fresh_sources(record, findings))

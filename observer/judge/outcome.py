@@ -54,10 +54,21 @@ class JudgeResult:
         return None if self.error else not self.claims
 
     @property
+    def judged(self) -> tuple[Verdict, ...]:
+        """The verdicts the LLM gave (the funnel's decided claims are not among them)."""
+        return tuple(v for v in self.verdicts if v.supported is not None)
+
+    @property
+    def decided(self) -> tuple[Verdict, ...]:
+        """Claims the funnel decided without the LLM: their cited chunks are missing or stale."""
+        return tuple(v for v in self.verdicts if v.supported is None)
+
+    @property
     def faithfulness(self) -> float | None:
-        if self.error or not self.verdicts:
+        judged = self.judged
+        if self.error or not judged:
             return None
-        return sum(v.supported for v in self.verdicts) / len(self.verdicts)
+        return sum(bool(v.supported) for v in judged) / len(judged)
 
     @property
     def citation_accuracy(self) -> float | None:
@@ -70,15 +81,14 @@ class JudgeResult:
     def critical_unsupported(self) -> bool | None:
         if self.error:
             return None
-        by_id = {c.id: c for c in self.claims}
-        return any(not v.supported and is_critical(by_id[v.id].text) for v in self.verdicts)
+        return bool(self.critical_claims())
 
     def critical_claims(self) -> list[str]:
         by_id = {c.id: c for c in self.claims}
         return [
             by_id[v.id].text
             for v in self.verdicts
-            if not v.supported and is_critical(by_id[v.id].text)
+            if v.supported is False and is_critical(by_id[v.id].text)
         ]
 
 
@@ -95,37 +105,54 @@ def _quote(texts: Sequence[str], budget: int = 300) -> str:
     return "; ".join(out)
 
 
+def _claims(count: int) -> str:
+    return f"{count} claim" if count == 1 else f"{count} claims"
+
+
+def _reasons(decided: Sequence[Verdict]) -> str:
+    """What the funnel found for the claims it decided, each distinct reason once."""
+    reasons = list(dict.fromkeys(v.reason for v in decided if v.reason))
+    shown = "; ".join(reasons[:3]) + (f"; +{len(reasons) - 3} more" if len(reasons) > 3 else "")
+    return f"not supported without asking the judge ({shown})"
+
+
 def judge_score_events(record: RagRecord, result: JudgeResult) -> list[ScoreEvent]:
     """The judge's scores, with the same id and timestamp rules as every score."""
     if result.error:
         return []
     by_id = {c.id: c for c in result.claims}
-    unsupported = [by_id[v.id].text for v in result.verdicts if not v.supported]
+    judged = result.judged
+    unsupported = [by_id[v.id].text for v in judged if not v.supported]
+    decided = result.decided
     entries: list[ScoreEntry] = []
     faithfulness = result.faithfulness
     if faithfulness is not None:
-        supported = len(result.verdicts) - len(unsupported)
+        supported = len(judged) - len(unsupported)
         note = f"; unsupported: {_quote(unsupported)}" if unsupported else ""
+        if decided:
+            note += f"; {_claims(len(decided))} not judged: cited chunks missing or changed"
         entries.append(
             (
                 "faithfulness",
                 faithfulness,
                 "NUMERIC",
-                f"{supported}/{len(result.verdicts)} claims supported by the context{note}",
+                f"{supported}/{len(judged)} claims supported by the context{note}",
             )
         )
     accuracy = result.citation_accuracy
     if accuracy is not None:
         cited = [v for v in result.verdicts if v.cited_support is not None]
-        wrong = [by_id[v.id].text for v in cited if not v.cited_support]
+        wrong = [by_id[v.id].text for v in cited if not v.cited_support and v.supported is not None]
         note = f"; not in their cited sources: {_quote(wrong)}" if wrong else ""
+        if decided:
+            note += f"; {_claims(len(decided))} {_reasons(decided)}"
         entries.append(
             (
                 "citation_accuracy",
                 accuracy,
                 "NUMERIC",
-                f"{len(cited) - len(wrong)}/{len(cited)} cited claims supported by "
-                f"their citations{note}",
+                f"{len(cited) - len(wrong) - len(decided)}/{len(cited)} cited claims "
+                f"supported by their citations{note}",
             )
         )
     critical = result.critical_claims()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,9 +112,14 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
+    """One claim's verdicts. `supported` is None for a claim the funnel decided
+    without the LLM (its cited chunks are all missing or stale: `reason` says
+    which); such a claim counts as not cited-supported and not in faithfulness."""
+
     id: int
-    supported: bool
+    supported: bool | None
     cited_support: bool | None
+    reason: str = ""
 
 
 class _ClaimOut(BaseModel):
@@ -146,12 +151,19 @@ def _tag(name: str, body: str) -> str:
     return f"<{name}>\n{body.replace(f'</{name}>', f'< /{name}>')}\n</{name}>"
 
 
-def context_of(record: RagRecord) -> str:
-    """What the model saw: the logged context, else the numbered sources rebuilt."""
-    if record.context:
+def context_of(record: RagRecord, keep: Collection[int] | None = None) -> str:
+    """What the model saw: the logged context, else the numbered sources rebuilt.
+
+    With `keep` (the funnel's fresh sources) only those sources, under their own
+    numbers, rebuilt from the sources: the logged context would carry the others.
+    When the sources hold no text to rebuild from, the logged context is all there is.
+    """
+    if record.context and (keep is None or not any(s.text for s in record.sources)):
         return record.context
     blocks = []
     for number, source in enumerate(record.sources, start=1):
+        if keep is not None and number not in keep:
+            continue
         head = f"[{number}] {source.title}" if source.title else f"[{number}]"
         blocks.append(f"{head}\n{source.text}")
     return "\n\n".join(blocks) if blocks else "(no sources)"
@@ -181,7 +193,10 @@ def claims_messages(
 
 
 def verdicts_messages(
-    record: RagRecord, claims: Sequence[Claim], json_schema: bool
+    record: RagRecord,
+    claims: Sequence[Claim],
+    json_schema: bool,
+    keep: Collection[int] | None = None,
 ) -> list[dict[str, str]]:
     system = _system(VERDICTS_SYSTEM, VERDICTS_SCHEMA, json_schema)
     lines = "\n".join(
@@ -191,7 +206,7 @@ def verdicts_messages(
         )
         for c in claims
     )
-    user = _tag("sources", context_of(record)) + "\n" + _tag("claims", lines)
+    user = _tag("sources", context_of(record, keep)) + "\n" + _tag("claims", lines)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 

@@ -2,9 +2,9 @@
 
 Deterministic by trace id: the hash of the id, not a random draw, decides,
 so every replica and every restart agree on the sample. Risky traces
-(ungrounded, band LOW, unsupported numbers) are sampled at the higher
-`risk_rate`. Budget caps come last: a chosen trace over budget is counted
-`over_budget`, not judged.
+(ungrounded, band LOW, unsupported numbers, or citing chunks the resolver
+found missing or stale) are sampled at the higher `risk_rate`. Budget caps
+come last: a chosen trace over budget is counted `over_budget`, not judged.
 """
 
 from __future__ import annotations
@@ -35,8 +35,14 @@ def hash_fraction(trace_id: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
-def is_risky(signals: Signals) -> bool:
-    return signals.ungrounded or signals.band is Band.LOW or bool(signals.numeric.unsupported)
+def is_risky(signals: Signals, flagged: bool = False) -> bool:
+    """`flagged`: the resolver found missing or stale cited chunks."""
+    return (
+        flagged
+        or signals.ungrounded
+        or signals.band is Band.LOW
+        or bool(signals.numeric.unsupported)
+    )
 
 
 def decide(
@@ -46,15 +52,19 @@ def decide(
     judged_this_hour: int,
     tokens_today: int,
     tokens_needed: int = 0,
+    flagged: bool = False,
 ) -> Decision:
     """`tokens_today` counts spent and reserved tokens; `tokens_needed` what this trace
-    is expected to cost: a trace that would take the day past its cap is over budget."""
+    is expected to cost: a trace that would take the day past its cap is over budget.
+    `flagged`: the resolver found missing or stale cited chunks (risky)."""
     if not params.enabled:
         return "disabled"
     draw = hash_fraction(trace_id)
     chosen = draw < params.rate
     risky = (
-        params.risk_oversampling and is_risky(signals) and draw < max(params.rate, params.risk_rate)
+        params.risk_oversampling
+        and is_risky(signals, flagged)
+        and draw < max(params.rate, params.risk_rate)
     )
     if not chosen and not risky:
         return "not_sampled"

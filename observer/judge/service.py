@@ -6,7 +6,8 @@ trace on a bounded queue without ever blocking: a full queue is counted
 (`queue_full`) and the trace is simply not judged. The reservation (one trace
 for the hourly cap, its expected tokens for the daily cap) and the sample
 itself are written to the state file: queued samples cannot overshoot a cap,
-and a sample still queued at shutdown is judged after the restart. A pool of worker threads
+and a sample still queued at shutdown is judged after the restart, with the
+resolver's findings it was offered with (the funnel). A pool of worker threads
 judges, writes the judge's scores to the same outbox and hands every result
 to `on_judged` at once (alerting: the history row and the trace rules).
 """
@@ -17,6 +18,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import orjson
@@ -28,6 +30,7 @@ from observer.judge.outcome import JudgeResult, judge_score_events
 from observer.judge.sampler import Decision, SamplerParams, decide
 from observer.model import RagRecord, Signals
 from observer.records import RecordError, record_from_obj
+from observer.resolver.core import ResolverFindings
 from observer.signals import SignalParams, compute
 from observer.state import OutboxFull, State
 from observer.telemetry.metrics import Metrics
@@ -38,6 +41,14 @@ tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
 
 # Called with every result, errors included (alerting reads them all).
 JudgedHook = Callable[[RagRecord, JudgeResult], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    record: RagRecord
+    signals: Signals
+    day: str  # the day its budget was reserved on
+    findings: ResolverFindings | None
 
 
 def buckets(now: datetime) -> tuple[str, str]:
@@ -71,9 +82,7 @@ class JudgeService:
         self.clock = clock
         self.signal_params = signal_params or SignalParams()
         # None is the stop sentinel.
-        self._queue: queue.Queue[tuple[RagRecord, Signals, str] | None] = queue.Queue(
-            maxsize=queue_size
-        )
+        self._queue: queue.Queue[_Sample | None] = queue.Queue(maxsize=queue_size)
         self._workers: list[threading.Thread] = []
         self._budget_lock = threading.Lock()
         self._idle = threading.Condition()
@@ -82,14 +91,22 @@ class JudgeService:
 
     # -- intake -----------------------------------------------------------------
 
-    def offer(self, record: RagRecord, signals: Signals) -> Decision | str:
-        """Decide and enqueue; never blocks. Returns the decision (or `queue_full`)."""
+    def offer(
+        self, record: RagRecord, signals: Signals, findings: ResolverFindings | None = None
+    ) -> Decision | str:
+        """Decide and enqueue; never blocks. Returns the decision (or `queue_full`).
+
+        `findings`: what the resolver found of the trace's cited chunks (missing or
+        stale ones make the trace risky, and the funnel uses them when judging)."""
         now = self.clock()
         hour, day = buckets(now)
+        flagged = findings is not None and findings.flagged
         with self._budget_lock:
             judged, tokens = self.state.judge.budget(hour, day)
             expected = self.state.judge.tokens_per_trace()
-            decision = decide(record.trace_id, signals, self.params, judged, tokens, expected)
+            decision = decide(
+                record.trace_id, signals, self.params, judged, tokens, expected, flagged
+            )
             if decision in ("sampled", "risk"):
                 if self._queue.full():
                     self.metrics.judge_decisions.labels(decision="queue_full").inc()
@@ -97,16 +114,22 @@ class JudgeService:
                     return "queue_full"
                 # Reserved before it is queued: queued samples count against both caps.
                 fresh = self.state.judge.reserve(
-                    record.trace_id, orjson.dumps(record), hour, day, expected, iso(now)
+                    record.trace_id,
+                    orjson.dumps(record),
+                    hour,
+                    day,
+                    expected,
+                    iso(now),
+                    None if findings is None else orjson.dumps(findings),
                 )
                 if fresh:
-                    self._enqueue(record, signals, day)
+                    self._enqueue(_Sample(record, signals, day, findings))
         self.metrics.judge_decisions.labels(decision=decision).inc()
         return decision
 
-    def _enqueue(self, record: RagRecord, signals: Signals, day: str) -> None:
+    def _enqueue(self, sample: _Sample) -> None:
         with self._idle:
-            self._queue.put_nowait((record, signals, day))
+            self._queue.put_nowait(sample)
             self._pending += 1
         self.metrics.judge_pending.set(self.pending())
 
@@ -118,14 +141,20 @@ class JudgeService:
         for sample in self.state.judge.pending():
             try:
                 record = record_from_obj(orjson.loads(sample.record))
-            except (RecordError, orjson.JSONDecodeError) as error:
+                findings = (
+                    None
+                    if sample.findings is None
+                    else ResolverFindings.from_obj(orjson.loads(sample.findings))
+                )
+            except (RecordError, ValueError) as error:  # orjson's JSONDecodeError included
                 self.state.judge.abandon(sample.trace_id)
                 self.metrics.judged.labels(result="abandoned").inc()
                 log.warning("judge_sample_abandoned", trace_id=sample.trace_id, error=str(error))
                 continue
             if self._queue.full():
                 break  # the rest waits in the state file for a later start
-            self._enqueue(record, compute(record, self.signal_params), sample.day)
+            signals = compute(record, self.signal_params)
+            self._enqueue(_Sample(record, signals, sample.day, findings))
             restored += 1
         if restored:
             log.info("judge_samples_restored", count=restored)
@@ -149,7 +178,7 @@ class JudgeService:
             if item is None:
                 return
             try:
-                self.judge_now(*item)
+                self.judge_now(item.record, item.signals, item.day, item.findings)
             except Exception:  # a worker never dies; the sample stays for the next start
                 log.exception("judge_crashed")
             finally:
@@ -159,13 +188,17 @@ class JudgeService:
                 self.metrics.judge_pending.set(self.pending())
 
     def judge_now(
-        self, record: RagRecord, signals: Signals, reserved_day: str | None = None
+        self,
+        record: RagRecord,
+        signals: Signals,
+        reserved_day: str | None = None,
+        findings: ResolverFindings | None = None,
     ) -> JudgeResult:
         """Judge one trace (in the calling thread) and record everything about it."""
         with tracer.start_as_current_span(
             "observer.judge", attributes={"observer.trace_id": record.trace_id}
         ) as span:
-            result = self.client.judge(record, signals)
+            result = self.client.judge(record, signals, findings)
             if span.is_recording():
                 span.set_attributes(
                     {
@@ -188,6 +221,7 @@ class JudgeService:
         self.metrics.judge_tokens.labels(kind="prompt").inc(result.prompt_tokens)
         self.metrics.judge_tokens.labels(kind="completion").inc(result.completion_tokens)
         self.metrics.judge_cost.inc(result.cost_usd)
+        self.metrics.judge_funnel_claims.inc(len(result.decided))
         if self.on_judged is not None:
             try:
                 self.on_judged(record, result)

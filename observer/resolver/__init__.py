@@ -1,8 +1,9 @@
 """Citation resolver (docs/resolver.md): are the chunks an answer cites still there, unchanged?
 
 Pure core: `cited_chunks` (which chunk ids a record cites), `findings` (the
-hash rules: missing, stale, unverifiable), the judge's funnel
-(`claim_needs_llm`, `fresh_sources`) and the scores (`resolver_score_events`).
+hash rules: missing, stale, unverifiable) and the scores
+(`resolver_score_events`); the judge's funnel over the findings is
+`observer.judge.funnel`.
 `Resolver` batches, caches and counts lookups in one `ChunkStore`; the
 adapters over each store's own client are in `observer.resolver.backends`
 (imported on demand: their clients are the optional `resolver` extra).
@@ -20,7 +21,6 @@ from observer.resolver.core import (
     findings,
 )
 from observer.resolver.front import Resolution, Resolver, ResolverStats
-from observer.resolver.funnel import ClaimDecision, claim_needs_llm, fresh_sources
 from observer.resolver.scores import RESOLVER_SCORE_NAMES, resolver_score_events
 from observer.resolver.store import REASONS, ChunkStore, Fields, Reason, ResolverError
 
@@ -30,7 +30,6 @@ __all__ = [
     "ChunkStore",
     "CitedChunk",
     "CitedChunks",
-    "ClaimDecision",
     "Fields",
     "Reason",
     "Resolution",
@@ -41,8 +40,6 @@ __all__ = [
     "StoredChunk",
     "answer_hash",
     "cited_chunks",
-    "claim_needs_llm",
     "findings",
-    "fresh_sources",
     "resolver_score_events",
 ]

@@ -136,6 +136,20 @@ class ResolverFindings:
         """Missing or stale citations: the judge oversamples such traces."""
         return bool(self.missing or self.stale)
 
+    @classmethod
+    def from_obj(cls, obj: Mapping[str, object]) -> ResolverFindings:
+        """Back from the JSON of the dataclass (a judge sample kept in the state file)."""
+        missing, stale = obj.get("missing", ()), obj.get("stale", ())
+        unverifiable, looked_up = obj.get("unverifiable", 0), obj.get("looked_up", 0)
+        if not (
+            isinstance(missing, list | tuple)
+            and isinstance(stale, list | tuple)
+            and isinstance(unverifiable, int)
+            and isinstance(looked_up, int)
+        ):
+            raise ValueError("resolver findings are malformed")
+        return cls(tuple(map(str, missing)), tuple(map(str, stale)), unverifiable, looked_up)
+
 
 def findings(cited: CitedChunks, stored: Mapping[str, StoredChunk]) -> ResolverFindings:
     """Missing, stale and unverifiable chunks, given the store's answer for these ids.

@@ -5,7 +5,8 @@ to cost, so the caps count what is queued, not only what was spent (a full
 queue can no longer overshoot the daily cap). It leaves when it is judged:
 then its reservation gives way to the tokens it really used. A sample still
 here at shutdown is judged after the restart; the trace's fingerprint is
-saved already, so nothing else would offer it again.
+saved already, so nothing else would offer it again. The resolver's findings
+travel with the sample: the funnel after a restart is the one it was offered with.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ CREATE TABLE IF NOT EXISTS judge_pending (
     record BLOB NOT NULL,
     day TEXT NOT NULL,
     reserved INTEGER NOT NULL,
-    queued_at TEXT NOT NULL
+    queued_at TEXT NOT NULL,
+    findings BLOB
 );
 """
 
@@ -40,11 +42,16 @@ class PendingSample:
     record: bytes  # the RagRecord as JSON
     day: str
     reserved: int
+    findings: bytes | None = None  # the resolver's findings as JSON; None: none
 
 
 class JudgeStore:
     def __init__(self, database: Database) -> None:
         self._file = database
+        with database.lock:
+            columns = {row[1] for row in database.db.execute("PRAGMA table_info(judge_pending)")}
+            if "findings" not in columns:  # a state file of a version before the funnel
+                database.db.execute("ALTER TABLE judge_pending ADD COLUMN findings BLOB")
 
     def budget(self, hour: str, day: str) -> tuple[int, int]:
         """(traces judged or queued this hour, tokens spent or reserved this day)."""
@@ -67,14 +74,21 @@ class JudgeStore:
         return int(float(value)) if value else DEFAULT_TOKENS_PER_TRACE
 
     def reserve(
-        self, trace_id: str, record: bytes, hour: str, day: str, tokens: int, queued_at: str
+        self,
+        trace_id: str,
+        record: bytes,
+        hour: str,
+        day: str,
+        tokens: int,
+        queued_at: str,
+        findings: bytes | None = None,
     ) -> bool:
         """Queue a sample and count it against the caps; False when it is queued already."""
         with self._file.transaction() as db:
             fresh = db.execute(
-                "INSERT INTO judge_pending (trace_id, record, day, reserved, queued_at) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(trace_id) DO NOTHING",
-                (trace_id, record, day, tokens, queued_at),
+                "INSERT INTO judge_pending (trace_id, record, day, reserved, queued_at, findings) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(trace_id) DO NOTHING",
+                (trace_id, record, day, tokens, queued_at, findings),
             ).rowcount
             if fresh:
                 _add(db, f"h:{hour}", judged=1, tokens=0)
@@ -99,9 +113,13 @@ class JudgeStore:
     def pending(self) -> list[PendingSample]:
         with self._file.lock:
             rows = self._file.db.execute(
-                "SELECT trace_id, record, day, reserved FROM judge_pending ORDER BY queued_at"
+                "SELECT trace_id, record, day, reserved, findings FROM judge_pending "
+                "ORDER BY queued_at"
             ).fetchall()
-        return [PendingSample(str(t), bytes(r), str(d), int(n)) for t, r, d, n in rows]
+        return [
+            PendingSample(str(t), bytes(r), str(d), int(n), None if f is None else bytes(f))
+            for t, r, d, n, f in rows
+        ]
 
     def abandon(self, trace_id: str) -> None:
         """Give a sample up: its reservation is returned."""

@@ -252,6 +252,12 @@ class Metrics:
         self.judge_tokens = Counter(
             "observer_judge_tokens_total", "Tokens the judge used", ["kind"], registry=r
         )
+        self.judge_funnel_claims = Counter(
+            "observer_judge_funnel_claims_total",
+            "Claims marked not cited-supported without an LLM call: every chunk they cite "
+            "is missing from the store or changed since the answer",
+            registry=r,
+        )
         self.judge_cost = Counter(
             "observer_judge_cost_usd_total", "Judge cost at the configured prices", registry=r
         )

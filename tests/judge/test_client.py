@@ -8,7 +8,9 @@ import openai
 import pytest
 
 from observer.judge.client import JudgeClient
+from observer.judge.protocol import Verdict
 from observer.model import RagRecord, Source
+from observer.resolver import ResolverFindings
 from observer.signals import SignalParams, compute
 from tests.fakes.openai_stub import OpenAIStub, claims_json, verdicts_json
 
@@ -193,3 +195,65 @@ def test_rejected_key_is_a_judge_error_not_a_crash(stub: OpenAIStub) -> None:
     result = client.judge(RECORD, SIGNALS)
     assert result.error is not None and result.error.startswith("auth")
     assert slept == [] and stub.calls == 1  # a wrong key is not retried
+
+
+# ---- the funnel: the resolver's findings keep flagged chunks away from the LLM ---------------
+
+KB_RECORD = RagRecord(
+    trace_id="trace-kb",
+    question="How do I replace a badge?",
+    answer="A new badge costs 20 yuan [1]. Pick it up at the front desk within 3 days [2]. "
+    "Temporary badges are valid for one day [3].",
+    sources=(
+        Source(text="Replacement badges cost 20 yuan.", chunk_id="kb-1"),
+        Source(text="Collect it at the front desk within 3 working days.", chunk_id="kb-2"),
+        Source(text="A temporary badge is valid for the day it is issued.", chunk_id="kb-3"),
+    ),
+    observation_id="gen-kb",
+    timestamp="2026-11-20T08:30:01.100Z",
+    environment="production",
+    context="[1] Replacement badges cost 20 yuan.\n\n[2] Collect it at the front desk within "
+    "3 working days.\n\n[3] A temporary badge is valid for the day it is issued.",
+)
+KB_SIGNALS = compute(KB_RECORD, SignalParams())
+
+
+def test_claims_citing_only_flagged_chunks_are_decided_without_the_llm(stub: OpenAIStub) -> None:
+    found = ResolverFindings(missing=("kb-2",), stale=("kb-3",), unverifiable=0, looked_up=3)
+    client, _ = client_for(stub)
+    result = client.judge(KB_RECORD, KB_SIGNALS, found)
+    assert result.error is None and result.calls == 2
+    verdicts = stub.requests[1]["messages"][-1]["content"]
+    # Only the fresh chunk and its claim reach the verdicts call, not even the logged context.
+    assert "Replacement badges cost 20 yuan." in verdicts
+    assert "front desk" not in verdicts.split("<claims>")[0]
+    assert "temporary badge" not in verdicts.lower()
+    assert verdicts.split("<claims>")[1].count('"id"') == 1
+    by_id = {v.id: v for v in result.verdicts}
+    assert by_id[1] == Verdict(1, True, True)
+    assert by_id[2] == Verdict(2, None, False, "cited chunks missing from the store: kb-2")
+    assert by_id[3] == Verdict(3, None, False, "cited chunks changed since the answer: kb-3")
+    assert result.faithfulness == 1.0  # of the one claim judged
+    assert result.citation_accuracy == pytest.approx(1 / 3)
+    assert result.critical_unsupported is False  # "3 days" was not judged unsupported
+
+
+def test_when_every_claim_is_decided_there_is_no_verdicts_call(stub: OpenAIStub) -> None:
+    found = ResolverFindings(("kb-1", "kb-2", "kb-3"), (), 0, 3)
+    client, _ = client_for(stub)
+    result = client.judge(KB_RECORD, KB_SIGNALS, found)
+    assert (result.error, result.calls, stub.calls) == (None, 1, 1)
+    assert result.faithfulness is None and result.citation_accuracy == 0.0
+    assert len(result.decided) == 3
+
+
+def test_the_funnel_saves_tokens_and_without_findings_nothing_changes(stub: OpenAIStub) -> None:
+    client, _ = client_for(stub)
+    plain = client.judge(KB_RECORD, KB_SIGNALS)
+    unflagged = client.judge(KB_RECORD, KB_SIGNALS, ResolverFindings((), (), 0, 3))
+    funnelled = client.judge(KB_RECORD, KB_SIGNALS, ResolverFindings(("kb-2",), ("kb-3",), 0, 3))
+    assert plain.verdicts == unflagged.verdicts
+    assert plain.prompt_tokens == unflagged.prompt_tokens
+    assert funnelled.prompt_tokens < plain.prompt_tokens
+    # The logged context goes to the verdicts call when nothing is flagged.
+    assert KB_RECORD.context in stub.requests[1]["messages"][-1]["content"]

@@ -191,3 +191,63 @@ def test_scores_are_never_nan() -> None:
 )
 def test_critical_claims_hold_numbers_dates_or_amounts(text: str, critical: bool) -> None:
     assert is_critical(text) is critical
+
+
+def test_claims_the_funnel_decided_count_as_not_cited_supported_only() -> None:
+    claims = (*CLAIMS, Claim(3, "Pick it up in 3 days.", 0, (1,)))
+    result = JudgeResult(
+        "t",
+        claims,
+        (
+            Verdict(1, True, True),
+            Verdict(2, False, None),
+            Verdict(3, None, False, "cited chunks missing from the store: kb-9"),
+        ),
+    )
+    # Faithfulness over the two judged claims; the decided one is cited, not supported by it.
+    assert result.faithfulness == 0.5
+    assert result.citation_accuracy == 0.5
+    assert result.critical_unsupported is False  # claim 3 holds a number but was not judged
+    events = {e.name: e for e in judge_score_events(RECORD, result)}
+    assert events["faithfulness"].comment == (
+        '1/2 claims supported by the context; unsupported: "Bring your ID."; '
+        "1 claim not judged: cited chunks missing or changed"
+    )
+    assert events["citation_accuracy"].comment == (
+        "1/2 cited claims supported by their citations; 1 claim not supported without asking "
+        "the judge (cited chunks missing from the store: kb-9)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("context", "keep", "shown", "hidden"),
+    [
+        (None, (2,), ["[2] B\nsecond"], ["first", "third"]),
+        ("[1] first [2] second [3] third", (1, 3), ["[1] A\nfirst", "[3] C\nthird"], ["second"]),
+        ("[1] first [2] second [3] third", None, ["[1] first [2] second"], []),
+    ],
+    ids=["rebuilt", "logged_context_dropped", "no_funnel"],
+)
+def test_the_verdicts_call_sees_only_the_kept_sources(
+    context: str | None, keep: tuple[int, ...] | None, shown: list[str], hidden: list[str]
+) -> None:
+    record = RagRecord(
+        trace_id="t",
+        question="q",
+        answer="a",
+        sources=tuple(
+            Source(text=text, title=title, chunk_id=f"c{i}")
+            for i, (text, title) in enumerate([("first", "A"), ("second", "B"), ("third", "C")])
+        ),
+        context=context,
+    )
+    user = verdicts_messages(record, CLAIMS, True, keep)[1]["content"]
+    for text in shown:
+        assert text in user
+    for text in hidden:
+        assert text not in user
+
+
+def test_without_source_texts_the_logged_context_is_all_there_is() -> None:
+    record = RagRecord("t", "q", "a", (Source(text=""),), context="[1] the only copy")
+    assert "the only copy" in verdicts_messages(record, CLAIMS, True, keep=())[1]["content"]

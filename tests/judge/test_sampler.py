@@ -62,3 +62,11 @@ def test_disabled_and_not_sampled() -> None:
     assert decide("t", RISKY, SamplerParams(enabled=False, rate=1.0), 0, 0) == "disabled"
     nobody = SamplerParams(enabled=True, rate=0.0, risk_rate=0.0)
     assert decide("t", RISKY, nobody, 0, 0) == "not_sampled"
+
+
+def test_traces_citing_missing_or_stale_chunks_are_oversampled() -> None:
+    flagged = [decide(f"t{i}", SAFE, ON, 0, 0, flagged=True) for i in range(20_000)]
+    assert 0.48 < sum(d != "not_sampled" for d in flagged) / len(flagged) < 0.52
+    # The plain sample is part of the risky one: oversampling only adds traces.
+    plain = [decide(f"t{i}", SAFE, ON, 0, 0) for i in range(20_000)]
+    assert all(f != "not_sampled" for f, p in zip(flagged, plain, strict=True) if p == "sampled")

@@ -291,6 +291,8 @@ def test_samples_still_queued_at_shutdown_are_judged_after_the_restart(
     assert result.exit_code == 0, result.error
     assert result.passed is not None and result.passed.scored == 0
     assert len(judged(langfuse)) == queued
-    assert again.value("observer_judged_traces_total", result="judged") + again.value(
-        "observer_judged_traces_total", result="abstained"
-    ) == queued
+    assert (
+        again.value("observer_judged_traces_total", result="judged")
+        + again.value("observer_judged_traces_total", result="abstained")
+        == queued
+    )

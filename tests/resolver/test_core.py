@@ -1,4 +1,4 @@
-"""The resolver's pure core: cited chunks, hash rules, findings, funnel and scores."""
+"""The resolver's pure core: cited chunks, hash rules, findings and scores."""
 
 from __future__ import annotations
 
@@ -14,9 +14,7 @@ from observer.resolver import (
     StoredChunk,
     answer_hash,
     cited_chunks,
-    claim_needs_llm,
     findings,
-    fresh_sources,
     resolver_score_events,
 )
 from observer.resolver.core import normalise_hash
@@ -194,7 +192,7 @@ def test_findings_of_a_whole_answer_in_source_order() -> None:
     assert got == ResolverFindings(missing=("c7",), stale=("c2",), unverifiable=1, looked_up=3)
 
 
-# ---- the judge's funnel ---------------------------------------------------------------------
+# ---- a record with missing, stale and unlooked-up chunks ---------------------------------------
 
 FUNNEL_RECORD = record(
     "x",
@@ -206,42 +204,6 @@ FUNNEL_RECORD = record(
     Source(text="f", chunk_id="c5"),  # [6] not cited, not looked up
 )
 FOUND = ResolverFindings(missing=("c7", "c8"), stale=("c3",), unverifiable=1, looked_up=4)
-
-
-@pytest.mark.parametrize(
-    ("citations", "needs_llm", "reason"),
-    [
-        ((2,), False, "cited chunks missing from the store: c7"),
-        ((5, 2), False, "cited chunks missing from the store: c7, c8"),
-        ((3,), False, "cited chunks changed since the answer: c3"),
-        (
-            (2, 3),
-            False,
-            "cited chunks missing from the store: c7; cited chunks changed since the answer: c3",
-        ),
-        ((1, 2), True, ""),  # one fresh citation is enough to ask the LLM
-        ((2, 4), True, ""),  # a source without chunk id cannot be ruled out
-        ((6,), True, ""),
-        ((), True, ""),  # an uncited claim: the context decides
-        ((9,), True, ""),  # not a valid source number: the judge's own rules apply
-    ],
-)
-def test_claim_needs_llm(citations: tuple[int, ...], needs_llm: bool, reason: str) -> None:
-    decision = claim_needs_llm(citations, FUNNEL_RECORD, FOUND)
-    assert (decision.needs_llm, decision.reason) == (needs_llm, reason)
-
-
-def test_without_findings_every_claim_goes_to_the_llm() -> None:
-    assert claim_needs_llm((2,), FUNNEL_RECORD, None).needs_llm
-    nothing = ResolverFindings((), (), 0, 4)
-    assert claim_needs_llm((2,), FUNNEL_RECORD, nothing).needs_llm
-
-
-def test_fresh_sources() -> None:
-    assert fresh_sources(FUNNEL_RECORD, FOUND) == (1, 4, 6)
-    assert fresh_sources(FUNNEL_RECORD, FOUND, numbers=(3, 1, 1, 2, 9)) == (1,)
-    assert fresh_sources(FUNNEL_RECORD, None) == (1, 2, 3, 4, 5, 6)
-    assert fresh_sources(FUNNEL_RECORD, None, numbers=(2, 0)) == (2,)
 
 
 # ---- scores ---------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from observer import app
 from observer.telemetry.metrics import Metrics
 from tests.daemon_helpers import ROOT, after, configure, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
+from tests.fakes.openai_stub import OpenAIStub
 from tests.resolver import hooks
 
 DELETED = "admin-badge#c2"
@@ -154,3 +155,125 @@ def test_check_proves_the_resolver(
     result = CliRunner().invoke(main, ["check", "--state", str(tmp_path / "s.sqlite")])
     assert result.exit_code == code, result.output
     assert says in result.stdout
+
+
+# ---- the judge's funnel in the daemon -------------------------------------------------------
+
+
+@pytest.fixture
+def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIStub]:
+    with OpenAIStub() as server:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("OBSERVER_JUDGE_BASE_URL", server.url + "/v1")
+        monkeypatch.setenv("OBSERVER_JUDGE_MODEL", "stub-judge")
+        yield server
+
+
+def flagged_traces(langfuse: FakeLangfuse) -> set[str]:
+    return {
+        s["traceId"]
+        for name in ("missing_chunks", "stale_citations")
+        for s in by_name(langfuse, name)
+        if s["value"] > 0
+    }
+
+
+def judge_env(**extra: str) -> dict[str, str]:
+    return {
+        "OBSERVER_RESOLVER__KIND": "hook",
+        "OBSERVER_RESOLVER__HOOK": "tests.resolver.hooks:lookup",
+        "OBSERVER_JUDGE__ENABLED": "true",
+        **extra,
+    }
+
+
+def test_flagged_chunks_never_reach_the_verdicts_call(
+    store: dict[str, Any],
+    stub: OpenAIStub,
+    monkeypatch: pytest.MonkeyPatch,
+    langfuse: FakeLangfuse,
+    tmp_path: Path,
+) -> None:
+    deleted_text = next(
+        s["text"]
+        for line in (ROOT / "examples" / "records.jsonl").read_text().splitlines()
+        for s in json.loads(line)["sources"]
+        if s.get("chunk_id") == DELETED
+    )
+    settings = configure(monkeypatch, langfuse, **judge_env(OBSERVER_JUDGE__RATE="1.0"))
+    metrics = Metrics()
+    parts = app.build(settings, state_path=tmp_path / "s.sqlite", metrics=metrics)
+    try:
+        result = app.run_once(parts, after(demo_observations()))
+    finally:
+        parts.state.close()
+    assert result.exit_code == 0, result.error
+    verdict_calls = [
+        r["messages"][-1]["content"]
+        for r in stub.requests
+        if r["response_format"]["json_schema"]["name"] == "observer_verdicts"
+    ]
+    assert verdict_calls and not any(deleted_text in content for content in verdict_calls)
+    accuracy = {s["traceId"]: s for s in by_name(langfuse, "citation_accuracy")}
+    funnelled = [s for s in accuracy.values() if "without asking the judge" in s["comment"]]
+    assert funnelled and all(
+        DELETED in s["comment"] or REWRITTEN in s["comment"] for s in funnelled
+    )
+    assert {s["traceId"] for s in funnelled} <= flagged_traces(langfuse)
+    assert metrics.value("observer_judge_funnel_claims_total") >= len(funnelled)
+
+
+def test_traces_with_flagged_chunks_are_oversampled(
+    store: dict[str, Any],
+    stub: OpenAIStub,
+    monkeypatch: pytest.MonkeyPatch,
+    langfuse: FakeLangfuse,
+    tmp_path: Path,
+) -> None:
+    settings = configure(
+        monkeypatch,
+        langfuse,
+        **judge_env(OBSERVER_JUDGE__RATE="0", OBSERVER_JUDGE__RISK_RATE="1.0"),
+    )
+    parts = app.build(settings, state_path=tmp_path / "s.sqlite")
+    try:
+        app.run_once(parts, after(demo_observations()))
+    finally:
+        parts.state.close()
+    judged = {s["traceId"] for s in by_name(langfuse, "abstained")}
+    assert flagged_traces(langfuse) and flagged_traces(langfuse) <= judged
+
+
+def test_a_queued_sample_keeps_its_findings_across_a_restart(
+    store: dict[str, Any],
+    stub: OpenAIStub,
+    monkeypatch: pytest.MonkeyPatch,
+    langfuse: FakeLangfuse,
+    tmp_path: Path,
+) -> None:
+    settings = configure(monkeypatch, langfuse, **judge_env(OBSERVER_JUDGE__RATE="1.0"))
+    state = tmp_path / "s.sqlite"
+    parts = app.build(settings, state_path=state)
+    try:
+        parts.pipeline.poll(after(demo_observations()))  # workers never started: all queued
+        assert parts.judge is not None and parts.judge.shutdown(0.1) is False
+        parts.dispatcher.flush(5)
+    finally:
+        parts.state.close()
+    assert by_name(langfuse, "citation_accuracy") == []
+    # After the restart the store answers nothing: the findings come from the state file.
+    broken = configure(
+        monkeypatch,
+        langfuse,
+        **judge_env(
+            OBSERVER_JUDGE__RATE="1.0", OBSERVER_RESOLVER__HOOK="tests.resolver.hooks:broken"
+        ),
+    )
+    parts = app.build(broken, state_path=state)
+    try:
+        result = app.run_once(parts, after(demo_observations()))
+    finally:
+        parts.state.close()
+    assert result.exit_code == 0, result.error
+    funnelled = [s for s in by_name(langfuse, "citation_accuracy") if DELETED in s["comment"]]
+    assert funnelled

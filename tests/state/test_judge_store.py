@@ -1,0 +1,46 @@
+"""The judge's samples in the state file, including files written before the funnel."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import orjson
+
+from observer.resolver import ResolverFindings
+from observer.state import State
+
+
+def test_findings_travel_with_a_sample(tmp_path: Path) -> None:
+    found = ResolverFindings(("kb-1",), ("kb-2",), 1, 3)
+    state = State(tmp_path / "s.sqlite")
+    try:
+        state.judge.reserve("t1", b"{}", "h", "d", 10, "2026-12-01T00:00:00Z", orjson.dumps(found))
+        state.judge.reserve("t2", b"{}", "h", "d", 10, "2026-12-01T00:00:01Z")
+        first, second = state.judge.pending()
+    finally:
+        state.close()
+    assert first.findings is not None
+    assert ResolverFindings.from_obj(orjson.loads(first.findings)) == found
+    assert second.findings is None
+
+
+def test_a_state_file_from_before_the_funnel_opens_and_keeps_its_samples(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    State(path).close()
+    db = sqlite3.connect(path)
+    db.executescript(
+        "DROP TABLE judge_pending; CREATE TABLE judge_pending (trace_id TEXT PRIMARY KEY, "
+        "record BLOB NOT NULL, day TEXT NOT NULL, reserved INTEGER NOT NULL, "
+        "queued_at TEXT NOT NULL);"
+        "INSERT INTO judge_pending VALUES ('old', x'7b7d', 'd', 5, '2026-11-30T00:00:00Z');"
+    )
+    db.close()
+    state = State(path)
+    try:
+        (sample,) = state.judge.pending()
+        assert (sample.trace_id, sample.reserved, sample.findings) == ("old", 5, None)
+        state.judge.reserve("new", b"{}", "h", "d", 1, "2026-12-01T00:00:00Z", b'{"missing":[]}')
+        assert [s.findings for s in state.judge.pending()] == [None, b'{"missing":[]}']
+    finally:
+        state.close()
