@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import structlog
 from langfuse.api.client import LangfuseAPI
@@ -39,6 +40,7 @@ from observer.model import RagRecord, Signals
 from observer.pipeline import PassResult, Pipeline
 from observer.resolver.core import ResolverFindings
 from observer.resolver.daemon import ResolverLookup
+from observer.resolver.store import Fields
 from observer.scheduling import background_scheduler
 from observer.sinks import ScoreSink
 from observer.sinks.dispatcher import Dispatcher
@@ -153,12 +155,17 @@ def build_notifiers(settings: Settings) -> dict[str, Notifier]:
     return built
 
 
+def _resolver_fields(settings: Settings) -> Fields:
+    r = settings.resolver
+    return Fields(r.id_field, r.hash_field, r.text_field, r.doc_field, r.updated_field)
+
+
 def build_resolver(settings: Settings, metrics: Metrics) -> ResolverLookup | None:
     """The citation resolver over the configured chunk store, or None when it is off."""
     r = settings.resolver
     if not r.kind:
         return None
-    from observer.resolver import Fields, Resolver
+    from observer.resolver import Resolver
     from observer.resolver.backends import build_store
 
     try:
@@ -168,7 +175,7 @@ def build_resolver(settings: Settings, metrics: Metrics) -> ResolverLookup | Non
             collection=r.collection,
             secret=settings.resolver_secret(),
             hook=r.hook,
-            fields=Fields(r.id_field, r.hash_field, r.text_field, r.doc_field, r.updated_field),
+            fields=_resolver_fields(settings),
             timeout_s=r.timeout_s,
             max_ids_per_query=r.max_ids_per_query,
         )
@@ -429,23 +436,75 @@ def check_state(path: Path) -> str:
     return f"usable: watermark {at}, {traces:,} traces known, {outbox:,} scores in the outbox"
 
 
-def check_resolver(settings: Settings) -> tuple[str, bool]:
-    """Reach the chunk store and query it by the configured id field: (what happened, failed)."""
-    from observer.resolver import ResolverError
+def check_resolver(
+    settings: Settings, recent: list[tuple[RagRecord, Signals]] | None
+) -> tuple[str, bool]:
+    """Reach the chunk store, then look up chunk ids that `recent` answers cited:
+    (what happened, failed). `recent` None: Langfuse could not be read for a sample."""
+    from observer.resolver import ResolverError, cited_chunks
+    from observer.resolver.probe import sample_ids, sample_report
 
     r = settings.resolver
+    name = f"{r.kind} {r.collection or r.uri or r.hook}"
     try:
         lookup = build_resolver(settings, Metrics())
     except ConfigError as error:
         return f"NOT USABLE: {error}", True
     assert lookup is not None
+    store = lookup.resolver.store
     try:
-        lookup.resolver.store.lookup(["observer-check-probe"])
+        store.lookup(["observer-check-probe"])
+        cited = [cited_chunks(record, signals) for record, signals in recent or []]
+        ids = sample_ids(cited, CHECK_SAMPLE_IDS)
+        report = sample_report(
+            cited, ids, store.lookup(ids) if ids else {}, _resolver_fields(settings)
+        )
     except ResolverError as error:
-        return f"NO: {r.kind} {r.collection or r.uri or r.hook}: {error}", True
+        return f"NO: {name}: {error}", True
     finally:
         lookup.close()
-    return f"{r.kind} {r.collection or r.uri or r.hook}: reachable, {r.id_field} queried", False
+    if report.problem is not None:
+        return f"NO: {name}: reachable, but {report.problem}", True
+    sample = report.describe() if recent is not None else "no sample (Langfuse not read)"
+    return f"{name}: reachable, {r.id_field} queried; {sample}", False
+
+
+# How many recently cited chunk ids `check` looks up, from at most this many recent answers.
+CHECK_SAMPLE_IDS = 20
+CHECK_SAMPLE_PAGES = 3
+
+
+def recent_answers(settings: Settings) -> list[tuple[RagRecord, Signals]]:
+    """The answers among the first pages of the last `source.lookback_s`, mapped and
+    computed as the daemon would (a trace cut by a page end may be missed: a sample)."""
+    from observer.mapping.convention import map_trace
+    from observer.signals import compute
+
+    rules = settings.mapping_rules()
+    source = LangfuseSource(
+        build_api(settings),
+        RateLimiter(60),
+        Metrics(),
+        page_limit=settings.source.page_limit,
+        environments=settings.source.environments,
+        expand_metadata=rules.metadata_keys,
+        max_attempts=1,
+    )
+    end = now_utc()
+    by_trace: dict[str, list[dict[str, Any]]] = {}
+    pages = source.pages(end - timedelta(seconds=settings.source.lookback_s), end)
+    for number, page in enumerate(pages, start=1):
+        for observation in page:
+            by_trace.setdefault(str(observation.get("traceId")), []).append(observation)
+        if number >= CHECK_SAMPLE_PAGES:
+            break
+    answers = []
+    params = settings.signal_params()
+    for trace_id, observations in by_trace.items():
+        mapped = map_trace(trace_id, observations, rules)
+        if isinstance(mapped, RagRecord):
+            answers.append((mapped, compute(mapped, params)))
+    return answers
 
 
 @dataclass
@@ -464,7 +523,11 @@ def check(settings: Settings, state_path: Path) -> CheckResult:
         rows.append(("state", f"NOT USABLE: {error}"))
         code = EXIT_CONFIG
     if settings.resolver.kind:
-        row, failed = check_resolver(settings)
+        try:
+            recent: list[tuple[RagRecord, Signals]] | None = recent_answers(settings)
+        except (ConfigError, RemoteError):  # the reachable row below says why
+            recent = None
+        row, failed = check_resolver(settings, recent)
         rows.append(("resolver", row))
         code = code or (EXIT_CONFIG if failed else EXIT_OK)
     try:

@@ -25,6 +25,16 @@ def wrong_fields(ids: list[str]) -> dict[str, dict[str, Any]]:
     return {i: {"hash": "abc", "body": "text"} for i in ids}
 
 
+def nothing(ids: list[str]) -> dict[str, dict[str, Any]]:
+    """A store queried by the wrong id field: it answers, with nothing."""
+    return {}
+
+
+def doc_only(ids: list[str]) -> dict[str, dict[str, Any]]:
+    """A store whose hash and text live under other names than the configured ones."""
+    return {i: {"doc_id": "kb"} for i in ids}
+
+
 def not_a_dict(ids: list[str]) -> list[str]:
     return ids
 

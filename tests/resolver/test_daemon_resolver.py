@@ -25,6 +25,7 @@ REWRITTEN = "kb-api-rate-limits#c1"
 def store() -> Iterator[dict[str, dict[str, Any]]]:
     """Every chunk the examples cite, as the answers saw it; then one deleted, one re-written."""
     hooks.STORE.clear()
+    hooks.CALLS.clear()
     for line in (ROOT / "examples" / "records.jsonl").read_text().splitlines():
         for source in json.loads(line)["sources"]:
             if source.get("chunk_id"):
@@ -131,9 +132,17 @@ def test_a_bad_resolver_config_stops_at_start(
 
 @pytest.mark.parametrize(
     ("hook", "says", "code"),
-    [("lookup", "reachable", 0), ("broken", "NO: hook", 2), ("NOT_CALLABLE", "NOT USABLE", 2)],
+    [
+        ("lookup", "reachable, chunk_id queried; 20 recently cited chunks looked up: ", 0),
+        ("broken", "NO: hook", 2),
+        ("NOT_CALLABLE", "NOT USABLE", 2),
+        ("nothing", "none of 20 recently cited chunk ids is in the store", 2),
+        ("wrong_fields", "unknown field 'body', 'hash'", 2),
+        ("doc_only", "have no 'text_hash' or 'text': every citation would be unverifiable", 2),
+    ],
 )
-def test_check_proves_the_resolver(
+def test_check_proves_the_resolver_on_recently_cited_chunks(
+    store: dict[str, Any],
     monkeypatch: pytest.MonkeyPatch,
     langfuse: FakeLangfuse,
     tmp_path: Path,
@@ -150,11 +159,37 @@ def test_check_proves_the_resolver(
         langfuse,
         OBSERVER_RESOLVER__KIND="hook",
         OBSERVER_RESOLVER__HOOK=f"tests.resolver.hooks:{hook}",
-        COLUMNS="200",
+        OBSERVER_SOURCE__LOOKBACK_S=str(3650 * 86400),  # the demo traces are from the past
+        COLUMNS="400",
     )
     result = CliRunner().invoke(main, ["check", "--state", str(tmp_path / "s.sqlite")])
     assert result.exit_code == code, result.output
-    assert says in result.stdout
+    assert says in " ".join(result.stdout.split())
+    if hook == "lookup":
+        # Ids from many answers, not one: the sample reaches the deleted chunk or not, but
+        # every id it found is one the store holds.
+        looked_up = {i for call in hooks.CALLS for i in call if i != "observer-check-probe"}
+        assert len(looked_up) == 20 and len({i.split("#")[0] for i in looked_up}) > 5
+
+
+def test_check_without_a_sample_still_proves_the_store(
+    store: dict[str, Any], monkeypatch: pytest.MonkeyPatch, langfuse: FakeLangfuse, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from observer.cli import main
+
+    configure(
+        monkeypatch,
+        langfuse,
+        OBSERVER_RESOLVER__KIND="hook",
+        OBSERVER_RESOLVER__HOOK="tests.resolver.hooks:lookup",
+        OBSERVER_SOURCE__LOOKBACK_S="60",  # nothing recent
+        COLUMNS="400",
+    )
+    result = CliRunner().invoke(main, ["check", "--state", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 0, result.output
+    assert "no recently cited chunk ids to look up" in " ".join(result.stdout.split())
 
 
 # ---- the judge's funnel in the daemon -------------------------------------------------------
