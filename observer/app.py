@@ -321,6 +321,7 @@ def build(
         notify=dispatcher.notify,
         settle_s=settings.source.settle_s,
         overlap_s=settings.source.overlap_s,
+        sweep_interval_s=settings.source.sweep_interval_s,
         lookback_s=settings.source.lookback_s,
         on_scored=on_scored,
         on_signals=lambda _record, signals: summary.add(signals),
@@ -796,6 +797,7 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
             alert_after_pass(parts, moment)
             log.info(
                 "poll_completed",
+                sweep=result.sweep,
                 observations=result.observations,
                 scored=result.scored,
                 rescored=result.rescored,

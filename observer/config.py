@@ -115,7 +115,10 @@ class SourceSettings(_Section):
     settle_s: float = Field(20.0, ge=0, description="a trace is scored once quiet this long")
     lookback_s: float = Field(3600.0, gt=0, description="how far back the first start looks")
     overlap_s: float = Field(
-        300.0, ge=0, description="each pass re-reads this much before the watermark"
+        300.0, ge=0, description="a sweep re-reads this much before the watermark (late data)"
+    )
+    sweep_interval_s: float = Field(
+        60.0, ge=0, description="seconds between sweeps; 0: every pass is a sweep"
     )
     page_limit: int = Field(1000, ge=1, le=1000)
     requests_per_minute: float = Field(25.0, gt=0, description="cap on observation requests")

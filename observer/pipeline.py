@@ -105,13 +105,14 @@ class PassResult:
     partial: int = 0
     scores: int = 0
     hold: datetime | None = None  # oldest root the watermark must not pass
+    sweep: bool = False  # a daemon pass that re-read the overlap before the watermark
     skip_reasons: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: PassResult) -> None:
         """Add another window's counts to these (backfill totals its chunks)."""
         for item in fields(self):
             value = getattr(self, item.name)
-            if isinstance(value, int):
+            if isinstance(value, int) and not isinstance(value, bool):
                 setattr(self, item.name, value + getattr(other, item.name))
         for reason, count in other.skip_reasons.items():
             self.skip_reasons[reason] = self.skip_reasons.get(reason, 0) + count
@@ -165,6 +166,7 @@ class Pipeline:
         notify: Callable[[], None] = lambda: None,
         settle_s: float = 20.0,
         overlap_s: float = 300.0,
+        sweep_interval_s: float = 0.0,
         lookback_s: float = 3600.0,
         on_scored: ScoredHook | None = None,
         on_signals: SignalsHook | None = None,
@@ -179,6 +181,8 @@ class Pipeline:
         self.notify = notify
         self.settle = timedelta(seconds=settle_s)
         self.overlap = timedelta(seconds=overlap_s)
+        self.sweep_interval = timedelta(seconds=sweep_interval_s)
+        self._swept_at: datetime | None = None  # the last complete pass that read the overlap
         self.lookback = timedelta(seconds=lookback_s)
         self.on_scored = on_scored
         self.on_signals = on_signals
@@ -189,10 +193,24 @@ class Pipeline:
     # -- passes ---------------------------------------------------------------
 
     def poll(self, now: datetime) -> PassResult:
-        """One daemon pass from the watermark (minus the overlap) to `now`; advances it."""
+        """One daemon pass from the watermark to `now`; advances it.
+
+        A sweep re-reads the overlap before the watermark too, for observations
+        that landed late: the first pass of a process, then one pass per sweep
+        interval. The passes between start at the watermark, which already trails
+        `now` by the settle time: re-reading the whole overlap on every pass
+        would read the same traces `overlap / poll interval` times over.
+        """
         watermark = self.state.watermark()
-        start = (watermark - self.overlap) if watermark is not None else (now - self.lookback)
+        sweep = self._swept_at is None or now - self._swept_at >= self.sweep_interval
+        if watermark is None:
+            start = now - self.lookback
+        else:
+            start = watermark - self.overlap if sweep else watermark
         result = self.process_window(start, now, now)
+        result.sweep = sweep
+        if sweep:
+            self._swept_at = now
         proposed = now - self.settle
         if result.hold is not None:
             proposed = min(proposed, result.hold)

@@ -457,3 +457,64 @@ def test_backfill_scores_a_trace_that_straddles_a_chunk_boundary(
     assert result.exit_code == 0, result.error
     assert result.passed is not None and result.passed.scored == 1, result.passed
     assert {s["traceId"] for s in fake.scores} == {trace_id}
+
+
+def test_only_sweeps_re_read_the_overlap_and_they_catch_late_observations(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One process, several passes: the first is a sweep, the next only reads from the
+    watermark, and a late answer of a trace rooted before it waits for the next sweep."""
+    observations = demo_observations()
+    answer = max((o for o in observations if o["name"] == "answer"), key=lambda o: o["startTime"])
+    trace_id = answer["traceId"]
+    fake.add_observations(o for o in observations if o is not answer)
+    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__SWEEP_INTERVAL_S="60")
+    parts = app.build(settings, state_path=tmp_path / "s.sqlite")
+    now = after(observations)
+    skew = timedelta(seconds=2)
+    seen = 0
+
+    def window_starts() -> set[Any]:
+        nonlocal seen
+        requests = fake.requests
+        starts = {
+            parse_time(r.query["fromStartTime"][0])
+            for r in requests[seen:]
+            if r.path.endswith("/observations") and r.status == 200
+        }
+        seen = len(requests)
+        return starts
+
+    try:
+        first = parts.pipeline.poll(now)
+        assert first.sweep and first.skip_reasons.get("no_generation")
+        assert window_starts() == {now - timedelta(days=3) - skew}  # the lookback
+        mark = parts.state.watermark()
+        assert mark is not None
+        fake.add_observations([answer])  # lands late: its trace is rooted before the watermark
+        regular = parts.pipeline.poll(now + timedelta(seconds=30))
+        assert not regular.sweep and regular.scored == 0
+        assert window_starts() == {mark - skew}
+        mark = parts.state.watermark()
+        assert mark is not None
+        sweep = parts.pipeline.poll(now + timedelta(seconds=61))
+        assert sweep.sweep and sweep.scored == 1
+        assert window_starts() == {mark - timedelta(seconds=300) - skew}
+    finally:
+        parts.dispatcher.flush(5)
+        parts.state.close()
+    assert trace_id in by_trace(fake.scores)
+
+
+def test_with_a_zero_sweep_interval_every_pass_re_reads_the_overlap(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake.add_observations(demo_observations())
+    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__SWEEP_INTERVAL_S="0")
+    parts = app.build(settings, state_path=tmp_path / "s.sqlite")
+    now = after(demo_observations())
+    try:
+        results = [parts.pipeline.poll(now + timedelta(seconds=30 * i)) for i in range(3)]
+    finally:
+        parts.state.close()
+    assert [r.sweep for r in results] == [True, True, True]
