@@ -16,74 +16,38 @@ For each complete trace whose root lies in the window:
   in one transaction, and the dispatcher is nudged. Score ids and timestamps
   are deterministic, so a re-score updates.
 
-The watermark moves only at the end of a complete pass, to the oldest
-root still unsettled (or `now - settle_s`); the next pass starts `overlap_s`
-before it to catch late data. A crash mid-pass re-reads the same window:
-fingerprints make that idempotent.
+What happens to one trace is `observer.traces`. The watermark moves only
+at the end of a complete pass, to the oldest root still unsettled (or `now -
+settle_s`); the next pass starts there, and a sweep (a process's first pass,
+then one per `sweep_interval_s`) `overlap_s` before it, to catch late data.
+A crash mid-pass re-reads the same window: fingerprints make that idempotent.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
-import orjson
-import structlog
 from opentelemetry import trace
 
-from observer.alerts.history import resolver_values, signal_values, trace_row
-from observer.mapping.convention import MappingRules, Skip, map_trace
+from observer.mapping.convention import MappingRules
 from observer.model import RagRecord, Signals
 from observer.resolver.core import ResolverFindings
-from observer.resolver.scores import resolver_score_events
-from observer.scores import score_events
-from observer.signals import SignalParams, compute
+from observer.signals import SignalParams
 from observer.sources import ObservationSource
-from observer.state import OutboxFull, State
+from observer.state import State
 from observer.telemetry.metrics import Metrics
 from observer.times import parse_time
+from observer.traces import Outcome, Prepared, ScoredHook, SignalsHook, TraceRecorder
 
-log = structlog.get_logger("observer.pipeline")
 tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
 
-# on_scored: a trace's scores are safely in the outbox (new or changed traces), with
-# what the resolver found of its cited chunks (None: no resolver, or it could not say);
-# on_signals: every answer trace read, changed or not (summaries).
-ScoredHook = Callable[[RagRecord, Signals, "ResolverFindings | None"], None]
-SignalsHook = Callable[[RagRecord, Signals], None]
 # Spans of one trace can come from hosts whose clocks differ a little: a child
 # may "start" just before its root. A trace counts as complete only once the
 # pages are this far below its root.
 CLOCK_SKEW = timedelta(seconds=2)
-
-
-def params_digest(params: SignalParams) -> str:
-    """Changing a threshold changes every fingerprint, so seen traces are re-scored."""
-    described = orjson.dumps(
-        {
-            "min_chars": params.min_chars,
-            "pleasantry_prefixes": list(params.pleasantry_prefixes),
-            "abbreviations": sorted(params.abbreviations),
-            "crag": params.crag,
-            "band": [params.band_high, params.band_medium],
-        }
-    )
-    return hashlib.sha256(described).hexdigest()[:16]
-
-
-@dataclass
-class _Prepared:
-    """A trace mapped and fingerprinted, before anything is recorded."""
-
-    unsettled: bool = False
-    skip: Skip | None = None
-    record: RagRecord | None = None
-    signals: Signals | None = None
-    fingerprint: str | None = None  # None: unchanged since the last pass
-    findings: ResolverFindings | None = None
 
 
 # The citation resolver for a page's new and changed traces: findings per trace, in order
@@ -117,6 +81,15 @@ class PassResult:
         for reason, count in other.skip_reasons.items():
             self.skip_reasons[reason] = self.skip_reasons.get(reason, 0) + count
 
+    def count(self, outcome: Outcome, root_start: datetime) -> None:
+        """One trace's outcome; a trace that is not done holds the watermark at its root."""
+        setattr(self, outcome.kind, getattr(self, outcome.kind) + 1)
+        self.scores += outcome.scores
+        if outcome.reason:
+            self.skip_reasons[outcome.reason] = self.skip_reasons.get(outcome.reason, 0) + 1
+        if outcome.holds:
+            self.hold = root_start if self.hold is None else min(self.hold, root_start)
+
     @property
     def traces(self) -> int:
         return (
@@ -129,24 +102,13 @@ class PassResult:
         )
 
 
-def _last_activity(observations: list[dict[str, Any]]) -> datetime | None:
-    latest: datetime | None = None
-    for observation in observations:
-        for key in ("updatedAt", "endTime", "startTime"):
-            moment = parse_time(observation.get(key))
-            if moment is not None and (latest is None or moment > latest):
-                latest = moment
-    return latest
-
-
 def _trace_attributes(
-    trace_id: str, outcome: str, observations: list[dict[str, Any]]
+    trace_id: str, outcome: Outcome, observations: list[dict[str, Any]]
 ) -> dict[str, str]:
     """What a `observer.trace_scored` span says: never the question or the answer."""
-    outcome, _, reason = outcome.partition(":")
-    attributes = {"observer.trace_id": trace_id, "observer.outcome": outcome}
-    if reason:
-        attributes["observer.skip_reason"] = reason
+    attributes = {"observer.trace_id": trace_id, "observer.outcome": outcome.kind}
+    if outcome.reason:
+        attributes["observer.skip_reason"] = outcome.reason
     for observation in observations:
         environment = observation.get("environment")
         if observation.get("isRootObservation") and isinstance(environment, str):
@@ -176,19 +138,23 @@ class Pipeline:
         self.source = source
         self.state = state
         self.metrics = metrics
-        self.params = params
-        self.rules = rules
         self.notify = notify
+        self.traces = TraceRecorder(
+            state,
+            metrics,
+            params,
+            rules,
+            settle_s=settle_s,
+            on_scored=on_scored,
+            on_signals=on_signals,
+        )
         self.settle = timedelta(seconds=settle_s)
         self.overlap = timedelta(seconds=overlap_s)
         self.sweep_interval = timedelta(seconds=sweep_interval_s)
         self._swept_at: datetime | None = None  # the last complete pass that read the overlap
         self.lookback = timedelta(seconds=lookback_s)
-        self.on_scored = on_scored
-        self.on_signals = on_signals
         self.lookup = lookup
         self.should_stop = should_stop
-        self._params_digest = params_digest(params)
 
     # -- passes ---------------------------------------------------------------
 
@@ -303,7 +269,7 @@ class Pipeline:
         if not trace_ids:
             return
         known = self.state.fingerprints(trace_ids)
-        handled: list[tuple[str, list[dict[str, Any]], datetime, _Prepared]] = []
+        handled: list[tuple[str, list[dict[str, Any]], datetime, Prepared]] = []
         for trace_id in trace_ids:
             observations = buffered.pop(trace_id)
             root_start = roots.pop(trace_id)
@@ -312,130 +278,20 @@ class Pipeline:
                 continue
             if root_start >= end:
                 continue  # read past the end for its neighbours; the next window's own
-            prepared = self._prepare(trace_id, observations, known.get(trace_id), now)
+            prepared = self.traces.prepare(trace_id, observations, known.get(trace_id), now)
             handled.append((trace_id, observations, root_start, prepared))
         # The new and changed traces of this page: their cited chunks in one lookup.
-        changed = [p for *_, p in handled if p.fingerprint is not None and p.signals is not None]
+        changed = [p for *_, p in handled if p.changed]
         if self.lookup is not None and changed:
             found = self.lookup([(p.record, p.signals) for p in changed if p.record and p.signals])
             for item, findings in zip(changed, found, strict=True):
                 item.findings = findings
         for trace_id, observations, root_start, prepared in handled:
             with tracer.start_as_current_span("observer.trace_scored") as span:
-                outcome = self._finish(
-                    trace_id, prepared, root_start, known.get(trace_id), now, result
+                outcome = self.traces.record(
+                    trace_id, prepared, root_start, known.get(trace_id), now
                 )
+                result.count(outcome, root_start)
                 if span.is_recording():
                     span.set_attributes(_trace_attributes(trace_id, outcome, observations))
         self.notify()
-
-    def _hold(self, result: PassResult, root_start: datetime) -> None:
-        result.hold = root_start if result.hold is None else min(result.hold, root_start)
-
-    def _prepare(
-        self,
-        trace_id: str,
-        observations: list[dict[str, Any]],
-        known: str | None,
-        now: datetime,
-    ) -> _Prepared:
-        """Map, compute and fingerprint one complete trace: no I/O, no counting."""
-        last = _last_activity(observations)
-        if last is not None and now - last < self.settle:
-            return _Prepared(unsettled=True)
-        mapped = map_trace(trace_id, observations, self.rules)
-        if isinstance(mapped, Skip):
-            return _Prepared(skip=mapped)
-        signals = compute(mapped, self.params)
-        fingerprint = hashlib.sha256(
-            orjson.dumps(mapped) + self._params_digest.encode()
-        ).hexdigest()
-        if fingerprint == known:
-            return _Prepared(record=mapped, signals=signals)
-        return _Prepared(record=mapped, signals=signals, fingerprint=fingerprint)
-
-    def _finish(
-        self,
-        trace_id: str,
-        prepared: _Prepared,
-        root_start: datetime,
-        known: str | None,
-        now: datetime,
-        result: PassResult,
-    ) -> str:
-        """Record one prepared trace; its outcome (`skipped:<reason>` for a skip)."""
-        if prepared.unsettled:
-            result.unsettled += 1
-            self.metrics.traces.labels(outcome="unsettled").inc()
-            self._hold(result, root_start)
-            return "unsettled"
-        if prepared.skip is not None:
-            self._skip(trace_id, prepared.skip, root_start, known, now, result)
-            return f"skipped:{prepared.skip.reason}"
-        mapped, signals = prepared.record, prepared.signals
-        assert mapped is not None and signals is not None
-        if self.on_signals is not None:
-            self.on_signals(mapped, signals)
-        if prepared.fingerprint is None:
-            result.unchanged += 1
-            self.metrics.traces.labels(outcome="unchanged").inc()
-            return "unchanged"
-        scores = score_events(mapped, signals, self.params)
-        values = signal_values(signals)
-        if prepared.findings is not None:
-            scores += resolver_score_events(mapped, prepared.findings)
-            values.update(resolver_values(prepared.findings))
-        history = trace_row(mapped, values, now)
-        try:
-            self.state.record_trace(
-                trace_id, prepared.fingerprint, root_start, scores, now, history
-            )
-        except OutboxFull as error:
-            result.deferred += 1
-            self.metrics.traces.labels(outcome="deferred").inc()
-            self._hold(result, root_start)
-            log.warning("trace_deferred", trace_id=trace_id, reason="outbox_full", error=str(error))
-            return "deferred"
-        outcome = "scored" if known is None or known.startswith("skip:") else "rescored"
-        setattr(result, outcome, getattr(result, outcome) + 1)
-        result.scores += len(scores)
-        self.metrics.traces.labels(outcome=outcome).inc()
-        for score in scores:
-            self.metrics.scores_enqueued.labels(name=score.name).inc()
-        if outcome == "scored":  # a changed trace was counted when first scored
-            self.metrics.observe_answer(mapped, signals)
-        cites = signals.citations
-        log.info(
-            "trace_scored" if outcome == "scored" else "trace_rescored",
-            trace_id=trace_id,
-            observation_id=mapped.observation_id,
-            environment=mapped.environment,
-            coverage=None if cites.coverage is None else round(cites.coverage, 3),
-            crag_grade=signals.crag.grade.value,
-            band=signals.band.value,
-            ungrounded=signals.ungrounded,
-            ghost_refs=len(cites.invalid_refs),
-            scores=len(scores),
-        )
-        if self.on_scored is not None:
-            self.on_scored(mapped, signals, prepared.findings)
-        return outcome
-
-    def _skip(
-        self,
-        trace_id: str,
-        skip: Skip,
-        root_start: datetime,
-        known: str | None,
-        now: datetime,
-        result: PassResult,
-    ) -> None:
-        result.skipped += 1
-        result.skip_reasons[skip.reason] = result.skip_reasons.get(skip.reason, 0) + 1
-        fingerprint = f"skip:{skip.reason}:{hashlib.sha256(skip.detail.encode()).hexdigest()[:16]}"
-        if fingerprint == known:
-            return  # counted and logged when first seen
-        self.metrics.traces.labels(outcome="skipped").inc()
-        self.metrics.skips.labels(reason=skip.reason).inc()
-        log.info("trace_skipped", trace_id=trace_id, reason=skip.reason, detail=skip.detail)
-        self.state.record_trace(trace_id, fingerprint, root_start, (), now)

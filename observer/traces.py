@@ -1,0 +1,216 @@
+"""One complete trace through the daemon: prepared, then recorded (docs/daemon.md).
+
+`TraceRecorder.prepare` maps, computes and fingerprints a trace without any
+I/O, so a page's new and changed traces can go to the citation resolver
+together before any is recorded. `record` then writes what changed: a trace
+still changing waits (and holds the watermark at its root), a skip is
+recorded once with its reason, an unchanged trace pushes nothing, and a new
+or changed one gets its scores, fingerprint and signal-history row in one
+transaction. It returns the `Outcome` the pass counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import orjson
+import structlog
+
+from observer.alerts.history import resolver_values, signal_values, trace_row
+from observer.mapping.convention import MappingRules, Skip, map_trace
+from observer.model import RagRecord, Signals
+from observer.resolver.core import ResolverFindings
+from observer.resolver.scores import resolver_score_events
+from observer.scores import score_events
+from observer.signals import SignalParams, compute
+from observer.state import OutboxFull, State
+from observer.telemetry.metrics import Metrics
+from observer.times import parse_time
+
+log = structlog.get_logger("observer.pipeline")
+
+# on_scored: a trace's scores are safely in the outbox (new or changed traces), with
+# what the resolver found of its cited chunks (None: no resolver, or it could not say);
+# on_signals: every answer trace read, changed or not (summaries).
+ScoredHook = Callable[[RagRecord, Signals, "ResolverFindings | None"], None]
+SignalsHook = Callable[[RagRecord, Signals], None]
+
+OutcomeKind = Literal["unsettled", "skipped", "unchanged", "deferred", "scored", "rescored"]
+
+
+def params_digest(params: SignalParams) -> str:
+    """Changing a threshold changes every fingerprint, so seen traces are re-scored."""
+    described = orjson.dumps(
+        {
+            "min_chars": params.min_chars,
+            "pleasantry_prefixes": list(params.pleasantry_prefixes),
+            "abbreviations": sorted(params.abbreviations),
+            "crag": params.crag,
+            "band": [params.band_high, params.band_medium],
+        }
+    )
+    return hashlib.sha256(described).hexdigest()[:16]
+
+
+def last_activity(observations: list[dict[str, Any]]) -> datetime | None:
+    latest: datetime | None = None
+    for observation in observations:
+        for key in ("updatedAt", "endTime", "startTime"):
+            moment = parse_time(observation.get(key))
+            if moment is not None and (latest is None or moment > latest):
+                latest = moment
+    return latest
+
+
+@dataclass
+class Prepared:
+    """A trace mapped and fingerprinted, before anything is recorded."""
+
+    unsettled: bool = False
+    skip: Skip | None = None
+    record: RagRecord | None = None
+    signals: Signals | None = None
+    fingerprint: str | None = None  # None: unchanged since the last pass
+    findings: ResolverFindings | None = None
+
+    @property
+    def changed(self) -> bool:
+        """New or changed since the last pass: worth a resolver lookup."""
+        return self.fingerprint is not None and self.signals is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    kind: OutcomeKind
+    scores: int = 0
+    reason: str = ""  # a skip's reason
+
+    @property
+    def holds(self) -> bool:
+        """The trace is not done: the watermark must not pass its root."""
+        return self.kind in ("unsettled", "deferred")
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.reason}" if self.reason else self.kind
+
+
+class TraceRecorder:
+    def __init__(
+        self,
+        state: State,
+        metrics: Metrics,
+        params: SignalParams,
+        rules: MappingRules,
+        *,
+        settle_s: float = 20.0,
+        on_scored: ScoredHook | None = None,
+        on_signals: SignalsHook | None = None,
+    ) -> None:
+        self.state = state
+        self.metrics = metrics
+        self.params = params
+        self.rules = rules
+        self.settle = timedelta(seconds=settle_s)
+        self.on_scored = on_scored
+        self.on_signals = on_signals
+        self._params_digest = params_digest(params)
+
+    def prepare(
+        self,
+        trace_id: str,
+        observations: list[dict[str, Any]],
+        known: str | None,
+        now: datetime,
+    ) -> Prepared:
+        """Map, compute and fingerprint one complete trace: no I/O, no counting."""
+        last = last_activity(observations)
+        if last is not None and now - last < self.settle:
+            return Prepared(unsettled=True)
+        mapped = map_trace(trace_id, observations, self.rules)
+        if isinstance(mapped, Skip):
+            return Prepared(skip=mapped)
+        signals = compute(mapped, self.params)
+        fingerprint = hashlib.sha256(
+            orjson.dumps(mapped) + self._params_digest.encode()
+        ).hexdigest()
+        if fingerprint == known:
+            return Prepared(record=mapped, signals=signals)
+        return Prepared(record=mapped, signals=signals, fingerprint=fingerprint)
+
+    def record(
+        self,
+        trace_id: str,
+        prepared: Prepared,
+        root_start: datetime,
+        known: str | None,
+        now: datetime,
+    ) -> Outcome:
+        """Record one prepared trace; what became of it."""
+        if prepared.unsettled:
+            self.metrics.traces.labels(outcome="unsettled").inc()
+            return Outcome("unsettled")
+        if prepared.skip is not None:
+            return self._skip(trace_id, prepared.skip, root_start, known, now)
+        mapped, signals = prepared.record, prepared.signals
+        assert mapped is not None and signals is not None
+        if self.on_signals is not None:
+            self.on_signals(mapped, signals)
+        if prepared.fingerprint is None:
+            self.metrics.traces.labels(outcome="unchanged").inc()
+            return Outcome("unchanged")
+        scores = score_events(mapped, signals, self.params)
+        values = signal_values(signals)
+        if prepared.findings is not None:
+            scores += resolver_score_events(mapped, prepared.findings)
+            values.update(resolver_values(prepared.findings))
+        history = trace_row(mapped, values, now)
+        try:
+            self.state.record_trace(
+                trace_id, prepared.fingerprint, root_start, scores, now, history
+            )
+        except OutboxFull as error:
+            self.metrics.traces.labels(outcome="deferred").inc()
+            log.warning("trace_deferred", trace_id=trace_id, reason="outbox_full", error=str(error))
+            return Outcome("deferred")
+        kind: OutcomeKind = "scored" if known is None or known.startswith("skip:") else "rescored"
+        self.metrics.traces.labels(outcome=kind).inc()
+        for score in scores:
+            self.metrics.scores_enqueued.labels(name=score.name).inc()
+        if kind == "scored":  # a changed trace was counted when first scored
+            self.metrics.observe_answer(mapped, signals)
+        cites = signals.citations
+        log.info(
+            "trace_scored" if kind == "scored" else "trace_rescored",
+            trace_id=trace_id,
+            observation_id=mapped.observation_id,
+            environment=mapped.environment,
+            coverage=None if cites.coverage is None else round(cites.coverage, 3),
+            crag_grade=signals.crag.grade.value,
+            band=signals.band.value,
+            ungrounded=signals.ungrounded,
+            ghost_refs=len(cites.invalid_refs),
+            scores=len(scores),
+        )
+        if self.on_scored is not None:
+            self.on_scored(mapped, signals, prepared.findings)
+        return Outcome(kind, scores=len(scores))
+
+    def _skip(
+        self,
+        trace_id: str,
+        skip: Skip,
+        root_start: datetime,
+        known: str | None,
+        now: datetime,
+    ) -> Outcome:
+        fingerprint = f"skip:{skip.reason}:{hashlib.sha256(skip.detail.encode()).hexdigest()[:16]}"
+        if fingerprint != known:  # else counted and logged when first seen
+            self.metrics.traces.labels(outcome="skipped").inc()
+            self.metrics.skips.labels(reason=skip.reason).inc()
+            log.info("trace_skipped", trace_id=trace_id, reason=skip.reason, detail=skip.detail)
+            self.state.record_trace(trace_id, fingerprint, root_start, (), now)
+        return Outcome("skipped", reason=skip.reason)

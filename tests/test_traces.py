@@ -1,0 +1,112 @@
+"""One trace through the daemon: prepared without I/O, recorded once, outcome counted."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from observer.mapping import MappingRules
+from observer.pipeline import PassResult
+from observer.signals import SignalParams
+from observer.state import State
+from observer.telemetry.metrics import Metrics
+from observer.times import parse_time
+from observer.traces import Outcome, TraceRecorder
+from tests.daemon_helpers import demo_observations
+
+NOW = datetime(2026, 11, 29, tzinfo=UTC)
+
+
+def demo_traces() -> dict[str, list[dict[str, Any]]]:
+    traces: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for observation in demo_observations():
+        traces[observation["traceId"]].append(observation)
+    return traces
+
+
+def root_start(observations: list[dict[str, Any]]) -> datetime:
+    moment = parse_time(next(o for o in observations if o.get("isRootObservation"))["startTime"])
+    assert moment is not None
+    return moment
+
+
+def recorder(state: State, metrics: Metrics) -> TraceRecorder:
+    return TraceRecorder(state, metrics, SignalParams(), MappingRules())
+
+
+def test_scored_once_then_unchanged(tmp_path: Path) -> None:
+    state, metrics = State(tmp_path / "s.sqlite"), Metrics()
+    traces = recorder(state, metrics)
+    trace_id, observations = next(
+        (t, o) for t, o in demo_traces().items() if any(x["name"] == "answer" for x in o)
+    )
+    try:
+        outcomes = []
+        for _ in range(2):
+            known = state.fingerprints([trace_id]).get(trace_id)
+            prepared = traces.prepare(trace_id, observations, known, NOW)
+            outcomes.append(traces.record(trace_id, prepared, root_start(observations), known, NOW))
+    finally:
+        state.close()
+    first, second = outcomes
+    assert first.kind == "scored" and first.scores > 0 and not first.holds
+    assert second == Outcome("unchanged")
+    assert metrics.value("observer_traces_total", outcome="scored") == 1
+
+
+def test_a_skip_is_recorded_and_counted_once_but_reported_every_pass(tmp_path: Path) -> None:
+    state, metrics = State(tmp_path / "s.sqlite"), Metrics()
+    traces = recorder(state, metrics)
+    observations = [
+        {"traceId": "t" * 32, "id": "r", "isRootObservation": True, "type": "SPAN",
+         "startTime": "2026-11-28T10:00:00Z"}
+    ]  # fmt: skip
+    try:
+        outcomes = []
+        for _ in range(2):
+            known = state.fingerprints(["t" * 32]).get("t" * 32)
+            prepared = traces.prepare("t" * 32, observations, known, NOW)
+            outcomes.append(traces.record("t" * 32, prepared, NOW, known, NOW))
+    finally:
+        state.close()
+    assert outcomes == [Outcome("skipped", reason="no_generation")] * 2
+    assert str(outcomes[0]) == "skipped:no_generation"
+    assert metrics.value("observer_trace_skips_total", reason="no_generation") == 1
+
+
+def test_a_trace_still_changing_waits(tmp_path: Path) -> None:
+    state = State(tmp_path / "s.sqlite")
+    traces = recorder(state, Metrics())
+    trace_id, observations = next(iter(demo_traces().items()))
+    latest = max(parse_time(o["startTime"]) for o in observations)  # type: ignore[type-var]
+    try:
+        prepared = traces.prepare(trace_id, observations, None, latest + timedelta(seconds=5))
+        outcome = traces.record(trace_id, prepared, root_start(observations), None, NOW)
+    finally:
+        state.close()
+    assert outcome == Outcome("unsettled") and outcome.holds
+
+
+@pytest.mark.parametrize(
+    ("outcome", "counted", "held"),
+    [
+        (Outcome("scored", scores=8), {"scored": 1, "scores": 8}, False),
+        (Outcome("rescored", scores=3), {"rescored": 1, "scores": 3}, False),
+        (Outcome("unchanged"), {"unchanged": 1}, False),
+        (Outcome("skipped", reason="no_generation"), {"skipped": 1}, False),
+        (Outcome("unsettled"), {"unsettled": 1}, True),
+        (Outcome("deferred"), {"deferred": 1}, True),
+    ],
+)
+def test_a_pass_counts_every_outcome(outcome: Outcome, counted: dict[str, int], held: bool) -> None:
+    result = PassResult(NOW, NOW)
+    root = NOW - timedelta(minutes=5)
+    result.count(outcome, root)
+    for name in ("scored", "rescored", "unchanged", "skipped", "unsettled", "deferred", "scores"):
+        assert getattr(result, name) == counted.get(name, 0), name
+    assert result.hold == (root if held else None)
+    assert result.skip_reasons == ({outcome.reason: 1} if outcome.reason else {})
