@@ -276,7 +276,7 @@ def build(
             environments=settings.source.environments,
             expand_metadata=rules.metadata_keys,
             max_attempts=settings.source.max_attempts,
-            should_stop=stop.is_set,
+            should_stop=_alive_while_waiting(health, stop),
         )
     if sink is None:
         assert api is not None
@@ -360,6 +360,17 @@ def _judge_to_langfuse(settings: Settings) -> LangfuseOtlp | None:
         lf.secret_key.get_secret_value(),
         settings.source.request_timeout_s,
     )
+
+
+def _alive_while_waiting(health: Health, stop: threading.Event) -> Callable[[], bool]:
+    """The source asks whether to stop while it waits out a 429 or a backoff: the loop
+    is alive (not wedged), so /healthz must not have the process restarted for it."""
+
+    def should_stop() -> bool:
+        health.beat()
+        return stop.is_set()
+
+    return should_stop
 
 
 def _beating(health: Health, stop: threading.Event) -> Callable[[], bool]:

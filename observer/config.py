@@ -123,7 +123,9 @@ class SourceSettings(_Section):
     page_limit: int = Field(1000, ge=1, le=1000)
     requests_per_minute: float = Field(25.0, gt=0, description="cap on observation requests")
     request_timeout_s: float = Field(30.0, gt=0)
-    max_attempts: int = Field(5, ge=1, le=20, description="tries per request before giving up")
+    max_attempts: int = Field(
+        8, ge=1, le=20, description="tries per request before the pass gives up (~1 min)"
+    )
     environments: list[str] = Field(default_factory=list, description="only these (empty: all)")
     trace_names: list[str] = Field(default_factory=list, description="only these (empty: all)")
     tags: list[str] = Field(default_factory=list, description="only traces with one of these")

@@ -518,3 +518,34 @@ def test_with_a_zero_sweep_interval_every_pass_re_reads_the_overlap(
     finally:
         parts.state.close()
     assert [r.sweep for r in results] == [True, True, True]
+
+
+def test_waiting_out_a_429_keeps_the_liveness_heartbeat_fresh(
+    loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A pass that waits for Langfuse is alive, not wedged: /healthz must not have it
+    restarted (that would throw away the pass's reading and start over)."""
+    import threading
+    import time
+
+    loaded.fail_next(429, count=3, retry_after=1.2, path_prefix="/api/public/v2/observations")
+    settings = configure(monkeypatch, loaded)
+    parts = app.build(settings, state_path=tmp_path / "s.sqlite")
+    parts.health.stale_after_s = 0.8
+    parts.health.beat()
+    results: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: results.append(parts.pipeline.poll(after(demo_observations())))
+    )
+    fresh: list[bool] = []
+    try:
+        worker.start()
+        while worker.is_alive():
+            fresh.append(parts.health.live()[0])
+            time.sleep(0.1)
+        worker.join()
+    finally:
+        parts.state.close()
+    assert len(fresh) > 30  # the three waits took more than 3 s
+    assert all(fresh)
+    assert results and results[0].scored == SCORED_TRACES
