@@ -383,7 +383,9 @@ def check(config_path: str | None, state_path: str | None) -> None:
     table.add_row(
         "polling",
         f"every {src.poll_interval_s:g} s, settle {src.settle_s:g} s, "
-        f"overlap {src.overlap_s:g} s, first look back {src.lookback_s:g} s, "
+        f"overlap {src.overlap_s:g} s re-read "
+        + (f"every {src.sweep_interval_s:g} s, " if src.sweep_interval_s else "every pass, ")
+        + f"first look back {src.lookback_s:g} s, "
         f"at most {src.requests_per_minute:g} requests/min, {src.page_limit} per page",
     )
     table.add_row("writes", "POST /api/public/scores (" + ", ".join(SIGNAL_SCORE_NAMES) + ")")
