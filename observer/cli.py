@@ -388,7 +388,13 @@ def check(config_path: str | None, state_path: str | None) -> None:
         + f"first look back {src.lookback_s:g} s, "
         f"at most {src.requests_per_minute:g} requests/min, {src.page_limit} per page",
     )
-    table.add_row("writes", "POST /api/public/scores (" + ", ".join(SIGNAL_SCORE_NAMES) + ")")
+    from observer.judge.outcome import JUDGE_SCORE_NAMES
+    from observer.resolver.scores import RESOLVER_SCORE_NAMES
+
+    names = list(SIGNAL_SCORE_NAMES)
+    names += RESOLVER_SCORE_NAMES if settings.resolver.kind else ()
+    names += JUDGE_SCORE_NAMES if settings.judge.enabled else ()
+    table.add_row("writes", "POST /api/public/scores (" + ", ".join(names) + ")")
     outcome = app.check(settings, Path(state_path or settings.state.path))
     for key, value in outcome.rows:
         table.add_row(key, value)

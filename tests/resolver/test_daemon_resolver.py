@@ -166,6 +166,7 @@ def test_check_proves_the_resolver_on_recently_cited_chunks(
     assert result.exit_code == code, result.output
     assert says in " ".join(result.stdout.split())
     if hook == "lookup":
+        assert "missing_chunks, stale_citations" in " ".join(result.stdout.split())
         # Ids from many answers, not one: the sample reaches the deleted chunk or not, but
         # every id it found is one the store holds.
         looked_up = {i for call in hooks.CALLS for i in call if i != "observer-check-probe"}
