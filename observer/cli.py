@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # each command imports what it needs: `observer --help` stays
     from observer.judge.outcome import JudgeResult
     from observer.pipeline import PassResult
     from observer.records import RecordError
+    from observer.resolver.core import ResolverFindings
     from observer.signals import SignalParams
     from observer.summary import Summary
 
@@ -498,10 +499,22 @@ def _demo_next_steps(out: str) -> str:
     )
 
 
-def judge_json(signals_obj: dict[str, Any], result: JudgeResult) -> dict[str, Any]:
-    """`observer score` output plus what the judge found."""
+def judge_json(
+    signals_obj: dict[str, Any], result: JudgeResult, findings: ResolverFindings | None = None
+) -> dict[str, Any]:
+    """`observer score` output plus what the resolver (when configured) and the judge found."""
+    resolver = (
+        {}
+        if findings is None
+        else {
+            "missing_chunks": list(findings.missing),
+            "stale_chunks": list(findings.stale),
+            "unverifiable_chunks": findings.unverifiable,
+        }
+    )
     return {
         **signals_obj,
+        **resolver,
         "claims": [
             {"id": c.id, "text": c.text, "sentence": c.sentence, "citations": list(c.citations)}
             for c in result.claims
@@ -531,7 +544,9 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
     Writes `observer score`'s object plus claims, verdicts, faithfulness,
     citation_accuracy, critical_unsupported, abstained, calls, tokens and
     judge_error, one per record, in input order. Needs OBSERVER_JUDGE_MODEL and
-    OPENAI_API_KEY (or OBSERVER_JUDGE_BASE_URL for a keyless endpoint).
+    OPENAI_API_KEY (or OBSERVER_JUDGE_BASE_URL for a keyless endpoint). With a
+    [resolver] configured, the cited chunks are looked up first (missing_chunks,
+    stale_chunks) and the judge's funnel applies, as in the daemon.
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -541,11 +556,13 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
     from observer.records import RecordError, parse_record
     from observer.signals import compute
     from observer.telemetry.logging import configure_logging
+    from observer.telemetry.metrics import Metrics
 
     settings = _settings(config_path)
     configure_logging(settings.log.format, "warning")
     try:
         client = app.build_judge_client(settings)
+        resolver = app.build_resolver(settings, Metrics())
     except ConfigError as error:
         click.echo(f"observer: {error}", err=True)
         raise SystemExit(app.EXIT_CONFIG) from None
@@ -553,7 +570,7 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
     out = sys.stdout.buffer
     bad = 0
     failed = 0
-    window: deque[tuple[dict[str, Any], Future[JudgeResult]]] = deque()
+    window: deque[tuple[dict[str, Any], ResolverFindings | None, Future[JudgeResult]]] = deque()
     show = sys.stderr.isatty()
     progress = Progress(
         TextColumn("[bold]judging"),
@@ -566,10 +583,10 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
 
     def emit_first() -> None:
         nonlocal failed
-        scored, future = window.popleft()
+        scored, findings, future = window.popleft()
         result = future.result()
         failed += result.error is not None
-        out.write(dumps_line(judge_json(scored, result)))
+        out.write(dumps_line(judge_json(scored, result, findings)))
         progress.advance(task)
 
     with progress, ThreadPoolExecutor(max_workers=settings.judge.concurrency) as pool:
@@ -584,12 +601,22 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
                 sys.stderr.write(bad_line_json(number, error) + "\n")
                 continue
             signals = compute(record, params)
-            window.append((signals_json(signals), pool.submit(client.judge, record, signals)))
+            # Looked up here, one record at a time (cached): the lookup is not thread-safe.
+            findings = resolver([(record, signals)])[0] if resolver is not None else None
+            window.append(
+                (
+                    signals_json(signals),
+                    findings,
+                    pool.submit(client.judge, record, signals, findings),
+                )
+            )
             # A bounded window keeps memory flat and output in input order.
             while len(window) >= settings.judge.concurrency * 4:
                 emit_first()
         while window:
             emit_first()
+    if resolver is not None:
+        resolver.close()
     out.flush()
     if strict and (bad or failed):
         raise SystemExit(1)

@@ -220,3 +220,41 @@ def test_judge_command_without_a_model_exits_2() -> None:
     result = run(["judge", "-"])
     assert result.exit_code == 2
     assert "OBSERVER_JUDGE_MODEL" in result.stderr
+
+
+def test_judge_command_with_a_resolver_applies_the_funnel(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from tests.fakes.openai_stub import OpenAIStub
+    from tests.resolver import hooks
+
+    lines = (Path(__file__).parent.parent / "examples" / "records.jsonl").read_text()
+    records = [json.loads(line) for line in lines.splitlines()]
+    hooks.STORE.clear()
+    for record in records:
+        for source in record["sources"]:
+            if source.get("chunk_id"):
+                hooks.STORE[source["chunk_id"]] = {"text": source["text"]}
+    deleted = "admin-badge#c2"
+    del hooks.STORE[deleted]
+    try:
+        with OpenAIStub() as stub:
+            monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+            monkeypatch.setenv("OBSERVER_JUDGE_BASE_URL", stub.url + "/v1")
+            monkeypatch.setenv("OBSERVER_JUDGE_MODEL", "stub-judge")
+            monkeypatch.setenv("OBSERVER_RESOLVER__KIND", "hook")
+            monkeypatch.setenv("OBSERVER_RESOLVER__HOOK", "tests.resolver.hooks:lookup")
+            source = tmp_path / "in.jsonl"
+            source.write_text(lines)
+            result = run(["judge", str(source)])
+    finally:
+        hooks.STORE.clear()
+    assert result.exit_code == 0, result.output
+    out = {o["trace_id"]: o for o in map(json.loads, result.stdout.splitlines())}
+    flagged = [o for o in out.values() if deleted in o["missing_chunks"]]
+    assert flagged
+    for o in flagged:
+        decided = [v for v in o["verdicts"] if v.get("reason")]
+        assert decided and all(v["supported"] is None for v in decided)
+        assert all(deleted in v["reason"] for v in decided)
+    assert all(o["missing_chunks"] == [] for o in out.values() if o not in flagged)
