@@ -25,6 +25,7 @@ A crash mid-pass re-reads the same window: fingerprints make that idempotent.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
@@ -151,7 +152,7 @@ class Pipeline:
         self.settle = timedelta(seconds=settle_s)
         self.overlap = timedelta(seconds=overlap_s)
         self.sweep_interval = timedelta(seconds=sweep_interval_s)
-        self._swept_at: datetime | None = None  # the last complete pass that read the overlap
+        self._swept_at: datetime | None = None  # when the last sweep ended
         self.lookback = timedelta(seconds=lookback_s)
         self.lookup = lookup
         self.should_stop = should_stop
@@ -162,10 +163,11 @@ class Pipeline:
         """One daemon pass from the watermark to `now`; advances it.
 
         A sweep re-reads the overlap before the watermark too, for observations
-        that landed late: the first pass of a process, then one pass per sweep
-        interval. The passes between start at the watermark, which already trails
-        `now` by the settle time: re-reading the whole overlap on every pass
-        would read the same traces `overlap / poll interval` times over.
+        that landed late: the first pass of a process, then the first pass a sweep
+        interval after the last sweep ended. The passes between start at the
+        watermark, which already trails `now` by the settle time: re-reading the
+        whole overlap on every pass would read the same traces `overlap / poll
+        interval` times over.
         """
         watermark = self.state.watermark()
         sweep = self._swept_at is None or now - self._swept_at >= self.sweep_interval
@@ -173,10 +175,13 @@ class Pipeline:
             start = now - self.lookback
         else:
             start = watermark - self.overlap if sweep else watermark
+        began = time.monotonic()
         result = self.process_window(start, now, now)
         result.sweep = sweep
         if sweep:
-            self._swept_at = now
+            # Counted from the sweep's end: when passes last longer than the interval (the
+            # daemon is behind), sweeps alternate with passes that only read what is new.
+            self._swept_at = now + timedelta(seconds=time.monotonic() - began)
         proposed = now - self.settle
         if result.hold is not None:
             proposed = min(proposed, result.hold)

@@ -7,6 +7,7 @@ outages and restarts; every skip counted.
 from __future__ import annotations
 
 import copy
+import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -526,7 +527,6 @@ def test_waiting_out_a_429_keeps_the_liveness_heartbeat_fresh(
     """A pass that waits for Langfuse is alive, not wedged: /healthz must not have it
     restarted (that would throw away the pass's reading and start over)."""
     import threading
-    import time
 
     loaded.fail_next(429, count=3, retry_after=1.2, path_prefix="/api/public/v2/observations")
     settings = configure(monkeypatch, loaded)
@@ -549,3 +549,24 @@ def test_waiting_out_a_429_keeps_the_liveness_heartbeat_fresh(
     assert len(fresh) > 30  # the three waits took more than 3 s
     assert all(fresh)
     assert results and results[0].scored == SCORED_TRACES
+
+
+def test_a_daemon_behind_alternates_sweeps_with_passes_that_read_only_what_is_new(
+    loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Passes longer than the sweep interval: the interval counts from a sweep's end, so
+    the pass right after a sweep does not re-read the overlap again."""
+    loaded.latency_s = 0.6  # every page takes a while: a pass lasts longer than the interval
+    settings = configure(monkeypatch, loaded, OBSERVER_SOURCE__SWEEP_INTERVAL_S="0.5")
+    parts = app.build(settings, state_path=tmp_path / "s.sqlite")
+    now = after(demo_observations())
+    began = time.monotonic()  # the passes' clock runs as fast as the wall clock
+
+    def clock() -> Any:
+        return now + timedelta(seconds=time.monotonic() - began)
+
+    try:
+        sweeps = [parts.pipeline.poll(clock()).sweep for _ in range(4)]  # back to back
+    finally:
+        parts.state.close()
+    assert sweeps == [True, False, True, False]
