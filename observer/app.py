@@ -585,7 +585,8 @@ def backtest(
         names = ", ".join(r.name for r in alerts.rules) or "none"
         raise ConfigError(f"no window rule named {rule!r} (configured: {names})")
     longest = max((r.window_s for r in chosen), default=0.0)
-    rows = alerts.state.history.rows(start.timestamp() - longest, end.timestamp())
+    read = {r.expression.signal for r in chosen}
+    rows = alerts.state.history.rows(start.timestamp() - longest, end.timestamp(), read)
     points = evaluation_points(start.timestamp(), end.timestamp(), step_s, 0.0)
     return [Backtest(r, replay(r, rows, {}, points, alerts.max_groups).events) for r in chosen]
 

@@ -185,7 +185,8 @@ class AlertService:
             return {}
         start = min(p[0] - r.window_s for r, _, p in plans)
         end = max(p[-1] for _, _, p in plans)
-        rows = self.state.history.rows(start, end)
+        read = {r.expression.signal for r, _, _ in plans}
+        rows = self.state.history.rows(start, end, read)
         return {
             rule.name: (rule, replay(rule, rows, states, points, self.max_groups))
             for rule, states, points in plans

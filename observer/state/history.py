@@ -9,7 +9,7 @@ Kept `alerts.history_days` and pruned by housekeeping.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import orjson
@@ -55,15 +55,19 @@ def write_row(db: sqlite3.Connection, row: Row) -> None:
     )
 
 
-def _row(record: tuple[Any, ...]) -> Row:
+def _row(record: tuple[Any, ...], keys: Collection[str] | None, labels: dict[str, str]) -> Row:
     trace_id, at, project_id, environment, query_type, signals = record
+    values = orjson.loads(signals)
+    if keys is not None:
+        values = {k: v for k, v in values.items() if k in keys}
     return Row(
         at=float(at),
-        values=orjson.loads(signals),
+        values=values,
         trace_id=str(trace_id),
         project_id=project_id,
-        environment=str(environment),
-        query_type=str(query_type),
+        # A window holds one row per trace: one string per label value, not per row.
+        environment=labels.setdefault(str(environment), str(environment)),
+        query_type=labels.setdefault(str(query_type), str(query_type)),
     )
 
 
@@ -85,7 +89,7 @@ class History:
             ).fetchone()
             if found is None:
                 return None
-            row = _row(found)
+            row = _row(found, None, {})
             merged = {**row.values, **{k: v for k, v in values.items() if v is not None}}
             updated = Row(
                 row.at, merged, row.trace_id, row.project_id, row.environment, row.query_type
@@ -101,21 +105,29 @@ class History:
                 [(at, name, float(value)) for name, value in values.items()],
             )
 
-    def rows(self, start: float, end: float) -> list[Row]:
-        """Trace rows and samples with start < at <= end, oldest first."""
+    def rows(self, start: float, end: float, keys: Collection[str] | None = None) -> list[Row]:
+        """Trace rows and samples with start < at <= end, oldest first.
+
+        `keys`: only these signals are kept in each row's values (the ones the rules
+        read). A window at a busy service holds hundreds of thousands of rows: the
+        memory of an evaluation is that of its rows.
+        """
+        labels: dict[str, str] = {}
         with self._file.lock:
-            traces = self._file.db.execute(
+            cursor = self._file.db.execute(
                 "SELECT trace_id, at, project_id, environment, query_type, signals "
                 "FROM history WHERE at > ? AND at <= ? ORDER BY at",
                 (start, end),
-            ).fetchall()
+            )
+            rows = [_row(t, keys, labels) for t in cursor]
             samples = self._file.db.execute(
                 "SELECT at, name, value FROM samples WHERE at > ? AND at <= ? ORDER BY at",
                 (start, end),
             ).fetchall()
-        rows = [_row(t) for t in traces]
         rows.extend(
-            Row(at=float(at), values={str(name): float(value)}) for at, name, value in samples
+            Row(at=float(at), values={str(name): float(value)})
+            for at, name, value in samples
+            if keys is None or name in keys
         )
         rows.sort(key=lambda r: r.at)
         return rows
