@@ -155,6 +155,28 @@ def build_notifiers(settings: Settings) -> dict[str, Notifier]:
     return built
 
 
+def build_source(
+    settings: Settings,
+    metrics: Metrics,
+    *,
+    api: LangfuseAPI | None = None,
+    max_attempts: int | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> LangfuseSource:
+    """Langfuse's observations as configured (rate, pages, environments, metadata)."""
+    src = settings.source
+    return LangfuseSource(
+        api or build_api(settings),
+        RateLimiter(src.requests_per_minute),
+        metrics,
+        page_limit=src.page_limit,
+        environments=src.environments,
+        expand_metadata=settings.mapping_rules().metadata_keys,
+        max_attempts=src.max_attempts if max_attempts is None else max_attempts,
+        should_stop=should_stop,
+    )
+
+
 def _resolver_fields(settings: Settings) -> Fields:
     r = settings.resolver
     return Fields(r.id_field, r.hash_field, r.text_field, r.doc_field, r.updated_field)
@@ -268,15 +290,8 @@ def build(
     rules = settings.mapping_rules()
     if source is None:
         assert api is not None
-        source = LangfuseSource(
-            api,
-            RateLimiter(settings.source.requests_per_minute),
-            metrics,
-            page_limit=settings.source.page_limit,
-            environments=settings.source.environments,
-            expand_metadata=rules.metadata_keys,
-            max_attempts=settings.source.max_attempts,
-            should_stop=_alive_while_waiting(health, stop),
+        source = build_source(
+            settings, metrics, api=api, should_stop=_alive_while_waiting(health, stop)
         )
     if sink is None:
         assert api is not None
@@ -464,13 +479,12 @@ def check_resolver(
         return f"NOT USABLE: {error}", True
     assert lookup is not None
     store = lookup.resolver.store
+    cited = [cited_chunks(record, signals) for record, signals in recent or []]
+    ids = sample_ids(cited, CHECK_SAMPLE_IDS)
     try:
-        store.lookup(["observer-check-probe"])
-        cited = [cited_chunks(record, signals) for record, signals in recent or []]
-        ids = sample_ids(cited, CHECK_SAMPLE_IDS)
-        report = sample_report(
-            cited, ids, store.lookup(ids) if ids else {}, _resolver_fields(settings)
-        )
+        # One query: the sample's ids, or an id no store holds when there is no sample.
+        stored = store.lookup(ids or ["observer-check-probe"])
+        report = sample_report(cited, ids, stored if ids else {}, _resolver_fields(settings))
     except ResolverError as error:
         return f"NO: {name}: {error}", True
     finally:
@@ -486,22 +500,13 @@ CHECK_SAMPLE_IDS = 20
 CHECK_SAMPLE_PAGES = 3
 
 
-def recent_answers(settings: Settings) -> list[tuple[RagRecord, Signals]]:
+def recent_answers(settings: Settings, source: LangfuseSource) -> list[tuple[RagRecord, Signals]]:
     """The answers among the first pages of the last `source.lookback_s`, mapped and
     computed as the daemon would (a trace cut by a page end may be missed: a sample)."""
     from observer.mapping.convention import map_trace
     from observer.signals import compute
 
     rules = settings.mapping_rules()
-    source = LangfuseSource(
-        build_api(settings),
-        RateLimiter(60),
-        Metrics(),
-        page_limit=settings.source.page_limit,
-        environments=settings.source.environments,
-        expand_metadata=rules.metadata_keys,
-        max_attempts=1,
-    )
     end = now_utc()
     by_trace: dict[str, list[dict[str, Any]]] = {}
     pages = source.pages(end - timedelta(seconds=settings.source.lookback_s), end)
@@ -534,21 +539,27 @@ def check(settings: Settings, state_path: Path) -> CheckResult:
     except StateError as error:
         rows.append(("state", f"NOT USABLE: {error}"))
         code = EXIT_CONFIG
+    try:
+        source: LangfuseSource | None = build_source(settings, Metrics(), max_attempts=1)
+        unusable: ConfigError | None = None
+    except ConfigError as error:
+        source, unusable = None, error
     if settings.resolver.kind:
-        try:
-            recent: list[tuple[RagRecord, Signals]] | None = recent_answers(settings)
-        except (ConfigError, RemoteError):  # the reachable row below says why
-            recent = None
+        recent: list[tuple[RagRecord, Signals]] | None = None
+        if source is not None:
+            try:
+                recent = recent_answers(settings, source)
+            except RemoteError:  # the reachable row below says why
+                recent = None
         row, failed = check_resolver(settings, recent)
         rows.append(("resolver", row))
         code = code or (EXIT_CONFIG if failed else EXIT_OK)
+    if source is None:
+        rows.append(("reachable", f"not checked: {unusable}"))
+        return CheckResult(rows, code or EXIT_CONFIG)
     try:
-        probe = LangfuseSource(build_api(settings), RateLimiter(60), Metrics(), max_attempts=1)
-        probe.probe()
+        source.probe()
         rows.append(("reachable", "yes, keys accepted"))
-    except ConfigError as error:
-        rows.append(("reachable", f"not checked: {error}"))
-        code = code or EXIT_CONFIG
     except RemoteError as error:
         rows.append(("reachable", f"NO: {error}"))
         code = code or exit_code(error)
