@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import statistics
 import sys
 import tempfile
@@ -38,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from observer.judge.client import JudgeClient  # noqa: E402
 from observer.judge.protocol import CLAIMS_SYSTEM, VERDICTS_SYSTEM, context_of  # noqa: E402
-from observer.judge.sampler import SamplerParams  # noqa: E402
+from observer.judge.sampler import SamplerParams, hash_fraction  # noqa: E402
 from observer.judge.service import JudgeService  # noqa: E402
 from observer.model import RagRecord, Signals  # noqa: E402
 from observer.records import parse_record  # noqa: E402
@@ -141,7 +140,7 @@ def reindexed_store(pairs: list[tuple[RagRecord, Signals]], share: float) -> dic
         for source in record.sources:
             if not source.chunk_id:
                 continue
-            draw = int.from_bytes(hashlib.sha256(source.chunk_id.encode()).digest()[:8]) / 2**64
+            draw = hash_fraction(source.chunk_id)
             if draw < share / 2:
                 continue  # deleted
             text = source.text + " (re-written)" if draw < share else source.text

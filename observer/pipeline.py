@@ -149,7 +149,6 @@ class Pipeline:
             on_scored=on_scored,
             on_signals=on_signals,
         )
-        self.settle = timedelta(seconds=settle_s)
         self.overlap = timedelta(seconds=overlap_s)
         self.sweep_interval = timedelta(seconds=sweep_interval_s)
         self._swept_at: datetime | None = None  # when the last sweep ended
@@ -182,7 +181,7 @@ class Pipeline:
             # Counted from the sweep's end: when passes last longer than the interval (the
             # daemon is behind), sweeps alternate with passes that only read what is new.
             self._swept_at = now + timedelta(seconds=time.monotonic() - began)
-        proposed = now - self.settle
+        proposed = now - self.traces.settle
         if result.hold is not None:
             proposed = min(proposed, result.hold)
         if watermark is None or proposed > watermark:
