@@ -15,6 +15,7 @@ from click.testing import CliRunner, Result
 from observer.cli import main
 from tests.daemon_helpers import ROOT, configure, demo_counts, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
+from tests.fakes.openai_stub import OpenAIStub
 
 DEMO = demo_counts()
 
@@ -180,18 +181,12 @@ def test_check_with_wrong_keys_exits_4(fake: FakeLangfuse, monkeypatch: pytest.M
 
 
 def test_judge_command_adds_the_judges_findings_in_input_order(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    judge_stub: OpenAIStub, tmp_path: Path
 ) -> None:
-    from tests.fakes.openai_stub import OpenAIStub
-
-    with OpenAIStub() as stub:
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        monkeypatch.setenv("OBSERVER_JUDGE_BASE_URL", stub.url + "/v1")
-        monkeypatch.setenv("OBSERVER_JUDGE_MODEL", "stub-judge")
-        lines = (Path(__file__).parent.parent / "examples" / "records.jsonl").read_text()
-        source = tmp_path / "in.jsonl"
-        source.write_text(lines + "not a record\n")
-        result = run(["judge", str(source)])
+    lines = (Path(__file__).parent.parent / "examples" / "records.jsonl").read_text()
+    source = tmp_path / "in.jsonl"
+    source.write_text(lines + "not a record\n")
+    result = run(["judge", str(source)])
     assert result.exit_code == 0, result.output
     out = [json.loads(line) for line in result.stdout.splitlines()]
     expected_ids = [json.loads(line)["trace_id"] for line in lines.splitlines()]
@@ -223,30 +218,20 @@ def test_judge_command_without_a_model_exits_2() -> None:
 
 
 def test_judge_command_with_a_resolver_applies_the_funnel(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    judge_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from tests.fakes.openai_stub import OpenAIStub
     from tests.resolver import hooks
 
     lines = (Path(__file__).parent.parent / "examples" / "records.jsonl").read_text()
-    records = [json.loads(line) for line in lines.splitlines()]
-    hooks.STORE.clear()
-    for record in records:
-        for source in record["sources"]:
-            if source.get("chunk_id"):
-                hooks.STORE[source["chunk_id"]] = {"text": source["text"]}
+    hooks.seed_from_examples()
     deleted = "admin-badge#c2"
     del hooks.STORE[deleted]
     try:
-        with OpenAIStub() as stub:
-            monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-            monkeypatch.setenv("OBSERVER_JUDGE_BASE_URL", stub.url + "/v1")
-            monkeypatch.setenv("OBSERVER_JUDGE_MODEL", "stub-judge")
-            monkeypatch.setenv("OBSERVER_RESOLVER__KIND", "hook")
-            monkeypatch.setenv("OBSERVER_RESOLVER__HOOK", "tests.resolver.hooks:lookup")
-            source = tmp_path / "in.jsonl"
-            source.write_text(lines)
-            result = run(["judge", str(source)])
+        monkeypatch.setenv("OBSERVER_RESOLVER__KIND", "hook")
+        monkeypatch.setenv("OBSERVER_RESOLVER__HOOK", "tests.resolver.hooks:lookup")
+        source = tmp_path / "in.jsonl"
+        source.write_text(lines)
+        result = run(["judge", str(source)])
     finally:
         hooks.STORE.clear()
     assert result.exit_code == 0, result.output

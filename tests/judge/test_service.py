@@ -21,13 +21,10 @@ SCORED = demo_counts().scored
 
 
 @pytest.fixture
-def servers(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeLangfuse, OpenAIStub]]:
-    with FakeLangfuse() as langfuse, OpenAIStub() as stub:
+def servers(judge_stub: OpenAIStub) -> Iterator[tuple[FakeLangfuse, OpenAIStub]]:
+    with FakeLangfuse() as langfuse:
         langfuse.add_observations(demo_observations())
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        monkeypatch.setenv("OBSERVER_JUDGE_BASE_URL", stub.url + "/v1")
-        monkeypatch.setenv("OBSERVER_JUDGE_MODEL", "stub-judge")
-        yield langfuse, stub
+        yield langfuse, judge_stub
 
 
 def run(

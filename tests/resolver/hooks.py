@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 from typing import Any
 
 # The hook's "store", filled by the tests: {chunk_id: {"text_hash", "text", "doc_id", ...}}.
 STORE: dict[str, dict[str, Any]] = {}
 CALLS: list[list[str]] = []
 RELEASE = threading.Event()  # slow() waits on it, so a test can let it finish
+
+
+def seed_from_examples() -> None:
+    """The store holds every chunk the bundled examples cite, as their answers saw it."""
+    STORE.clear()
+    CALLS.clear()
+    examples = Path(__file__).resolve().parents[2] / "examples" / "records.jsonl"
+    for line in examples.read_text().splitlines():
+        for source in json.loads(line)["sources"]:
+            if source.get("chunk_id"):
+                STORE[source["chunk_id"]] = {"text": source["text"], "doc_id": "kb"}
 
 
 def lookup(ids: list[str]) -> dict[str, dict[str, Any]]:

@@ -24,12 +24,7 @@ REWRITTEN = "kb-api-rate-limits#c1"
 @pytest.fixture
 def store() -> Iterator[dict[str, dict[str, Any]]]:
     """Every chunk the examples cite, as the answers saw it; then one deleted, one re-written."""
-    hooks.STORE.clear()
-    hooks.CALLS.clear()
-    for line in (ROOT / "examples" / "records.jsonl").read_text().splitlines():
-        for source in json.loads(line)["sources"]:
-            if source.get("chunk_id"):
-                hooks.STORE[source["chunk_id"]] = {"text": source["text"], "doc_id": "kb"}
+    hooks.seed_from_examples()
     del hooks.STORE[DELETED]
     hooks.STORE[REWRITTEN] = {"text": "The policy was rewritten since.", "doc_id": "kb"}
     yield hooks.STORE
@@ -196,15 +191,6 @@ def test_check_without_a_sample_still_proves_the_store(
 # ---- the judge's funnel in the daemon -------------------------------------------------------
 
 
-@pytest.fixture
-def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIStub]:
-    with OpenAIStub() as server:
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        monkeypatch.setenv("OBSERVER_JUDGE_BASE_URL", server.url + "/v1")
-        monkeypatch.setenv("OBSERVER_JUDGE_MODEL", "stub-judge")
-        yield server
-
-
 def flagged_traces(langfuse: FakeLangfuse) -> set[str]:
     return {
         s["traceId"]
@@ -225,7 +211,7 @@ def judge_env(**extra: str) -> dict[str, str]:
 
 def test_flagged_chunks_never_reach_the_verdicts_call(
     store: dict[str, Any],
-    stub: OpenAIStub,
+    judge_stub: OpenAIStub,
     monkeypatch: pytest.MonkeyPatch,
     langfuse: FakeLangfuse,
     tmp_path: Path,
@@ -246,7 +232,7 @@ def test_flagged_chunks_never_reach_the_verdicts_call(
     assert result.exit_code == 0, result.error
     verdict_calls = [
         r["messages"][-1]["content"]
-        for r in stub.requests
+        for r in judge_stub.requests
         if r["response_format"]["json_schema"]["name"] == "observer_verdicts"
     ]
     assert verdict_calls and not any(deleted_text in content for content in verdict_calls)
@@ -261,7 +247,7 @@ def test_flagged_chunks_never_reach_the_verdicts_call(
 
 def test_traces_with_flagged_chunks_are_oversampled(
     store: dict[str, Any],
-    stub: OpenAIStub,
+    judge_stub: OpenAIStub,
     monkeypatch: pytest.MonkeyPatch,
     langfuse: FakeLangfuse,
     tmp_path: Path,
@@ -282,7 +268,7 @@ def test_traces_with_flagged_chunks_are_oversampled(
 
 def test_a_queued_sample_keeps_its_findings_across_a_restart(
     store: dict[str, Any],
-    stub: OpenAIStub,
+    judge_stub: OpenAIStub,
     monkeypatch: pytest.MonkeyPatch,
     langfuse: FakeLangfuse,
     tmp_path: Path,

@@ -78,15 +78,6 @@ def langfuse() -> Iterator[FakeLangfuse]:
         yield server
 
 
-@pytest.fixture
-def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIStub]:
-    with OpenAIStub() as server:
-        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        monkeypatch.setenv("OBSERVER_JUDGE_BASE_URL", server.url + "/v1")
-        monkeypatch.setenv("OBSERVER_JUDGE_MODEL", "stub-judge")
-        yield server
-
-
 def one_pass(
     monkeypatch: pytest.MonkeyPatch,
     langfuse: FakeLangfuse,
@@ -215,7 +206,7 @@ def test_a_pass_exports_its_spans_and_the_same_metrics(
 def test_the_judge_calls_follow_the_genai_conventions_and_reach_langfuse(
     collector: OtlpReceiver,
     langfuse: FakeLangfuse,
-    stub: OpenAIStub,
+    judge_stub: OpenAIStub,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
@@ -250,7 +241,7 @@ def test_the_judge_calls_follow_the_genai_conventions_and_reach_langfuse(
 
     # The ops collector: observer.judge per judged trace, observer.judge_call per LLM call.
     calls = collector.spans_named("observer.judge_call")
-    assert len(calls) == stub.calls == metrics.value("observer_judge_calls_total")
+    assert len(calls) == judge_stub.calls == metrics.value("observer_judge_calls_total")
     judges = collector.spans_named("observer.judge")
     assert len(judges) == DEMO.scored
     judge_ids = {s.span_id for s in judges}
@@ -320,12 +311,12 @@ def test_the_judge_calls_follow_the_genai_conventions_and_reach_langfuse(
 def test_a_failed_judge_call_is_an_error_span(
     collector: OtlpReceiver,
     langfuse: FakeLangfuse,
-    stub: OpenAIStub,
+    judge_stub: OpenAIStub,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", collector.url + "/v1/traces")
-    stub.reject_json_schema = True  # the first call fails with a 400; json_object then works
+    judge_stub.reject_json_schema = True  # the first call fails with a 400; json_object then works
     telemetry = setup_telemetry(Metrics())
     assert telemetry.parts == ["spans"]
     one_pass(
