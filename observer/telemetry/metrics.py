@@ -189,6 +189,21 @@ class Metrics:
             "How far the point up to which every trace has been processed trails the clock",
             registry=r,
         )
+        self.clock_skew = Gauge(
+            "observer_clock_skew_seconds",
+            "Langfuse's clock (the Date header of its answers) minus this host's",
+            registry=r,
+        )
+        self.slow_ingestion_traces = Counter(
+            "observer_slow_ingestion_traces_total",
+            "Traces from SDKs or exporters whose data Langfuse may ingest up to 15 minutes late",
+            registry=r,
+        )
+        self.scores_deleted = Counter(
+            "observer_scores_deleted_total",
+            "Scores deleted from Langfuse because they no longer apply to their trace",
+            registry=r,
+        )
         self._watermark: float | None = None
         self._clock: Callable[[], float] = time.time
         self.watermark_lag.set_function(self._lag)
