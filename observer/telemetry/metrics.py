@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -292,10 +292,12 @@ class Metrics:
         )
         self.alerts_active = Gauge(
             "observer_alerts_active",
-            "Alerts currently firing, by rule, group and severity (1 firing, 0 not)",
+            "Alert groups firing now, by rule, group and severity (query_type capped as the "
+            "quality metrics'; a series exists only while its group fires)",
             ["rule", "environment", "query_type", "severity"],
             registry=r,
         )
+        self._alerts_active: dict[str, set[tuple[str, str, str]]] = {}
 
         _zero(self.traces, "outcome", TRACE_OUTCOMES)
         _zero(self.skips, "reason", SKIP_REASONS)
@@ -312,6 +314,35 @@ class Metrics:
         for name in names:
             for result in NOTIFICATION_RESULTS:
                 self.alert_notifications.labels(notifier=name, result=result)
+
+    def alert_query_type(self, query_type: str) -> str:
+        """An alert group's query_type label, capped as `quality_labels` caps it (the same
+        query types keep their name; '' for a rule that does not group by it stays '')."""
+        if not query_type:
+            return query_type
+        with self._labels_lock:
+            if query_type in self._query_types:
+                return query_type
+            if len(self._query_types) < self.max_query_types:
+                self._query_types.add(query_type)
+                return query_type
+        return OTHER
+
+    def set_alerts_active(self, rule: str, firing: Mapping[tuple[str, str, str], int]) -> None:
+        """The rule's firing groups, by (environment, query_type, severity): how many fire in
+        each (several, when capped query types share `other`). Series no longer firing are
+        removed, not left at 0."""
+        with self._labels_lock:
+            before = self._alerts_active.get(rule, set())
+            self._alerts_active[rule] = {key for key, n in firing.items() if n > 0}
+        for key, n in firing.items():
+            if n > 0:
+                environment, query_type, severity = key
+                self.alerts_active.labels(
+                    rule=rule, environment=environment, query_type=query_type, severity=severity
+                ).set(n)
+        for key in before - {key for key, n in firing.items() if n > 0}:
+            self.alerts_active.remove(rule, *key)
 
     # -- the lag ------------------------------------------------------------------
 
