@@ -5,10 +5,13 @@ first ``start()``, reused on every later ``start()``) served from a daemon threa
 
 Routes:
 
-- ``GET /api/public/health`` (no auth) -> ``{"status": "OK", "version": "4.16.0"}``
-- ``GET /api/public/v2/observations`` -> ``{"data": [...], "meta": {"cursor": str | null}}``
+- ``GET /api/public/health`` (no auth, no rate limit) -> ``{"status": "OK", "version": ...}``
+- ``GET /api/public/v2/observations`` -> ``{"data": [...], "meta": {"cursor": str}}``, ``meta``
+  empty at the end
 - ``POST /api/public/scores`` (JSON array, as SDK 5 sends it) -> 202, or 207 when told to
-  reject some scores
+  reject some scores; before server 4.59 one object -> 200 ``{"id"}``
+- ``DELETE /api/public/scores/{scoreId}`` -> 202 ``{"message": "Score deletion queued
+  successfully"}``
 - ``GET|POST /api/public/score-configs``, ``GET|PATCH /api/public/score-configs/{id}``
 - the unstable dashboards API: ``GET|POST /api/public/unstable/dashboards``,
   ``GET .../dashboards/{id}``, ``POST .../dashboards/{id}/placements``,
@@ -25,6 +28,75 @@ GET lists of score configs, dashboards and widgets page with ``page`` (from 1) a
 ``dashboards_api = False`` makes the dashboards API answer like a server without it
 (404 ``Route not found``, before auth).
 
+The service as it is (DESIGN §9). A fake kinder than the service hides exactly the
+failures users meet, so each of these is an attribute (and a ``Behaviour`` field), with
+the ``KIND`` and ``SERVICE_LIKE`` presets switching them together; ``DEFAULT_BEHAVIOUR``
+is what ``FakeLangfuse()`` does. Server paths are in github:langfuse/langfuse (read at
+62751446149b, v4.16.0+30).
+
+- Order and cursor. Observations are listed ``start_time DESC, xxHash32(trace_id) DESC,
+  span_id DESC`` and the cursor is the keyset of the last row, base64 JSON
+  ``{lastStartTimeTo, lastTraceId, lastId}``; without more rows ``meta`` is ``{}``
+  (packages/shared/src/server/repositories/events.ts ``orderByForObservationsQuery``,
+  ``applyObservationsCursorFilter``; web/src/pages/api/public/v2/observations/index.ts;
+  web/src/features/public-api/types/observations.ts ``encodeCursor``). Always on.
+- Continuation pages (``empty_page_share``, ``cut_page_share``, seeded): a page may hold
+  fewer observations than ``limit``, none too, while ``meta.cursor`` is present; only an
+  absent cursor ends a listing (changelog 2026-11-03, "Continue observations queries that
+  would otherwise time out", langfuse.com/changelog/2026-11-03-observations-api-continuation).
+  The cursor stays a valid keyset: a cut page's is its last row, an empty page's lies just
+  above the next row (or below every row, once none is left).
+- Clock (``clock``, default the real UTC now): every answer's ``Date`` header (RFC 7231,
+  as Node sends one) and everything below that is timed.
+- Ingestion delay (``ingestion_delay_s`` + seeded ``ingestion_jitter_s``, or
+  ``add_observations(..., delay_s=)``): observations show in listings only that long after
+  they were added, on ``clock``. Data from ``langfuse-python`` < 4.7.0, ``langfuse-js`` <
+  5.4.0 and OTel exporters without ``x-langfuse-ingestion-version: 4`` can take up to 15
+  minutes, ``INGESTION_DELAY_BOUND_S`` (Observations API docs,
+  langfuse.com/docs/api-and-data-platform/features/observations-api;
+  langfuse.com/faq/all/how-long-until-traces-appear; worker/src/queues/otelIngestionQueue.ts
+  ``checkHeaderBasedDirectWrite``). SDK 5 data lands within seconds.
+- Several roots (``compute_roots``; ``add_observations(..., app_roots=)``):
+  ``isRootObservation`` is ``parent_span_id = '' OR is_app_root``
+  (packages/shared/src/eventsTable.ts ``eventsTableIsRootObservationSqlForAlias``; the SDK's
+  mark is the span attribute ``langfuse.internal.is_app_root``,
+  packages/shared/src/server/otel/attributes.ts), so a trace may have several: a second
+  turn, an app root under a remote parent. Without ``compute_roots`` a value the caller
+  wrote is kept.
+- Client times: start times and score timestamps are stored as given, in 2099 or 1999.
+- Server version (``server_version``, default 4.60.0): ``GET /api/public/health`` returns
+  it (pages/api/public/health.ts); batch score posts need 4.59+: before that the route's
+  body is ``PostScoresBodyV1``, one object (pages/api/public/scores/index.ts), and an array
+  is zod's 400 ``invalid_type``.
+- Rate limits (``rate_limits``: ``HOBBY``, ``CORE``, ``PRO``; None is self-hosted): one
+  "public-api" bucket per organisation for every authenticated route here (reads, score
+  posts, configs, dashboards), 30 / 100 / 1,000 a minute (langfuse.com/faq/all/api-limits);
+  ``DELETE /api/public/scores/{id}`` counts in its own "score-delete" bucket, 50 / 200 /
+  1,000 a day (web/src/features/public-api/server/RateLimitService.ts). A fixed window from
+  its first request (rate-limiter-flexible), refused once no point is left after the request
+  (``remainingPoints < 1``). The 429, and only it, carries ``Retry-After`` (integer
+  seconds), ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset`` (a JS ``Date.toString()``),
+  body ``{"message": "Rate limit exceeded", "code": "rate_limited", "details": {...}}``
+  (``createHttpHeaderFromRateLimit``; unstable-public-api-error-contract.ts). After auth.
+- Body size (``max_body_bytes``, 1 MiB on the service): Next.js parses an API route's body
+  before the route runs, with a default ``sizeLimit`` of "1mb", and answers a larger one 413
+  with the plain text ``Body exceeded 1mb limit`` (next.js
+  packages/next/src/server/api-utils/node/parse-body.ts, api-utils/index.ts ``sendError``).
+- Usage suspended (``usage_suspended``): score posts answer 403 ``{"message": "Ingestion
+  suspended: Usage threshold exceeded. Please upgrade your plan.", "error":
+  "ForbiddenError"}`` after auth, rate limit and body validation; reads and deletes go on
+  (pages/api/public/scores/index.ts; the ingestion and OTel routes do the same).
+- Score deletion: ``DELETE /api/public/scores/{scoreId}`` removes every stored score with
+  that id, whatever its name and day, and answers 202 even for an unknown id
+  (pages/api/public/scores/[scoreId].ts, ``deleteScores`` in
+  packages/shared/src/server/repositories/scores.ts; the OpenAPI spec says 204, the route
+  sends 202 and a message). The server queues it; the fake deletes at once.
+- Score identity: a score is stored under (id, name, UTC day of its timestamp), the scores
+  table's ``ORDER BY (project_id, toDate(timestamp), name, id)`` of a ReplacingMergeTree
+  (packages/shared/clickhouse/migrations/.../0003_scores.up.sql): the same key replaces,
+  the same id on another day is a second score. ``live_scores()``, ``scores_by_trace()``
+  and ``score_key()`` show what a dashboard would count.
+
 Fault injection: ``fail_next`` (any status, optional ``Retry-After``), ``reject_next_scores``
 (207 partial acceptance), ``latency_s`` (sleep before each answer) and ``stop()`` /
 ``start()`` (a real outage: the port is closed and open keep-alive connections are cut).
@@ -35,8 +107,12 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import dataclasses
+import email.utils
+import functools
 import json
 import math
+import random
 import re
 import threading
 import time
@@ -44,7 +120,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
@@ -52,10 +128,20 @@ from urllib.parse import parse_qs, urlsplit
 from .loopback import LoopbackHandler, LoopbackService
 
 __all__ = [
+    "CORE",
+    "DEFAULT_BEHAVIOUR",
     "DEFAULT_FIELD_GROUPS",
     "FIELD_GROUPS",
+    "HOBBY",
+    "INGESTION_DELAY_BOUND_S",
+    "KIND",
+    "PRO",
+    "SERVICE_LIKE",
+    "Behaviour",
     "FakeLangfuse",
+    "RateLimits",
     "RequestRecord",
+    "xxhash32",
 ]
 
 HEALTH_PATH: Final = "/api/public/health"
@@ -64,7 +150,13 @@ SCORES_PATH: Final = "/api/public/scores"
 SCORE_CONFIGS_PATH: Final = "/api/public/score-configs"
 DASHBOARDS_PATH: Final = "/api/public/unstable/dashboards"
 DASHBOARD_WIDGETS_PATH: Final = "/api/public/unstable/dashboard-widgets"
-SERVER_VERSION: Final = "4.16.0"
+CURRENT_SERVER_VERSION: Final = "4.60.0"
+BATCH_SCORES_SINCE: Final = (4, 59, 0)  # array bodies to POST /api/public/scores
+MAX_BODY_BYTES: Final = 1024 * 1024  # Next.js API routes' default bodyParser sizeLimit "1mb"
+INGESTION_DELAY_BOUND_S: Final = 15 * 60.0  # older SDKs and OTel without ingestion version 4
+USAGE_SUSPENDED_MESSAGE: Final = (
+    "Ingestion suspended: Usage threshold exceeded. Please upgrade your plan."
+)
 
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 1000
@@ -176,6 +268,10 @@ class RequestRecord:
     headers: dict[str, str]
 
 
+# The listing's order and keyset: (start_time, xxHash32(trace_id), span_id), all DESC.
+_SortKey = tuple[int, int, str]
+
+
 @dataclass(frozen=True)
 class _StoredObservation:
     data: JsonDict
@@ -183,8 +279,13 @@ class _StoredObservation:
     end_us: int | None
 
     @property
-    def sort_key(self) -> tuple[int, str]:
-        return (self.start_us, str(self.data["id"]))
+    def trace_id(self) -> str:
+        trace_id = self.data.get("traceId")
+        return trace_id if isinstance(trace_id, str) else ""
+
+    @property
+    def sort_key(self) -> _SortKey:
+        return (self.start_us, xxhash32(self.trace_id), str(self.data["id"]))
 
 
 @dataclass
@@ -201,13 +302,77 @@ class _Response:
     status: int
     body: Any
     headers: tuple[tuple[str, str], ...] = ()
+    raw: bytes | None = None  # a plain body without a Content-Type (Next.js's own errors)
 
 
 class _HttpError(Exception):
-    def __init__(self, status: int, message: str, **extra: Any) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        headers: tuple[tuple[str, str], ...] = (),
+        **extra: Any,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.body: JsonDict = {"message": message, **extra}
+        self.headers = headers
+
+
+@dataclass(frozen=True)
+class RateLimits:
+    """One organisation's Cloud rate limits (RateLimitService.ts, ``getPlanBasedRateLimitConfig``).
+
+    ``general_per_minute`` is the "public-api" resource every authenticated route of the fake
+    shares (observations, score posts, score configs, dashboards); ``score_deletes_per_day``
+    is the separate "score-delete" resource of ``DELETE /api/public/scores/{id}``.
+    """
+
+    general_per_minute: int
+    score_deletes_per_day: int
+
+
+# Per the docs (langfuse.com/faq/all/api-limits). The server source currently grants Core the
+# Pro general limit ("TEMPORARY: Expanded selected core plan rate limits to pro limits").
+HOBBY: Final = RateLimits(general_per_minute=30, score_deletes_per_day=50)
+CORE: Final = RateLimits(general_per_minute=100, score_deletes_per_day=200)
+PRO: Final = RateLimits(general_per_minute=1000, score_deletes_per_day=1000)
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How many of the real service's inconvenient habits a FakeLangfuse shows.
+
+    ``KIND`` turns them all off (full pages, no ingestion delay, roots as the caller wrote
+    them, no body limit, no rate limit); ``SERVICE_LIKE`` turns on what every Cloud project
+    meets (continuation pages, empty ones among them; a few seconds of ingestion delay;
+    ``isRootObservation`` computed the server's way; the 1 MiB body limit). Rate limits stay
+    off in both (self-hosted has none): pass ``rate_limits=HOBBY`` (or CORE, PRO) for Cloud.
+    Every field is also a plain attribute of the fake, switchable at any time.
+    """
+
+    empty_page_share: float = 0.0
+    cut_page_share: float = 0.0
+    ingestion_delay_s: float = 0.0
+    ingestion_jitter_s: float = 0.0
+    compute_roots: bool = False
+    max_body_bytes: int | None = None
+    rate_limits: RateLimits | None = None
+    server_version: str = CURRENT_SERVER_VERSION
+
+
+KIND: Final = Behaviour()
+SERVICE_LIKE: Final = Behaviour(
+    empty_page_share=0.15,
+    cut_page_share=0.35,
+    ingestion_jitter_s=10.0,
+    compute_roots=True,
+    max_body_bytes=MAX_BODY_BYTES,
+)
+# What ``FakeLangfuse()`` does. KIND for now, so the suite written against the kind fake
+# keeps passing; flip it to SERVICE_LIKE once the daemon copes with the service as it is.
+DEFAULT_BEHAVIOUR: Final = KIND
 
 
 def _bad_request(message: str, **extra: Any) -> _HttpError:
@@ -232,26 +397,112 @@ def _format_retry_after(seconds: float) -> str:
     return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
 
 
-def _encode_cursor(key: tuple[int, str]) -> str:
-    raw = json.dumps({"s": key[0], "i": key[1]}, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode("ascii")
+_XXH32_PRIMES: Final = (2654435761, 2246822519, 3266489917, 668265263, 374761393)
+_U32: Final = 0xFFFFFFFF
 
 
-def _decode_cursor(cursor: str) -> tuple[int, str]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        raw = base64.urlsafe_b64decode(padded.replace("+", "-").replace("/", "_"))
-        payload = json.loads(raw)
-    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
-        raise _bad_request("Invalid cursor") from exc
-    if (
-        not isinstance(payload, dict)
-        or not isinstance(payload.get("s"), int)
-        or isinstance(payload.get("s"), bool)
-        or not isinstance(payload.get("i"), str)
-    ):
-        raise _bad_request("Invalid cursor")
-    return (payload["s"], payload["i"])
+def _rotl32(value: int, bits: int) -> int:
+    return ((value << bits) | (value >> (32 - bits))) & _U32
+
+
+@functools.lru_cache(maxsize=65536)
+def xxhash32(text: str, seed: int = 0) -> int:
+    """ClickHouse's ``xxHash32(s)`` of a string (XXH32 of its UTF-8 bytes, seed 0)."""
+    p1, p2, p3, p4, p5 = _XXH32_PRIMES
+    data = text.encode("utf-8")
+    size, i = len(data), 0
+    if size >= 16:
+        lanes = [(seed + p1 + p2) & _U32, (seed + p2) & _U32, seed & _U32, (seed - p1) & _U32]
+        while i + 16 <= size:
+            for lane in range(4):
+                word = int.from_bytes(data[i : i + 4], "little")
+                lanes[lane] = (_rotl32((lanes[lane] + word * p2) & _U32, 13) * p1) & _U32
+                i += 4
+        acc = (
+            _rotl32(lanes[0], 1)
+            + _rotl32(lanes[1], 7)
+            + _rotl32(lanes[2], 12)
+            + _rotl32(lanes[3], 18)
+        ) & _U32
+    else:
+        acc = (seed + p5) & _U32
+    acc = (acc + size) & _U32
+    while i + 4 <= size:
+        word = int.from_bytes(data[i : i + 4], "little")
+        acc = (_rotl32((acc + word * p3) & _U32, 17) * p4) & _U32
+        i += 4
+    while i < size:
+        acc = (_rotl32((acc + data[i] * p5) & _U32, 11) * p1) & _U32
+        i += 1
+    acc ^= acc >> 15
+    acc = (acc * p2) & _U32
+    acc ^= acc >> 13
+    acc = (acc * p3) & _U32
+    acc ^= acc >> 16
+    return acc
+
+
+@dataclass(frozen=True)
+class _Cursor:
+    """The server's cursor: the last position a page reached, in the listing's order."""
+
+    start_us: int
+    trace_id: str
+    span_id: str
+
+    @property
+    def key(self) -> _SortKey:
+        return (self.start_us, xxhash32(self.trace_id), self.span_id)
+
+    @classmethod
+    def at(cls, observation: _StoredObservation) -> _Cursor:
+        return cls(observation.start_us, observation.trace_id, str(observation.data["id"]))
+
+    @classmethod
+    def just_above(cls, observation: _StoredObservation) -> _Cursor:
+        """A position no observation holds, directly above ``observation``: it comes next.
+
+        ``id + "\\x00"`` is the smallest string after ``id``, so nothing lies between.
+        """
+        return cls(observation.start_us, observation.trace_id, f"{observation.data['id']}\x00")
+
+    def encode(self) -> str:
+        """``encodeCursor`` of web/src/features/public-api/types/observations.ts: base64 JSON.
+
+        The server writes ``lastStartTimeTo`` with millisecond precision, which is lossless
+        there because ingestion floors start times to milliseconds; the fake stores what it
+        is given, so it keeps microseconds.
+        """
+        moment = _EPOCH + timedelta(microseconds=self.start_us)
+        payload = {
+            "lastStartTimeTo": moment.isoformat(timespec="microseconds").replace("+00:00", "Z"),
+            "lastTraceId": self.trace_id,
+            "lastId": self.span_id,
+        }
+        return base64.b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode()
+
+    @classmethod
+    def decode(cls, cursor: str) -> _Cursor:
+        try:
+            padded = cursor + "=" * (-len(cursor) % 4)
+            raw = base64.b64decode(padded.replace("-", "+").replace("_", "/"))
+            payload = json.loads(raw)
+        except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
+            raise _HttpError(400, "Invalid cursor format", error="InvalidRequestError") from exc
+        keys = ("lastStartTimeTo", "lastTraceId", "lastId")
+        if not isinstance(payload, dict) or not all(isinstance(payload.get(k), str) for k in keys):
+            raise _bad_request("Invalid request data", error=[_issue("cursor", "Invalid cursor")])
+        try:
+            moment = _parse_time(payload["lastStartTimeTo"])
+        except ValueError as exc:
+            raise _bad_request(
+                "Invalid request data", error=[_issue("cursor.lastStartTimeTo", "Invalid date")]
+            ) from exc
+        return cls(_to_us(moment), payload["lastTraceId"], payload["lastId"])
+
+
+# A cursor below every observation: a continuation page past the last match.
+_BOTTOM: Final = _Cursor(_to_us(datetime(1970, 1, 1, tzinfo=UTC)), "", "")
 
 
 def _truncate_metadata(metadata: Any, expand: frozenset[str]) -> Any:
@@ -428,7 +679,53 @@ def _compile_condition(condition: Any) -> _Predicate:
 
 
 class _Handler(LoopbackHandler):
-    server_version = "FakeLangfuse/" + SERVER_VERSION
+    server_version = "FakeLangfuse"
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The ``Date`` header of every answer (RFC 7231), read from the fake's own clock."""
+        if timestamp is None:
+            service = self.server.service
+            assert isinstance(service, FakeLangfuse)
+            timestamp = service.clock().timestamp()
+        return email.utils.formatdate(timestamp, usegmt=True)
+
+
+@dataclass
+class _Window:
+    """One rate-limit window of rate-limiter-flexible: fixed, from its first request."""
+
+    ends: datetime
+    consumed: int = 0
+
+
+DelaySpec = float | Callable[[dict[str, Any]], float]
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = re.findall(r"\d+", version.split("-", 1)[0])
+    return tuple(int(p) for p in parts[:3])
+
+
+def _js_date_string(moment: datetime) -> str:
+    """``new Date(...).toString()`` on a server whose time zone is UTC."""
+    utc = moment.astimezone(UTC)
+    return utc.strftime("%a %b %d %Y %H:%M:%S GMT+0000 (Coordinated Universal Time)")
+
+
+def _iso_ms(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _size_label(limit: int) -> str:
+    """A byte count as Next.js's ``sizeLimit`` string: 1048576 -> "1mb"."""
+    for unit, size in (("mb", 1024 * 1024), ("kb", 1024)):
+        if limit % size == 0:
+            return f"{limit // size}{unit}"
+    return f"{limit}b"
+
+
+_GENERAL_BUCKET: Final = "public-api"
+_SCORE_DELETE_BUCKET: Final = "score-delete"
 
 
 # --------------------------------------------------------------------------------------
@@ -437,7 +734,12 @@ class _Handler(LoopbackHandler):
 
 
 class FakeLangfuse(LoopbackService):
-    """In-process fake Langfuse server. Use as a context manager or start()/stop()."""
+    """In-process fake Langfuse server. Use as a context manager or start()/stop().
+
+    ``FakeLangfuse()`` behaves as ``DEFAULT_BEHAVIOUR``; ``FakeLangfuse.kind()`` and
+    ``FakeLangfuse.service_like(seed=...)`` pick a preset, ``FakeLangfuse(behaviour, seed=...)``
+    any ``Behaviour``. The seed makes the page cuts and the ingestion jitter repeatable.
+    """
 
     service_name = "FakeLangfuse"
     thread_prefix = "fake-langfuse"
@@ -449,17 +751,59 @@ class FakeLangfuse(LoopbackService):
     latency_s: float
     post_latency_s: float
     dashboards_api: bool  # False: an older server, no dashboards API (404 Route not found)
+    clock: Callable[[], datetime]
+    """Langfuse's own clock: the ``Date`` header, ingestion delays, rate-limit windows."""
+    empty_page_share: float
+    """Share of observation pages that come back empty, with a continuation cursor."""
+    cut_page_share: float
+    """Share of observation pages cut short of ``limit``, with a continuation cursor."""
+    ingestion_delay_s: float
+    """Seconds (on ``clock``) before an added observation shows in listings..."""
+    ingestion_jitter_s: float
+    """...plus a seeded uniform draw from [0, jitter]."""
+    compute_roots: bool
+    """``isRootObservation`` as the server computes it, whatever the caller wrote."""
+    max_body_bytes: int | None
+    """Request bodies over this many bytes get Next.js's 413; None: no limit."""
+    rate_limits: RateLimits | None
+    """The organisation's Cloud rate limits; None: self-hosted, no limits."""
+    server_version: str
+    """``GET /api/public/health``'s version; before 4.59 an array score body is a 400."""
+    usage_suspended: bool
+    """Score posts answer 403 "Ingestion suspended: Usage threshold exceeded"."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        behaviour: Behaviour | None = None,
+        *,
+        seed: int = 0,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         super().__init__()
         self.public_key = "pk-lf-test"
         self.secret_key = "sk-lf-test"
         self.latency_s = 0.0
         self.post_latency_s = 0.0  # on top of latency_s, for POSTs only (slow score pushes)
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.behaviour = behaviour or DEFAULT_BEHAVIOUR
+        self.empty_page_share = self.behaviour.empty_page_share
+        self.cut_page_share = self.behaviour.cut_page_share
+        self.ingestion_delay_s = self.behaviour.ingestion_delay_s
+        self.ingestion_jitter_s = self.behaviour.ingestion_jitter_s
+        self.compute_roots = self.behaviour.compute_roots
+        self.max_body_bytes = self.behaviour.max_body_bytes
+        self.rate_limits = self.behaviour.rate_limits
+        self.server_version = self.behaviour.server_version
+        self.usage_suspended = False
+        self._page_rng = random.Random(f"{seed}:pages")
+        self._delay_rng = random.Random(f"{seed}:ingestion")
         self._lock = threading.RLock()
-        self._observations: dict[str, _StoredObservation] = {}
+        # Every version of each observation id, oldest first, with when it becomes visible.
+        self._observations: dict[str, list[tuple[datetime, _StoredObservation]]] = {}
         self._scores: dict[tuple[str, str, str], JsonDict] = {}
         self._score_posts: list[list[JsonDict]] = []
+        self._score_deletes: list[str] = []
+        self._windows: dict[str, _Window] = {}
         self._requests: list[RequestRecord] = []
         self._fail_rules: list[_FailRule] = []
         self._reject_next: int = 0
@@ -471,15 +815,41 @@ class FakeLangfuse(LoopbackService):
         self._touched: dict[str, int] = {}  # dashboard id -> update sequence (newest first)
         self._sequence = 0
 
+    @classmethod
+    def kind(cls, *, seed: int = 0, **changes: Any) -> FakeLangfuse:
+        """A fake with every inconvenient behaviour off (``KIND``), ``changes`` applied."""
+        return cls(dataclasses.replace(KIND, **changes), seed=seed)
+
+    @classmethod
+    def service_like(cls, *, seed: int = 0, **changes: Any) -> FakeLangfuse:
+        """A fake that pages, delays and computes roots like the service (``SERVICE_LIKE``)."""
+        return cls(dataclasses.replace(SERVICE_LIKE, **changes), seed=seed)
+
     # ---- data ------------------------------------------------------------------------
 
-    def add_observations(self, observations: Iterable[dict[str, Any]]) -> None:
+    def add_observations(
+        self,
+        observations: Iterable[dict[str, Any]],
+        *,
+        delay_s: DelaySpec | None = None,
+        app_roots: Iterable[str] = (),
+    ) -> None:
         """Store camelCase observation dicts as the API returns them; same id replaces.
 
         Required: ``id`` (str), ``startTime`` (ISO 8601 str), ``type`` (str). Filled in
         when absent: ``projectId`` ("fake-project"), ``environment`` ("default") and
-        ``isRootObservation`` (true when there is no ``parentObservationId``).
+        ``isRootObservation``: true without a ``parentObservationId`` or for an SDK-marked
+        app root (an id in ``app_roots``, or ``isRootObservation: true`` written on an
+        observation that has a parent). With ``compute_roots`` that rule wins over what the
+        caller wrote, as on the server. Times are stored as given, however far in the future
+        or the past the client's clock put them.
+
+        Each observation shows in listings ``delay_s`` seconds (on ``clock``) after this
+        call; ``delay_s`` may be a function of the observation. Without it the fake's
+        ``ingestion_delay_s`` plus a seeded draw of up to ``ingestion_jitter_s`` applies.
+        Until a replacement shows, the version before it is still listed.
         """
+        marked = frozenset(app_roots)
         prepared: list[_StoredObservation] = []
         for observation in observations:
             if not isinstance(observation, dict):
@@ -498,7 +868,14 @@ class FakeLangfuse(LoopbackService):
                 raise ValueError(f"observation {obs_id}: 'endTime' must be an ISO str or None")
             data.setdefault("projectId", DEFAULT_PROJECT_ID)
             data.setdefault("environment", DEFAULT_ENVIRONMENT)
-            data.setdefault("isRootObservation", data.get("parentObservationId") is None)
+            if data.get("parentObservationId") == "":
+                data["parentObservationId"] = None  # the server's '' goes out as null
+            has_parent = data.get("parentObservationId") is not None
+            written = data.get("isRootObservation")
+            app_root = obs_id in marked or (written is True and has_parent)
+            if self.compute_roots or not isinstance(written, bool) or obs_id in marked:
+                # eventsTable.ts: parent_span_id = '' OR is_app_root
+                data["isRootObservation"] = not has_parent or app_root
             prepared.append(
                 _StoredObservation(
                     data=data,
@@ -506,9 +883,46 @@ class FakeLangfuse(LoopbackService):
                     end_us=_to_us(_parse_time(end)) if isinstance(end, str) else None,
                 )
             )
+        now = self.clock()
         with self._lock:
             for stored in prepared:
-                self._observations[str(stored.data["id"])] = stored
+                visible_at = now + timedelta(seconds=self._delay_of(stored.data, delay_s))
+                versions = self._observations.setdefault(str(stored.data["id"]), [])
+                versions.append((visible_at, stored))
+
+    def _delay_of(self, data: JsonDict, delay_s: DelaySpec | None) -> float:
+        if callable(delay_s):
+            return float(delay_s(copy.deepcopy(data)))
+        if delay_s is not None:
+            return float(delay_s)
+        jitter = self._delay_rng.uniform(0.0, self.ingestion_jitter_s)
+        return self.ingestion_delay_s + (jitter if self.ingestion_jitter_s > 0 else 0.0)
+
+    def _visible(self, now: datetime) -> list[_StoredObservation]:
+        """The listed version of every observation at ``now``: the newest that has landed."""
+        out: list[_StoredObservation] = []
+        with self._lock:
+            for versions in self._observations.values():
+                landed = [stored for visible_at, stored in versions if visible_at <= now]
+                if landed:
+                    out.append(landed[-1])
+        return out
+
+    def visible_observations(self) -> list[dict[str, Any]]:
+        """What a listing would show now (on ``clock``), newest first, unprojected."""
+        visible = sorted(self._visible(self.clock()), key=lambda o: o.sort_key, reverse=True)
+        return [copy.deepcopy(o.data) for o in visible]
+
+    def pending_observations(self) -> int:
+        """Added observation versions that have not landed yet (on ``clock``)."""
+        now = self.clock()
+        with self._lock:
+            return sum(
+                1
+                for versions in self._observations.values()
+                for visible_at, _ in versions
+                if visible_at > now
+            )
 
     def clear_observations(self) -> None:
         with self._lock:
@@ -545,6 +959,38 @@ class FakeLangfuse(LoopbackService):
                 for score in self._scores.values()
             )
         return sorted({(trace, name) for (trace, _, _, name), n in counts.items() if n > 1})
+
+    def live_scores(self, trace_id: str | None = None) -> list[dict[str, Any]]:
+        """The scores a dashboard would count now: every stored (id, name, day) key once,
+        after upserts and deletes, each as its last body was received; of one trace, or all.
+        """
+        with self._lock:
+            scores = [
+                s for s in self._scores.values() if trace_id is None or s.get("traceId") == trace_id
+            ]
+            return copy.deepcopy(scores)
+
+    def scores_by_trace(self) -> dict[str, dict[str, list[dict[str, Any]]]]:
+        """Live scores by traceId, then by name: more than one under a name is a double."""
+        out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for score in self.live_scores():
+            by_name = out.setdefault(str(score.get("traceId") or ""), {})
+            by_name.setdefault(str(score["name"]), []).append(score)
+        return out
+
+    @staticmethod
+    def score_key(score: dict[str, Any]) -> tuple[str, str, str]:
+        """Langfuse's identity of a stored score: (id, name, UTC day of its timestamp)."""
+        raw_ts = score.get("timestamp")
+        if not isinstance(raw_ts, str) or not score.get("id"):
+            raise ValueError("a stored score has an id and a timestamp")
+        return _score_key(score, _parse_time(raw_ts))
+
+    @property
+    def score_deletes(self) -> list[str]:
+        """Score ids of every ``DELETE /api/public/scores/{id}`` answered 202, in order."""
+        with self._lock:
+            return list(self._score_deletes)
 
     # ---- score configs and dashboards -------------------------------------------------
 
@@ -644,10 +1090,16 @@ class FakeLangfuse(LoopbackService):
         if response is None:  # cut off by stop(): no answer, just a dead line
             handler.close_connection = True
             return
-        payload = json.dumps(response.body, ensure_ascii=False).encode("utf-8")
+        if response.raw is not None:
+            payload = response.raw
+        else:
+            payload = json.dumps(response.body, ensure_ascii=False).encode("utf-8")
         try:
-            handler.send_response(response.status)
-            handler.send_header("Content-Type", "application/json; charset=utf-8")
+            if response.raw is not None:  # Next.js's sendError: the message is the reason too
+                handler.send_response(response.status, payload.decode("utf-8", "replace"))
+            else:
+                handler.send_response(response.status)
+                handler.send_header("Content-Type", "application/json; charset=utf-8")
             handler.send_header("Content-Length", str(len(payload)))
             for name, value in response.headers:
                 handler.send_header(name, value)
@@ -678,7 +1130,7 @@ class FakeLangfuse(LoopbackService):
                 raise _bad_request("Invalid Content-Length")
             response = self._respond(handler.command, path, query, body, handler)
         except _HttpError as exc:
-            response = _Response(exc.status, exc.body)
+            response = _Response(exc.status, exc.body, exc.headers)
         except Exception as exc:  # a bug in the fake must not hang the client
             response = _Response(500, {"message": f"fake Langfuse crashed: {exc!r}"})
         self._record(handler, path, query, response.status)
@@ -731,17 +1183,68 @@ class FakeLangfuse(LoopbackService):
         failure = self._take_failure(method, path)
         if failure is not None:
             return failure
+        if self.max_body_bytes is not None and len(body) > self.max_body_bytes:
+            # Next.js parses the body before any route code runs (api-utils/node/parse-body.ts)
+            # and answers with sendError: plain text, no JSON, before auth.
+            message = f"Body exceeded {_size_label(self.max_body_bytes)} limit"
+            return _Response(413, None, raw=message.encode())
         routes = {HEALTH_PATH: "GET", OBSERVATIONS_PATH: "GET", SCORES_PATH: "POST"}
         if path not in routes:
             return self._respond_resource(method, path, query, body, handler)
         if method not in (routes[path], "HEAD" if routes[path] == "GET" else ""):
             raise _HttpError(405, f"Method {method} not allowed", error="MethodNotAllowedError")
-        if path == HEALTH_PATH:
-            return _Response(200, {"status": "OK", "version": SERVER_VERSION})
+        if path == HEALTH_PATH:  # no auth, no rate limit (pages/api/public/health.ts)
+            return _Response(200, {"status": "OK", "version": self.server_version})
         self._check_auth(handler.headers.get("Authorization"))
+        self._consume(_GENERAL_BUCKET)
         if path == OBSERVATIONS_PATH:
             return _Response(200, self._list_observations(query))
         return self._create_scores(body)
+
+    def _consume(self, bucket: str) -> None:
+        """One request against the organisation's bucket; a 429 when it is used up.
+
+        As RateLimitService.ts with rate-limiter-flexible: a fixed window from its first
+        request; every request counts, refused ones too; a request is refused once no point
+        is left after it (``remainingPoints < 1``), so a window lets ``points - 1`` through.
+        Only the 429 carries ``Retry-After`` and ``X-RateLimit-*``.
+        """
+        limits = self.rate_limits
+        if limits is None:
+            return
+        if bucket == _GENERAL_BUCKET:
+            points, duration = limits.general_per_minute, timedelta(minutes=1)
+        else:
+            points, duration = limits.score_deletes_per_day, timedelta(days=1)
+        now = self.clock()
+        with self._lock:
+            window = self._windows.get(bucket)
+            if window is None or now >= window.ends:
+                window = self._windows[bucket] = _Window(ends=now + duration)
+            window.consumed += 1
+            remaining = max(points - window.consumed, 0)
+            before_next = max(window.ends - now, timedelta(0))
+        if remaining >= 1:
+            return
+        retry_after = math.ceil(before_next.total_seconds())
+        reset = now + before_next
+        raise _HttpError(
+            429,
+            "Rate limit exceeded",
+            code="rate_limited",
+            details={
+                "retryAfterSeconds": retry_after,
+                "limit": points,
+                "remaining": remaining,
+                "resetAt": _iso_ms(reset),
+            },
+            headers=(
+                ("Retry-After", str(retry_after)),
+                ("X-RateLimit-Limit", str(points)),
+                ("X-RateLimit-Remaining", str(remaining)),
+                ("X-RateLimit-Reset", _js_date_string(reset)),
+            ),
+        )
 
     def _check_auth(self, header: str | None) -> None:
         if not header:
@@ -778,7 +1281,7 @@ class FakeLangfuse(LoopbackService):
         )
         limit = self._parse_limit(single("limit"))
         raw_cursor = single("cursor")
-        after = _decode_cursor(raw_cursor) if raw_cursor else None
+        after = _Cursor.decode(raw_cursor) if raw_cursor else None
         if (single("parseIoAsJson") or "").lower() == "true":
             raise _bad_request("parseIoAsJson is deprecated and no longer supported")
 
@@ -787,18 +1290,44 @@ class FakeLangfuse(LoopbackService):
             _compile_filter(raw_filter) if raw_filter else self._query_predicates(query, single)
         )
 
-        with self._lock:
-            candidates = list(self._observations.values())
+        candidates = self._visible(self.clock())
         matches = [obs for obs in candidates if all(p(obs) for p in predicates)]
         if after is not None:
-            matches = [obs for obs in matches if obs.sort_key < after]
+            bound = after.key  # (start, xxHash32(trace), id) < the cursor's, as events.ts
+            matches = [obs for obs in matches if obs.sort_key < bound]
         matches.sort(key=lambda obs: obs.sort_key, reverse=True)
-        page = matches[:limit]
-        cursor = _encode_cursor(page[-1].sort_key) if len(matches) > limit else None
+        page, cursor = self._page(matches, limit, after)
+        # Without more results the server sends ``meta: {}``: the cursor is absent, not null.
         return {
             "data": [self._project(obs.data, groups, expand) for obs in page],
-            "meta": {"cursor": cursor},
+            "meta": {"cursor": cursor.encode()} if cursor is not None else {},
         }
+
+    def _page(
+        self, matches: list[_StoredObservation], limit: int, after: _Cursor | None
+    ) -> tuple[list[_StoredObservation], _Cursor | None]:
+        """One page of the ordered matches, and where the next one starts (None: the end).
+
+        A full page holds ``limit`` observations, with a cursor while more remain. A
+        continuation page (changelog 2026-11-03) is empty, or cut short at a seeded length,
+        and always has a cursor: an empty page's cursor lies just above the next match, or
+        below every observation when none is left (the next page is then the true end).
+        """
+        with self._lock:
+            draw = self._page_rng.random()
+            cut_at = self._page_rng.random()
+        if draw < self.empty_page_share:
+            if matches:
+                return [], _Cursor.just_above(matches[0])
+            if after != _BOTTOM:
+                return [], _BOTTOM
+            return [], None
+        available = min(limit, len(matches))
+        if draw < self.empty_page_share + self.cut_page_share and available >= 2:
+            page = matches[: 1 + int(cut_at * (available - 1))]
+            return page, _Cursor.at(page[-1])
+        page = matches[:limit]
+        return page, _Cursor.at(page[-1]) if len(matches) > limit else None
 
     @staticmethod
     def _parse_fields(raw: str | None) -> list[str]:
@@ -881,6 +1410,8 @@ class FakeLangfuse(LoopbackService):
             payload = json.loads(body)
         except ValueError as exc:
             raise _bad_request("Invalid request data: body is not JSON") from exc
+        if _version_tuple(self.server_version) < BATCH_SCORES_SINCE:
+            return self._create_one_score(payload)
         if not isinstance(payload, list):
             raise _bad_request("Invalid request data: body must be a JSON array of scores")
         errors = [
@@ -890,9 +1421,10 @@ class FakeLangfuse(LoopbackService):
         ]
         if errors:
             raise _bad_request("Invalid request data", error=errors)
+        self._check_ingestion()
 
         scores: list[JsonDict] = payload
-        received_at = datetime.now(UTC)
+        received_at = self.clock()
         with self._lock:
             rejected = min(self._reject_next, len(scores))
             self._reject_next = 0
@@ -914,6 +1446,50 @@ class FakeLangfuse(LoopbackService):
                 ],
             },
         )
+
+    def _create_one_score(self, payload: Any) -> _Response:
+        """A server before 4.59: the body is ``PostScoresBodyV1``, one object (zod), so an
+        array is ``invalid_type``; one valid score is stored and answered ``{"id"}``."""
+        if not isinstance(payload, dict):
+            received = "array" if isinstance(payload, list) else type(payload).__name__
+            raise _bad_request(
+                "Invalid request data",
+                error=[
+                    {
+                        "code": "invalid_type",
+                        "expected": "object",
+                        "received": received,
+                        "path": [],
+                        "message": f"Expected object, received {received}",
+                    }
+                ],
+            )
+        message = _score_error(payload)
+        if message is not None:
+            raise _bad_request("Invalid request data", error=[_issue("", message)])
+        self._check_ingestion()
+        score = {**copy.deepcopy(payload), "id": payload.get("id") or str(uuid.uuid4())}
+        with self._lock:
+            self._scores[_score_key(score, self.clock())] = score
+            self._score_posts.append([copy.deepcopy(score)])
+        return _Response(200, {"id": score["id"]})
+
+    def _check_ingestion(self) -> None:
+        """pages/api/public/scores/index.ts: a project over its usage threshold gets a 403
+        (ForbiddenError, after auth, rate limit and body validation)."""
+        if self.usage_suspended:
+            raise _HttpError(403, USAGE_SUSPENDED_MESSAGE, error="ForbiddenError")
+
+    def _delete_score(
+        self, score_id: str | None, _query: dict[str, list[str]], _body: Any
+    ) -> _Response:
+        """pages/api/public/scores/[scoreId].ts: queues the deletion of every stored score
+        with that id (any name, any day) and answers 202, whether or not one exists."""
+        with self._lock:
+            for key in [k for k in self._scores if k[0] == score_id]:
+                del self._scores[key]
+            self._score_deletes.append(str(score_id))
+        return _Response(202, {"message": "Score deletion queued successfully"})
 
     # ---- score configs and the unstable dashboards API ---------------------------------
 
@@ -940,6 +1516,7 @@ class FakeLangfuse(LoopbackService):
             if action is None:
                 raise _HttpError(405, f"Method {method} not allowed", error="MethodNotAllowedError")
             self._check_auth(handler.headers.get("Authorization"))
+            self._consume(_SCORE_DELETE_BUCKET if action == "_delete_score" else _GENERAL_BUCKET)
             payload = _json_body(body) if method in ("POST", "PATCH") else None
             route: Callable[[str | None, dict[str, list[str]], Any], _Response] = getattr(
                 self, action
@@ -1220,6 +1797,7 @@ _UNSTABLE_PREFIX: Final = "/api/public/unstable/"
 _RESOURCE_ROUTES: Final[tuple[tuple[re.Pattern[str], dict[str, str]], ...]] = tuple(
     (re.compile(pattern), actions)
     for pattern, actions in (
+        (f"^{SCORES_PATH}/(?P<id>[^/]+)$", {"DELETE": "_delete_score"}),
         (
             f"^{SCORE_CONFIGS_PATH}$",
             {"GET": "_list_score_configs", "POST": "_create_score_config"},

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from langfuse.api.client import LangfuseAPI
+from langfuse.api.commons.errors.access_denied_error import AccessDeniedError
 from langfuse.api.commons.errors.error import Error as BadRequestError
 from langfuse.api.commons.errors.not_found_error import NotFoundError
 from langfuse.api.commons.errors.unauthorized_error import UnauthorizedError
@@ -37,14 +38,22 @@ from langfuse.api.unstable.dashboards.types.create_dashboard_placement_request i
 from langfuse.api.unstable.dashboards.types.dashboard_definition import DashboardDefinition
 from langfuse.api.unstable.dashboards.types.dashboard_placement import DashboardPlacement_Widget
 
+from .clock import SimulatedClock
 from .langfuse_server import (
     DASHBOARD_WIDGETS_PATH,
     DASHBOARDS_PATH,
+    DEFAULT_BEHAVIOUR,
     FIELD_GROUPS,
+    HOBBY,
+    INGESTION_DELAY_BOUND_S,
+    KIND,
     OBSERVATIONS_PATH,
     SCORE_CONFIGS_PATH,
     SCORES_PATH,
+    SERVICE_LIKE,
     FakeLangfuse,
+    RateLimits,
+    xxhash32,
 )
 
 NO_RETRY: RequestOptions = {"max_retries": 0}
@@ -302,7 +311,7 @@ def test_wrong_key_raises_unauthorized(fake: FakeLangfuse, http: httpx.Client) -
     assert anonymous.status_code == 401
     assert anonymous.json() == {"message": "No authorization header"}
     health = http.get(fake.url + "/api/public/health")  # no auth needed
-    assert health.json() == {"status": "OK", "version": "4.16.0"}
+    assert health.json() == {"status": "OK", "version": "4.60.0"}
     assert fake.scores == []
 
 
@@ -865,3 +874,440 @@ def test_dashboards_api_off_is_an_older_server(
     assert len(fake.score_configs) == 1
     fake.dashboards_api = True
     assert client.unstable.dashboards.list(request_options=NO_RETRY).data == []
+
+
+# ---- the service as it is (DESIGN §9): each behaviour, switched on alone -----------------
+
+
+def list_all(client: LangfuseAPI, **kwargs: Any) -> tuple[list[str], list[int]]:
+    """Page as the changelog of 2026-11-03 says: until meta.cursor is absent."""
+    ids: list[str] = []
+    sizes: list[int] = []
+    cursor: str | None = None
+    while True:
+        page = client.observations.get_many(cursor=cursor, request_options=NO_RETRY, **kwargs)
+        ids.extend(o.id for o in page.data)
+        sizes.append(len(page.data))
+        cursor = page.meta.cursor
+        if not cursor:
+            return ids, sizes
+
+
+def test_xxhash32_is_clickhouses() -> None:
+    # The reference vectors of XXH32 with seed 0.
+    assert xxhash32("") == 0x02CC5D05
+    assert xxhash32("a") == 0x550D7456
+    assert xxhash32("abc") == 0x32D153FF
+    assert xxhash32("Nobody inspects the spammish repetition") == 0xE2293B2F
+
+
+def test_listing_orders_by_start_then_trace_hash_then_id(
+    fake: FakeLangfuse, client: LangfuseAPI
+) -> None:
+    traces = [f"trace-{i}" for i in range(6)]
+    fake.add_observations(
+        [make_obs(f"{t}-{n}", BASE, trace_id=t) for t in traces for n in ("a", "b")]
+        + [make_obs("later", BASE + timedelta(seconds=1), trace_id="trace-0")]
+    )
+    ids, _ = list_all(client, limit=3)
+    by_hash = sorted(traces, key=xxhash32, reverse=True)
+    assert ids == ["later"] + [f"{t}-{n}" for t in by_hash for n in ("b", "a")]
+
+
+def test_cursor_is_the_servers_base64_json_and_absent_at_the_end(
+    fake: FakeLangfuse, client: LangfuseAPI, http: httpx.Client
+) -> None:
+    fake.add_observations(make_obs(f"o{i}", BASE + timedelta(seconds=i)) for i in range(3))
+    auth = (fake.public_key, fake.secret_key)
+    first = http.get(fake.url + OBSERVATIONS_PATH, params={"limit": 2}, auth=auth).json()
+    assert json.loads(base64.b64decode(first["meta"]["cursor"])) == {
+        "lastStartTimeTo": "2026-11-20T08:00:01.000000Z",
+        "lastTraceId": "t1",
+        "lastId": "o1",
+    }
+    last = http.get(
+        fake.url + OBSERVATIONS_PATH,
+        params={"limit": 2, "cursor": first["meta"]["cursor"]},
+        auth=auth,
+    ).json()
+    assert [o["id"] for o in last["data"]] == ["o0"]
+    assert last["meta"] == {}  # absent, not null: hasMore is false
+    assert client.observations.get_many(limit=5, request_options=NO_RETRY).meta.cursor is None
+
+
+def test_continuation_pages_short_and_empty_until_the_cursor_is_absent(
+    client: LangfuseAPI, shared_httpx: httpx.Client
+) -> None:
+    observations = [make_obs(f"o{i:03d}", BASE + timedelta(seconds=i)) for i in range(120)]
+    expected = [o["id"] for o in reversed(observations)]
+    runs: list[list[int]] = []
+    for _ in range(2):
+        with FakeLangfuse.kind(seed=7, empty_page_share=0.25, cut_page_share=0.5) as fake:
+            fake.add_observations(observations)
+            api = LangfuseAPI(
+                base_url=fake.url,
+                username=fake.public_key,
+                password=fake.secret_key,
+                httpx_client=shared_httpx,
+            )
+            ids, sizes = list_all(api, limit=20)
+            assert ids == expected  # all of them, each once, in order
+            runs.append(sizes)
+    sizes = runs[0]
+    assert runs[1] == sizes  # the seed decides every page
+    assert 0 in sizes[:-1]  # an empty page in the middle, with a cursor: not the end
+    assert any(0 < n < 20 for n in sizes[:-1])  # cut pages
+    # A client that stops at the first empty page misses the rest.
+    stopped_at = sizes.index(0)
+    assert sum(sizes[:stopped_at]) < len(expected)
+
+
+def test_an_empty_listing_may_still_send_one_cursor(client: LangfuseAPI) -> None:
+    with FakeLangfuse.kind(seed=1, empty_page_share=0.999) as fake:
+        api = LangfuseAPI(base_url=fake.url, username=fake.public_key, password=fake.secret_key)
+        ids, sizes = list_all(api)
+        assert (ids, sizes) == ([], [0, 0])  # an empty page with a cursor, then the end
+
+
+def test_a_kind_fake_pages_fully(fake: FakeLangfuse, client: LangfuseAPI) -> None:
+    fake.add_observations(make_obs(f"o{i}", BASE + timedelta(seconds=i)) for i in range(45))
+    assert list_all(client, limit=20)[1] == [20, 20, 5]
+
+
+def test_every_answer_carries_the_fake_clocks_date(
+    fake: FakeLangfuse, client: LangfuseAPI, http: httpx.Client
+) -> None:
+    clock = SimulatedClock(datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC))
+    fake.clock = clock
+    expected = "Tue, 06 May 2031 07:08:09 GMT"
+    assert http.get(fake.url + "/api/public/health").headers["date"] == expected
+    assert http.get(fake.url + OBSERVATIONS_PATH).headers["date"] == expected  # a 401 too
+    assert http.get(fake.url + "/nowhere").headers["date"] == expected
+    clock.advance(61)
+    response = client.observations.with_raw_response.get_many(request_options=NO_RETRY)
+    assert response.headers["date"] == "Tue, 06 May 2031 07:09:10 GMT"
+
+
+def test_ingestion_delay_is_measured_on_the_fake_clock(
+    fake: FakeLangfuse, client: LangfuseAPI
+) -> None:
+    clock = SimulatedClock(BASE)
+    fake.clock = clock
+    fake.add_observations([make_obs("slow", BASE - timedelta(seconds=5))], delay_s=60)
+    fake.add_observations(
+        [make_obs("old-sdk", BASE), make_obs("new-sdk", BASE + timedelta(seconds=1))],
+        delay_s=lambda o: INGESTION_DELAY_BOUND_S if o["id"] == "old-sdk" else 0.0,
+    )
+
+    def listed() -> list[str]:
+        return list_all(client)[0]
+
+    assert listed() == ["new-sdk"]
+    assert fake.pending_observations() == 2
+    clock.advance(59.999)
+    assert listed() == ["new-sdk"]
+    clock.advance(0.001)
+    assert listed() == ["new-sdk", "slow"]
+    clock.set(BASE + timedelta(seconds=INGESTION_DELAY_BOUND_S))  # the documented 15 minutes
+    assert listed() == ["new-sdk", "old-sdk", "slow"]
+    assert fake.pending_observations() == 0
+
+    # A replacement shows only once it has landed; until then the old version is listed.
+    fake.add_observations([make_obs("slow", BASE - timedelta(seconds=5), name="v2")], delay_s=30)
+    assert client.observations.get_many(request_options=NO_RETRY).data[-1].name == "name-slow"
+    clock.advance(30)
+    assert client.observations.get_many(request_options=NO_RETRY).data[-1].name == "v2"
+
+
+def test_ingestion_jitter_is_seeded() -> None:
+    def visible_after(seconds: float) -> list[str]:
+        clock = SimulatedClock(BASE)
+        fake = FakeLangfuse.kind(seed=3, ingestion_delay_s=1.0, ingestion_jitter_s=10.0)
+        fake.clock = clock
+        fake.add_observations(make_obs(f"o{i}", BASE) for i in range(20))
+        clock.advance(seconds)
+        return sorted(o["id"] for o in fake.visible_observations())
+
+    assert visible_after(0.999) == []
+    assert 0 < len(visible_after(6)) < 20
+    assert visible_after(6) == visible_after(6)
+    assert len(visible_after(11)) == 20
+
+
+def test_roots_are_computed_the_servers_way(client: LangfuseAPI) -> None:
+    with FakeLangfuse.kind(compute_roots=True) as fake:
+        api = LangfuseAPI(base_url=fake.url, username=fake.public_key, password=fake.secret_key)
+        fake.add_observations(
+            [
+                make_obs("turn-1", BASE),
+                make_obs("gen-1", BASE + timedelta(seconds=1), parent="turn-1"),
+                make_obs("turn-2", BASE + timedelta(minutes=5)),  # a second turn, same trace
+                # An app root under a remote parent (a span of another service).
+                make_obs("app", BASE + timedelta(minutes=6), parent="remote-span"),
+                # Written the old way: a parent and isRootObservation true is an app root too.
+                {**make_obs("marked", BASE + timedelta(minutes=7), parent="remote-2")}
+                | {"isRootObservation": True},
+                # No parent is a root, whatever the caller wrote.
+                make_obs("liar", BASE + timedelta(minutes=8)) | {"isRootObservation": False},
+            ],
+            app_roots={"app"},
+        )
+        roots, _ = list_all(api, is_root_observation=True)
+        assert roots == ["liar", "marked", "app", "turn-2", "turn-1"]
+        children, _ = list_all(api, is_root_observation=False)
+        assert children == ["gen-1"]
+
+
+def test_a_kind_fake_keeps_the_roots_it_was_given(fake: FakeLangfuse, client: LangfuseAPI) -> None:
+    fake.add_observations(
+        [
+            make_obs("root", BASE),
+            make_obs("flat", BASE + timedelta(seconds=1)) | {"isRootObservation": False},
+            make_obs("child", BASE + timedelta(seconds=2), parent="root"),
+            make_obs("app", BASE + timedelta(seconds=3), parent="remote"),
+        ],
+        app_roots={"app"},
+    )
+    assert list_all(client, is_root_observation=True)[0] == ["app", "root"]
+
+
+def test_client_times_are_stored_as_given_however_wrong(
+    fake: FakeLangfuse, client: LangfuseAPI, http: httpx.Client
+) -> None:
+    fake.clock = SimulatedClock(BASE)
+    future = make_obs("future", datetime(2099, 1, 1, tzinfo=UTC))
+    past = make_obs("past", datetime(1999, 12, 31, 23, 59, tzinfo=UTC))
+    fake.add_observations([future, past])
+    page = http.get(fake.url + OBSERVATIONS_PATH, auth=(fake.public_key, fake.secret_key)).json()[
+        "data"
+    ]
+    assert [(o["id"], o["startTime"]) for o in page] == [
+        ("future", future["startTime"]),
+        ("past", past["startTime"]),
+    ]
+    # A window that ends at Langfuse's now leaves the future trace out, as the server does.
+    assert list_all(client, to_start_time=BASE)[0] == ["past"]
+    client.scores.create(
+        request=[score("s", "n", 1.0, datetime(2099, 1, 1, 3, tzinfo=UTC))],
+        request_options=NO_RETRY,
+    )
+    assert fake.score_key(fake.live_scores()[0]) == ("s", "n", "2099-01-01")
+
+
+def test_an_older_server_refuses_array_score_bodies(
+    fake: FakeLangfuse, client: LangfuseAPI, http: httpx.Client
+) -> None:
+    assert client.health.health(request_options=NO_RETRY).version == "4.60.0"
+    fake.server_version = "4.16.0"
+    assert client.health.health(request_options=NO_RETRY).version == "4.16.0"
+    with pytest.raises(BadRequestError) as refused:
+        client.scores.create(request=[score("s1", "n", 0.5, BASE)], request_options=NO_RETRY)
+    assert refused.value.body["message"] == "Invalid request data"
+    assert refused.value.body["error"][0]["code"] == "invalid_type"
+    assert refused.value.body["error"][0]["received"] == "array"
+    # What it did parse: one object, answered with its id.
+    one = http.post(
+        fake.url + SCORES_PATH,
+        json={"id": "s1", "traceId": "t1", "name": "n", "value": 0.5, "timestamp": iso(BASE)},
+        auth=(fake.public_key, fake.secret_key),
+    )
+    assert (one.status_code, one.json()) == (200, {"id": "s1"})
+    assert [s["id"] for s in fake.live_scores()] == ["s1"]
+    fake.server_version = "4.59.0"
+    client.scores.create(request=[score("s2", "n", 0.5, BASE)], request_options=NO_RETRY)
+    assert len(fake.live_scores()) == 2
+
+
+def test_reads_and_score_posts_share_one_rate_limit_bucket(
+    fake: FakeLangfuse, client: LangfuseAPI, http: httpx.Client
+) -> None:
+    clock = SimulatedClock(BASE)
+    fake.clock = clock
+    fake.rate_limits = RateLimits(general_per_minute=4, score_deletes_per_day=2)
+    ok = client.observations.with_raw_response.get_many(request_options=NO_RETRY)
+    assert not any(h.startswith("x-ratelimit") for h in ok.headers)  # only 429s carry them
+    client.scores.create(request=[score("s", "n", 1.0, BASE)], request_options=NO_RETRY)
+    http.get(fake.url + "/api/public/health")  # never limited
+    clock.advance(20)
+    client.observations.get_many(request_options=NO_RETRY)
+    # The 4th request leaves no point: refused (remainingPoints < 1), like the 5th.
+    with pytest.raises(ApiError) as limited:
+        client.scores.create(request=[score("s", "n", 1.0, BASE)], request_options=NO_RETRY)
+    assert limited.value.status_code == 429
+    assert limited.value.headers is not None
+    headers = limited.value.headers
+    assert headers["retry-after"] == "40"
+    assert (headers["x-ratelimit-limit"], headers["x-ratelimit-remaining"]) == ("4", "0")
+    assert (
+        headers["x-ratelimit-reset"]
+        == "Fri Nov 20 2026 08:01:00 GMT+0000 (Coordinated Universal Time)"
+    )
+    assert limited.value.body == {
+        "message": "Rate limit exceeded",
+        "code": "rate_limited",
+        "details": {
+            "retryAfterSeconds": 40,
+            "limit": 4,
+            "remaining": 0,
+            "resetAt": "2026-11-20T08:01:00.000Z",
+        },
+    }
+    # Deletes have their own bucket, per day.
+    client.scores.delete("s", request_options=NO_RETRY)
+    with pytest.raises(ApiError) as deletes:
+        client.scores.delete("s", request_options=NO_RETRY)
+    assert deletes.value.status_code == 429
+    assert deletes.value.headers is not None
+    assert deletes.value.headers["retry-after"] == "86400"  # from its own first request
+    clock.advance(39.5)
+    with pytest.raises(ApiError):
+        client.observations.get_many(request_options=NO_RETRY)
+    clock.advance(0.5)  # the window ends a minute after its first request
+    client.observations.get_many(request_options=NO_RETRY)
+    assert [r.status for r in fake.requests if r.path == OBSERVATIONS_PATH] == [
+        200,
+        200,
+        429,
+        200,
+    ]
+    assert len(fake.live_scores()) == 0  # the delete went through before the limit
+
+
+def test_a_body_over_one_mib_is_nextjs_413(fake: FakeLangfuse, http: httpx.Client) -> None:
+    fake.max_body_bytes = 1024 * 1024
+    auth = (fake.public_key, fake.secret_key)
+    headers = {"Content-Type": "application/json"}
+
+    def body_of(size: int) -> bytes:
+        empty = json.dumps([{"traceId": "t1", "name": "n", "value": 1, "comment": ""}]).encode()
+        padded = json.dumps(
+            [{"traceId": "t1", "name": "n", "value": 1, "comment": "x" * (size - len(empty))}]
+        ).encode()
+        assert len(padded) == size
+        return padded
+
+    exact = http.post(
+        fake.url + SCORES_PATH, content=body_of(1024 * 1024), headers=headers, auth=auth
+    )
+    assert exact.status_code == 202
+    over = http.post(
+        fake.url + SCORES_PATH, content=body_of(1024 * 1024 + 1), headers=headers, auth=auth
+    )
+    assert over.status_code == 413
+    assert over.text == "Body exceeded 1mb limit"
+    assert "content-type" not in over.headers
+    assert over.reason_phrase == "Body exceeded 1mb limit"
+    wrong_key = http.post(fake.url + SCORES_PATH, content=body_of(1024 * 1024 + 1), headers=headers)
+    assert wrong_key.status_code == 413  # the body is parsed before auth
+    assert len(fake.live_scores()) == 1
+
+
+def test_usage_suspended_refuses_score_posts_with_403(
+    fake: FakeLangfuse, client: LangfuseAPI, http: httpx.Client
+) -> None:
+    fake.usage_suspended = True
+    with pytest.raises(AccessDeniedError) as suspended:
+        client.scores.create(request=[score("s", "n", 1.0, BASE)], request_options=NO_RETRY)
+    assert suspended.value.status_code == 403
+    assert suspended.value.body == {
+        "message": "Ingestion suspended: Usage threshold exceeded. Please upgrade your plan.",
+        "error": "ForbiddenError",
+    }
+    # An invalid body is still a 400 first; reads, configs and deletes go on.
+    bad = http.post(
+        fake.url + SCORES_PATH, json=[{"name": "n"}], auth=(fake.public_key, fake.secret_key)
+    )
+    assert bad.status_code == 400
+    client.observations.get_many(request_options=NO_RETRY)
+    client.score_configs.get(request_options=NO_RETRY)
+    client.scores.delete("s", request_options=NO_RETRY)
+    assert fake.live_scores() == [] and fake.score_posts == []
+    fake.usage_suspended = False
+    client.scores.create(request=[score("s", "n", 1.0, BASE)], request_options=NO_RETRY)
+    assert len(fake.live_scores()) == 1
+
+
+def test_delete_removes_every_stored_score_with_that_id(
+    fake: FakeLangfuse, client: LangfuseAPI, http: httpx.Client
+) -> None:
+    next_day = BASE + timedelta(days=1)
+    client.scores.create(
+        request=[
+            score("s1", "faithfulness", 0.5, BASE),
+            score("s1", "faithfulness", 0.6, next_day),  # another day: a second stored score
+            score("s2", "faithfulness", 0.7, BASE, trace_id="t2"),
+        ],
+        request_options=NO_RETRY,
+    )
+    assert {n: len(v) for n, v in fake.scores_by_trace()["t1"].items()} == {"faithfulness": 2}
+    client.scores.delete("s1", request_options=NO_RETRY)
+    assert [s["id"] for s in fake.live_scores()] == ["s2"]
+    assert fake.live_scores("t1") == []
+    assert fake.score_deletes == ["s1"]
+    auth = (fake.public_key, fake.secret_key)
+    unknown = http.delete(f"{fake.url}{SCORES_PATH}/never-stored", auth=auth)
+    assert (unknown.status_code, unknown.json()) == (
+        202,
+        {"message": "Score deletion queued successfully"},
+    )
+    assert http.delete(f"{fake.url}{SCORES_PATH}/s2").status_code == 401
+    assert http.get(f"{fake.url}{SCORES_PATH}/s2", auth=auth).status_code == 405
+
+
+def test_scores_are_keyed_by_id_name_and_day(fake: FakeLangfuse, client: LangfuseAPI) -> None:
+    evening = BASE.replace(hour=23)
+    client.scores.create(
+        request=[
+            score("s1", "confidence", 0.1, BASE),
+            score("s1", "confidence", 0.2, evening),  # same key: replaces
+            score("s1", "ungrounded", 0.0, BASE, data_type="BOOLEAN"),  # same id, other name
+            score("s1", "confidence", 0.3, BASE + timedelta(days=1)),  # other day: another
+        ],
+        request_options=NO_RETRY,
+    )
+    keys = sorted(fake.score_key(s) for s in fake.live_scores())
+    assert keys == [
+        ("s1", "confidence", "2026-11-20"),
+        ("s1", "confidence", "2026-11-21"),
+        ("s1", "ungrounded", "2026-11-20"),
+    ]
+    by_name = fake.scores_by_trace()["t1"]
+    assert sorted(s["value"] for s in by_name["confidence"]) == [0.2, 0.3]
+    assert fake.duplicates() == [("t1", "confidence")]
+
+
+def test_presets_switch_every_behaviour_together() -> None:
+    assert FakeLangfuse().behaviour == DEFAULT_BEHAVIOUR
+    kind = FakeLangfuse.kind()
+    assert (kind.empty_page_share, kind.cut_page_share, kind.ingestion_jitter_s) == (0, 0, 0)
+    assert not kind.compute_roots and kind.max_body_bytes is None and kind.rate_limits is None
+    like = FakeLangfuse.service_like(seed=5)
+    assert like.behaviour == SERVICE_LIKE
+    assert like.empty_page_share > 0 and like.cut_page_share > 0
+    assert 0 < like.ingestion_jitter_s < INGESTION_DELAY_BOUND_S
+    assert like.compute_roots and like.max_body_bytes == 1024 * 1024
+    assert like.server_version == kind.server_version == "4.60.0"
+    cloud = FakeLangfuse.service_like(rate_limits=HOBBY)
+    assert cloud.rate_limits == RateLimits(general_per_minute=30, score_deletes_per_day=50)
+    assert FakeLangfuse(KIND).behaviour == KIND
+
+
+def test_a_service_like_fake_still_lists_everything_once(shared_httpx: httpx.Client) -> None:
+    clock = SimulatedClock(BASE)
+    with FakeLangfuse.service_like(seed=11) as fake:
+        fake.clock = clock
+        observations = [
+            make_obs(f"o{i:03d}", BASE - timedelta(seconds=i), trace_id=f"t{i % 7}")
+            for i in range(300)
+        ]
+        fake.add_observations(observations)
+        api = LangfuseAPI(
+            base_url=fake.url,
+            username=fake.public_key,
+            password=fake.secret_key,
+            httpx_client=shared_httpx,
+        )
+        clock.advance(fake.ingestion_jitter_s)
+        ids, sizes = list_all(api, limit=50)
+        assert sorted(ids) == sorted(o["id"] for o in observations)
+        assert len(sizes) > 300 // 50 + 1
