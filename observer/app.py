@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
@@ -249,6 +249,8 @@ class Parts:
     telemetry: Telemetry
     judge: JudgeService | None = None
     resolver: ResolverLookup | None = None
+    # "Now" for windows and the watermark: Langfuse's clock when reading Langfuse.
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
 
 def build(
@@ -322,9 +324,7 @@ def build(
 
     def on_scored(record: RagRecord, signals: Signals, findings: ResolverFindings | None) -> None:
         alerts.scored(record, signals)
-        if judge is not None:
-            judge.offer(record, signals, findings)
-        else:
+        if judge is None:
             disabled.inc()
 
     pipeline = Pipeline(
@@ -342,8 +342,9 @@ def build(
         on_signals=lambda _record, signals: summary.add(signals),
         lookup=resolver,
         should_stop=_beating(health, stop),
+        judge=judge,
     )
-    return Parts(
+    parts = Parts(
         settings,
         state,
         metrics,
@@ -358,6 +359,14 @@ def build(
         judge,
         resolver,
     )
+    if isinstance(source, LangfuseSource):
+        server = source.clock
+        parts.clock = source.now
+        metrics.set_watermark(
+            watermark.timestamp() if watermark is not None else None,
+            clock=lambda: server.now().timestamp(),
+        )
+    return parts
 
 
 def _judge_to_langfuse(settings: Settings) -> LangfuseOtlp | None:
@@ -675,8 +684,8 @@ def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None)
     grace = parts.settings.run.shutdown_grace_s
     if parts.judge is not None:
         parts.judge.start()
-    now = now or now_utc()
     try:
+        now = now or parts.clock()
         if window_start is None:
             result = parts.pipeline.poll(now)
         else:
@@ -752,18 +761,25 @@ def _backfill(
     parts.dispatcher.start()
     if parts.judge is not None:
         parts.judge.start()
-    now = now_utc()
     totals = PassResult(start, end)
     cursor = start
     try:
+        now = parts.clock()
         while cursor < end and not parts.stop.is_set():
             chunk_end = min(end, cursor + chunk)
             # Read on past the chunk: the children of a trace rooted just before its end.
             read_until = chunk_end + timedelta(seconds=parts.settings.source.overlap_s)
             result = parts.pipeline.process_window(cursor, chunk_end, now, read_until)
+            if result.deferred:
+                # The outbox was full: wait for room, then read the chunk again (what was
+                # recorded is unchanged the second time). Never done with a trace unscored.
+                _wait_for_outbox_room(parts)
+                continue
             totals.add(result)
             cursor = chunk_end
             progress(cursor, result)
+        if cursor < end:
+            raise Stopped()
     except (RemoteError, Stopped) as error:
         _stop_judge(parts, parts.settings.run.shutdown_grace_s)
         parts.dispatcher.shutdown(parts.settings.run.shutdown_grace_s)
@@ -776,6 +792,21 @@ def _backfill(
     if not flushed and left:
         return OnceResult(EXIT_UNREACHABLE, totals, left, undelivered_message(parts, left))
     return OnceResult(EXIT_OK, totals, 0)
+
+
+def _wait_for_outbox_room(parts: Parts) -> None:
+    """Until the outbox is half empty (the dispatcher sends meanwhile), or a stop."""
+    room = parts.state.max_outbox // 2
+    log.warning(
+        "backfill_waiting",
+        reason="outbox_full",
+        outbox=parts.state.outbox_size(),
+        until_below=room,
+    )
+    while parts.state.outbox_size() > room and not parts.stop.wait(0.2):
+        parts.dispatcher.notify()
+        if parts.dispatcher.auth_failed:
+            raise AuthRejected(parts.dispatcher.last_error or "Langfuse refused the keys")
 
 
 # -- the daemon -----------------------------------------------------------------
@@ -795,12 +826,13 @@ def signals_set(stop: threading.Event) -> Iterator[None]:
             signal.signal(s, h)
 
 
-def run_daemon(parts: Parts, clock: Callable[[], datetime] = now_utc) -> int:
+def run_daemon(parts: Parts, clock: Callable[[], datetime] | None = None) -> int:
     """Poll and push until SIGTERM/SIGINT; then drain, flush, persist, exit 0 in the grace.
 
     Raises ConfigError when the HTTP port cannot be opened (before anything runs).
     """
     settings = parts.settings
+    clock = clock or parts.clock
     server = start_http(settings, parts.metrics, parts.health)
     parts.dispatcher.start()
     if parts.judge is not None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
+import structlog
 from opentelemetry import trace
 
 from observer.mapping.convention import MappingRules
@@ -40,9 +41,17 @@ from observer.signals import SignalParams
 from observer.sources import ObservationSource
 from observer.state import State
 from observer.telemetry.metrics import Metrics
-from observer.times import parse_time
-from observer.traces import Outcome, Prepared, ScoredHook, SignalsHook, TraceRecorder
+from observer.times import iso, parse_time
+from observer.traces import (
+    JudgeGate,
+    Outcome,
+    Prepared,
+    ScoredHook,
+    SignalsHook,
+    TraceRecorder,
+)
 
+log = structlog.get_logger("observer.pipeline")
 tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
 
 # Spans of one trace can come from hosts whose clocks differ a little: a child
@@ -135,6 +144,7 @@ class Pipeline:
         on_signals: SignalsHook | None = None,
         lookup: Lookup | None = None,
         should_stop: Callable[[], bool] = lambda: False,
+        judge: JudgeGate | None = None,
     ) -> None:
         self.source = source
         self.state = state
@@ -148,6 +158,7 @@ class Pipeline:
             settle_s=settle_s,
             on_scored=on_scored,
             on_signals=on_signals,
+            judge=judge,
         )
         self.overlap = timedelta(seconds=overlap_s)
         self.sweep_interval = timedelta(seconds=sweep_interval_s)
@@ -169,6 +180,17 @@ class Pipeline:
         interval` times over.
         """
         watermark = self.state.watermark()
+        if watermark is not None and watermark > now - self.traces.settle:
+            # Written under a clock that ran ahead (this host's before NTP, an older
+            # version that trusted it): the watermark never stands past Langfuse's now.
+            log.warning(
+                "watermark_in_future",
+                watermark=iso(watermark),
+                langfuse_now=iso(now),
+                action="moved back to Langfuse's now less the settle time",
+            )
+            watermark = now - self.traces.settle
+            self.state.set_watermark(watermark)
         sweep = self._swept_at is None or now - self._swept_at >= self.sweep_interval
         if watermark is None:
             start = now - self.lookback
@@ -223,38 +245,45 @@ class Pipeline:
         self, start: datetime, end: datetime, now: datetime, read_until: datetime
     ) -> PassResult:
         result = PassResult(start, end)
+        limit = self.traces.rules.max_observations
         with self.metrics.pass_duration.time():
-            buffered: dict[str, list[dict[str, Any]]] = {}
-            roots: dict[str, datetime] = {}
+            flight: dict[str, _InFlight] = {}
+            handled: set[str] = set()  # handled in this pass: seen again, it had an earlier root
             # From a little before the start: a child may "start" before its root (skew).
             for page in self.source.pages(start - CLOCK_SKEW, read_until):
                 result.observations += len(page)
+                fresh = {
+                    t for o in page if isinstance(t := o.get("traceId"), str) and t not in flight
+                }
+                known = self.state.root_starts(sorted(fresh)) if fresh else {}
                 for observation in page:
                     trace_id = observation.get("traceId")
                     if not isinstance(trace_id, str):
                         continue
-                    buffered.setdefault(trace_id, []).append(observation)
-                    if observation.get("isRootObservation"):
-                        root_start = parse_time(observation.get("startTime"))
-                        if root_start is not None:
-                            roots[trace_id] = root_start
-                if not page:
-                    break
-                # Pages go newest first: traces rooted after the oldest start seen are complete.
+                    trace = flight.get(trace_id)
+                    if trace is None:
+                        trace = flight[trace_id] = _InFlight(
+                            known=known.get(trace_id), refetch=trace_id in handled
+                        )
+                    trace.add(observation, limit, now)
+                # An empty page says nothing of how far the listing has come: read on.
                 oldest = min(
                     (t for o in page if (t := parse_time(o.get("startTime"))) is not None),
                     default=None,
                 )
                 if oldest is not None:
-                    complete = [t for t, r in roots.items() if r - CLOCK_SKEW > oldest]
-                    self._handle(complete, buffered, roots, start, end, now, result)
+                    # Pages go newest first: a trace whose earliest root lies above the
+                    # oldest start seen has all its observations in hand.
+                    complete = [t for t, f in flight.items() if f.complete_above(oldest, start)]
+                    self._handle(complete, flight, handled, start, end, now, result)
                 if self.should_stop():
                     # Hand back the rest: the watermark stays, the next run re-reads it.
                     result.hold = start if result.hold is None else min(result.hold, start)
                     self.notify()
                     return result
-            self._handle(list(roots), buffered, roots, start, end, now, result)
-            result.partial += len(buffered)
+            rooted = [t for t, f in flight.items() if f.root is not None]
+            self._handle(rooted, flight, handled, start, end, now, result)
+            result.partial += len(flight)
         self.notify()
         return result
 
@@ -263,8 +292,8 @@ class Pipeline:
     def _handle(
         self,
         trace_ids: list[str],
-        buffered: dict[str, list[dict[str, Any]]],
-        roots: dict[str, datetime],
+        flight: dict[str, _InFlight],
+        handled_ids: set[str],
         start: datetime,
         end: datetime,
         now: datetime,
@@ -275,15 +304,29 @@ class Pipeline:
         known = self.state.fingerprints(trace_ids)
         handled: list[tuple[str, list[dict[str, Any]], datetime, Prepared]] = []
         for trace_id in trace_ids:
-            observations = buffered.pop(trace_id)
-            root_start = roots.pop(trace_id)
-            if root_start < start:
+            trace = flight.pop(trace_id)
+            handled_ids.add(trace_id)
+            root_start = trace.earliest
+            assert root_start is not None and trace.root is not None
+            if trace.root < start:
                 result.partial += 1  # rooted before the window: handled by an earlier pass
                 continue
-            if root_start >= end:
+            if trace.root >= end:
                 continue  # read past the end for its neighbours; the next window's own
-            prepared = self.traces.prepare(trace_id, observations, known.get(trace_id), now)
-            handled.append((trace_id, observations, root_start, prepared))
+            if trace.refetch and not trace.too_large:
+                # Another root lies below what this pass reads, or was read before this
+                # part: the trace is read whole, so it stays one record whatever its roots.
+                trace = self._whole(trace_id, trace, now)
+                root_start = trace.earliest or root_start
+            prepared = self.traces.prepare(
+                trace_id,
+                trace.observations,
+                known.get(trace_id),
+                now,
+                root_start,
+                too_large=trace.count if trace.too_large else None,
+            )
+            handled.append((trace_id, trace.observations, root_start, prepared))
         # The new and changed traces of this page: their cited chunks in one lookup.
         changed = [p for *_, p in handled if p.changed]
         if self.lookup is not None and changed:
@@ -295,7 +338,70 @@ class Pipeline:
                 outcome = self.traces.record(
                     trace_id, prepared, root_start, known.get(trace_id), now
                 )
-                result.count(outcome, root_start)
+                result.count(outcome, min(root_start, now))
                 if span.is_recording():
                     span.set_attributes(_trace_attributes(trace_id, outcome, observations))
         self.notify()
+
+    def _whole(self, trace_id: str, part: _InFlight, now: datetime) -> _InFlight:
+        """The whole trace, read by its id from a little before its earliest known root."""
+        earliest = part.earliest or now
+        whole = _InFlight(known=part.known)
+        for page in self.source.pages(earliest - CLOCK_SKEW - self.overlap, now, trace_id):
+            for observation in page:
+                if observation.get("traceId") == trace_id:
+                    whole.add(observation, self.traces.rules.max_observations, now)
+        return whole if whole.root is not None else part
+
+
+@dataclass
+class _InFlight:
+    """A trace being read: its observations (until too many), its roots, what it needs.
+
+    `known` is the earliest root the state file holds for it (an earlier pass saw a
+    root this pass may not reach); `refetch` marks a trace to be read whole by its
+    id before it is handled.
+    """
+
+    known: datetime | None = None
+    refetch: bool = False
+    observations: list[dict[str, Any]] = field(default_factory=list)
+    count: int = 0
+    root: datetime | None = None  # the earliest root read in this pass
+    too_large: bool = False
+
+    @property
+    def earliest(self) -> datetime | None:
+        """The earliest root of the trace that is known: read now or remembered."""
+        if self.root is None:
+            return self.known
+        return self.root if self.known is None else min(self.root, self.known)
+
+    def add(self, observation: dict[str, Any], limit: int, now: datetime) -> None:
+        self.count += 1
+        if self.count > limit:
+            # Counted, no longer buffered: a huge trace costs a counter, not its size.
+            self.too_large = True
+            self.observations.clear()
+        else:
+            self.observations.append(observation)
+        if observation.get("isRootObservation"):
+            moment = parse_time(observation.get("startTime"))
+            if moment is not None:
+                moment = min(moment, now)  # a client clock in the future counts as now
+                self.root = moment if self.root is None else min(self.root, moment)
+
+    def complete_above(self, oldest: datetime, start: datetime) -> bool:
+        """All its observations are read once the pages are below its earliest root.
+
+        A remembered root below the window's start is never reached: the trace is
+        read whole instead, once the pages are below the roots this pass has read.
+        """
+        if self.root is None:
+            return False
+        earliest = self.earliest
+        assert earliest is not None
+        if earliest < start - CLOCK_SKEW:
+            self.refetch = True
+            return self.root - CLOCK_SKEW > oldest
+        return earliest - CLOCK_SKEW > oldest

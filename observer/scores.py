@@ -23,19 +23,24 @@ SIGNAL_SCORE_NAMES = (
 _COMMENT_MAX = 500
 
 
-def score_id(trace_id: str, observation_id: str | None, name: str) -> str:
-    """Deterministic: the same trace, generation and name give the same id, on any replica."""
-    return str(uuid.uuid5(SCORE_ID_NAMESPACE, f"{trace_id}\x1f{observation_id or ''}\x1f{name}"))
+def score_id(trace_id: str, name: str) -> str:
+    """Deterministic: the same trace and name give the same id, on any replica, for the
+    trace's whole life (DESIGN §4). A late generation or a second root updates the
+    trace's scores; an id from the generation would give the trace a second set."""
+    return str(uuid.uuid5(SCORE_ID_NAMESPACE, f"{trace_id}\x1f\x1f{name}"))
 
 
 ScoreEntry = tuple[str, float | str, ScoreDataType, str]  # name, value, data type, comment
 
 
 def score_events_of(record: RagRecord, entries: list[ScoreEntry]) -> list[ScoreEvent]:
-    """Scores of one record: every one on the generation, with the id and timestamp rules."""
+    """Scores of one record: every one on the generation, with the id and timestamp rules.
+
+    The timestamp is the record's, which the daemon sets to the trace's earliest root
+    (Langfuse keys a score by id, name and the day of its timestamp: both fixed)."""
     return [
         ScoreEvent(
-            id=score_id(record.trace_id, record.observation_id, name),
+            id=score_id(record.trace_id, name),
             trace_id=record.trace_id,
             observation_id=record.observation_id,
             name=name,

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
 import structlog
@@ -29,7 +29,10 @@ from observer.scores import score_events
 from observer.signals import SignalParams, compute
 from observer.state import OutboxFull, State
 from observer.telemetry.metrics import Metrics
-from observer.times import parse_time
+from observer.times import iso, parse_time
+
+if TYPE_CHECKING:
+    from observer.judge.service import Reservation
 
 log = structlog.get_logger("observer.pipeline")
 
@@ -38,6 +41,32 @@ log = structlog.get_logger("observer.pipeline")
 # on_signals: every answer trace read, changed or not (summaries).
 ScoredHook = Callable[[RagRecord, Signals, "ResolverFindings | None"], None]
 SignalsHook = Callable[[RagRecord, Signals], None]
+
+
+class JudgeGate(Protocol):
+    """The judge as a pass sees it: a sample decided, written with the trace, queued after."""
+
+    def reservation(
+        self,
+        record: RagRecord,
+        signals: Signals,
+        findings: ResolverFindings | None,
+        basis: str,
+    ) -> Reservation | None: ...
+
+    def queued(self, reservation: Reservation) -> None: ...
+
+
+def answer_basis(record: RagRecord) -> str:
+    """What the judge's verdict rests on: the answer, its sources and the context.
+
+    The judge's scores stay while it is the same, and are deleted (the trace offered
+    to the sampler again) once it is another."""
+    described = orjson.dumps(
+        [record.answer, [(s.chunk_id, s.text) for s in record.sources], record.context]
+    )
+    return hashlib.sha256(described).hexdigest()[:16]
+
 
 OutcomeKind = Literal["unsettled", "skipped", "unchanged", "deferred", "scored", "rescored"]
 
@@ -56,12 +85,18 @@ def params_digest(params: SignalParams) -> str:
     return hashlib.sha256(described).hexdigest()[:16]
 
 
-def last_activity(observations: list[dict[str, Any]]) -> datetime | None:
+def last_activity(observations: list[dict[str, Any]], now: datetime) -> datetime | None:
+    """The latest time the trace shows, leaving out times after `now` (Langfuse's).
+
+    A time later than Langfuse's now comes from a wrong client clock (an `endTime`
+    in 2099): taken at face value it would keep the trace unsettled, and the
+    watermark at its root, for ever. `updatedAt` is Langfuse's own clock.
+    """
     latest: datetime | None = None
     for observation in observations:
         for key in ("updatedAt", "endTime", "startTime"):
             moment = parse_time(observation.get(key))
-            if moment is not None and (latest is None or moment > latest):
+            if moment is not None and moment <= now and (latest is None or moment > latest):
                 latest = moment
     return latest
 
@@ -109,8 +144,10 @@ class TraceRecorder:
         settle_s: float = 20.0,
         on_scored: ScoredHook | None = None,
         on_signals: SignalsHook | None = None,
+        judge: JudgeGate | None = None,
     ) -> None:
         self.state = state
+        self.judge = judge
         self.metrics = metrics
         self.params = params
         self.rules = rules
@@ -125,14 +162,33 @@ class TraceRecorder:
         observations: list[dict[str, Any]],
         known: str | None,
         now: datetime,
+        root_start: datetime | None = None,
+        *,
+        too_large: int | None = None,
     ) -> Prepared:
-        """Map, compute and fingerprint one complete trace: no I/O, no counting."""
-        last = last_activity(observations)
+        """Map, compute and fingerprint one complete trace: no I/O, no counting.
+
+        `root_start`, the trace's earliest root, is the record's (and its scores')
+        timestamp whatever the mapping found (DESIGN §4: fixed for the trace's life).
+        `too_large`: the trace had this many observations, more than the limit, and
+        they were counted while reading, not kept.
+        """
+        if too_large is not None:
+            return Prepared(
+                skip=Skip(
+                    "too_large",
+                    f"{too_large}+ observations (limits.max_observations_per_trace "
+                    f"{self.rules.max_observations})",
+                )
+            )
+        last = last_activity(observations, now)
         if last is not None and now - last < self.settle:
             return Prepared(unsettled=True)
         mapped = map_trace(trace_id, observations, self.rules)
         if isinstance(mapped, Skip):
             return Prepared(skip=mapped)
+        if root_start is not None:
+            mapped = replace(mapped, timestamp=iso(root_start))
         signals = compute(mapped, self.params)
         fingerprint = hashlib.sha256(
             orjson.dumps(mapped) + self._params_digest.encode()
@@ -168,9 +224,21 @@ class TraceRecorder:
             scores += resolver_score_events(mapped, prepared.findings)
             values.update(resolver_values(prepared.findings))
         history = trace_row(mapped, values, now)
+        basis = answer_basis(mapped)
+        reservation = None
+        if self.judge is not None and basis not in self.state.live_scores(trace_id).values():
+            # Not judged on this answer yet: a new trace, or one whose answer changed.
+            reservation = self.judge.reservation(mapped, signals, prepared.findings, basis)
         try:
             self.state.record_trace(
-                trace_id, prepared.fingerprint, root_start, scores, now, history
+                trace_id,
+                prepared.fingerprint,
+                root_start,
+                scores,
+                now,
+                history,
+                basis=basis,
+                during=None if reservation is None else reservation.write,
             )
         except OutboxFull as error:
             self.metrics.traces.labels(outcome="deferred").inc()
@@ -195,6 +263,8 @@ class TraceRecorder:
             ghost_refs=len(cites.invalid_refs),
             scores=len(scores),
         )
+        if reservation is not None and self.judge is not None:
+            self.judge.queued(reservation)
         if self.on_scored is not None:
             self.on_scored(mapped, signals, prepared.findings)
         return Outcome(kind, scores=len(scores))

@@ -74,6 +74,7 @@ def test_full_pass_scores_every_trace_right(
     generations = {
         o["traceId"]: o for o in observations if o["type"] == "GENERATION" and o["name"] == "answer"
     }
+    roots = {o["traceId"]: o for o in observations if o.get("isRootObservation")}
     scored = by_trace(loaded.scores)
     expected = expected_signals()
     assert set(expected) <= set(scored)
@@ -90,11 +91,11 @@ def test_full_pass_scores_every_trace_right(
             assert got["citation_coverage"]["value"] == pytest.approx(want["coverage"])
         assert ("numeric_grounding" in got) == (want["numeric_grounding"] is not None)
         generation = generations[trace_id]
+        root = roots[trace_id]
         for score in got.values():
             assert score["observationId"] == generation["id"]
-            assert (
-                score["timestamp"].replace("+00:00", "Z").startswith(generation["startTime"][:23])
-            )
+            # The trace's earliest root: fixed for its life (DESIGN §4), not the generation's.
+            assert score["timestamp"].replace("+00:00", "Z").startswith(root["startTime"][:23])
             assert score["environment"] == generation["environment"]
             assert score["comment"]
     skipped = {

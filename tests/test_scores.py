@@ -72,8 +72,8 @@ def test_ids_are_deterministic_and_timestamps_fixed() -> None:
     assert len({e.id for e in first}) == len(first)
     assert {e.timestamp for e in first} == {"2026-11-20T08:30:01.100Z"}
     assert {e.observation_id for e in first} == {"gen-1"}
-    assert first[0].id == score_id("trace-a", "gen-1", "confidence")
-    assert score_id("trace-a", "gen-1", "confidence") != score_id("trace-b", "gen-1", "confidence")
+    assert first[0].id == score_id("trace-a", "confidence")
+    assert score_id("trace-a", "confidence") != score_id("trace-b", "confidence")
 
 
 def test_ungrounded_is_boolean_one() -> None:
@@ -99,7 +99,7 @@ def test_citation_concentration_score_and_comment() -> None:
     score = got["citation_concentration"]
     assert (score.data_type, score.value) == ("NUMERIC", 0.8)
     assert score.comment == '4/5 cited sentences rest on doc "handbook-v3" alone; 2 documents cited'
-    assert score.id == score_id("trace-a", "gen-1", "citation_concentration")
+    assert score.id == score_id("trace-a", "citation_concentration")
     assert list(got)[-1] == "citation_concentration"
 
 

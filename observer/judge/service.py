@@ -15,6 +15,7 @@ to `on_judged` at once (alerting: the history row and the trace rules).
 from __future__ import annotations
 
 import queue
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from observer.records import RecordError, record_from_obj
 from observer.resolver.core import ResolverFindings
 from observer.signals import SignalParams, compute
 from observer.state import OutboxFull, State
+from observer.state.judge import reserve_in
 from observer.telemetry.metrics import Metrics
 from observer.times import iso
 
@@ -49,6 +51,15 @@ class _Sample:
     signals: Signals
     day: str  # the day its budget was reserved on
     findings: ResolverFindings | None
+    basis: str | None = None  # the answer it was taken on (observer.traces.answer_basis)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A sample decided for a trace, to be written in the trace's own transaction."""
+
+    sample: _Sample
+    write: Callable[[sqlite3.Connection], None]
 
 
 def buckets(now: datetime) -> tuple[str, str]:
@@ -127,6 +138,53 @@ class JudgeService:
         self.metrics.judge_decisions.labels(decision=decision).inc()
         return decision
 
+    def reservation(
+        self,
+        record: RagRecord,
+        signals: Signals,
+        findings: ResolverFindings | None,
+        basis: str,
+    ) -> Reservation | None:
+        """Decide for a trace being recorded; a sample to write with it, or None.
+
+        The pass writes the sample in the trace's transaction (`Reservation.write`) and
+        calls `queued` after the commit: a kill in between leaves the sample in the
+        state file, judged after the restart."""
+        waiting, queued_on = self.state.judge.basis(record.trace_id)
+        if waiting and queued_on == basis:
+            return None  # this very answer waits to be judged already
+        now = self.clock()
+        hour, day = buckets(now)
+        flagged = findings is not None and findings.flagged
+        with self._budget_lock:
+            judged, tokens = self.state.judge.budget(hour, day)
+            expected = self.state.judge.tokens_per_trace()
+            decision = decide(
+                record.trace_id, signals, self.params, judged, tokens, expected, flagged
+            )
+        if decision in ("sampled", "risk") and self._queue.full():
+            self.metrics.judge_decisions.labels(decision="queue_full").inc()
+            log.warning("judge_dropped", trace_id=record.trace_id, reason="queue_full")
+            return None
+        self.metrics.judge_decisions.labels(decision=decision).inc()
+        if decision not in ("sampled", "risk"):
+            return None
+        payload = orjson.dumps(record)
+        found = None if findings is None else orjson.dumps(findings)
+        queued_at = iso(now)
+
+        def write(db: sqlite3.Connection) -> None:
+            reserve_in(db, record.trace_id, payload, hour, day, expected, queued_at, found, basis)
+
+        return Reservation(_Sample(record, signals, day, findings, basis), write)
+
+    def queued(self, reservation: Reservation) -> None:
+        """The trace's transaction committed: its sample joins the in-memory queue."""
+        try:
+            self._enqueue(reservation.sample)
+        except queue.Full:  # it waits in the state file for the next start
+            log.warning("judge_deferred", trace_id=reservation.sample.record.trace_id)
+
     def _enqueue(self, sample: _Sample) -> None:
         with self._idle:
             self._queue.put_nowait(sample)
@@ -154,7 +212,7 @@ class JudgeService:
             if self._queue.full():
                 break  # the rest waits in the state file for a later start
             signals = compute(record, self.signal_params)
-            self._enqueue(_Sample(record, signals, sample.day, findings))
+            self._enqueue(_Sample(record, signals, sample.day, findings, sample.basis))
             restored += 1
         if restored:
             log.info("judge_samples_restored", count=restored)
@@ -178,7 +236,10 @@ class JudgeService:
             if item is None:
                 return
             try:
-                self.judge_now(item.record, item.signals, item.day, item.findings)
+                waiting, basis = self.state.judge.basis(item.record.trace_id)
+                if waiting and basis == item.basis:
+                    self.judge_now(item.record, item.signals, item.day, item.findings, basis)
+                # else: re-scored with another answer since; that sample is queued too
             except Exception:  # a worker never dies; the sample stays for the next start
                 log.exception("judge_crashed")
             finally:
@@ -193,6 +254,7 @@ class JudgeService:
         signals: Signals,
         reserved_day: str | None = None,
         findings: ResolverFindings | None = None,
+        basis: str | None = None,
     ) -> JudgeResult:
         """Judge one trace (in the calling thread) and record everything about it."""
         with tracer.start_as_current_span(
@@ -216,7 +278,7 @@ class JudgeService:
         if reserved_day is None:  # judged directly, never queued
             self.state.judge.spend(hour, day, judged=1, tokens=result.tokens)
         else:
-            self.state.judge.settle(record.trace_id, day, result.tokens)
+            self.state.judge.settle(record.trace_id, day, result.tokens, basis)
         self.metrics.judge_calls.inc(result.calls)
         self.metrics.judge_tokens.labels(kind="prompt").inc(result.prompt_tokens)
         self.metrics.judge_tokens.labels(kind="completion").inc(result.completion_tokens)
@@ -241,7 +303,7 @@ class JudgeService:
             return result
         scores = judge_score_events(record, result)
         try:
-            self.state.enqueue(scores)
+            self.state.enqueue(scores, basis)
         except OutboxFull:
             self.metrics.scores_dropped.labels(reason="outbox_full").inc(len(scores))
             log.error(

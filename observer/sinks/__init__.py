@@ -22,3 +22,8 @@ class ScoreSink(Protocol):
     def send(self, scores: Sequence[ScoreEvent]) -> SendResult:
         """Deliver a batch, or raise an observer.errors.RemoteError."""
         ...
+
+    def delete(self, scores: Sequence[ScoreEvent]) -> SendResult:
+        """Remove scores that no longer apply (one already gone counts as removed), or
+        raise an observer.errors.RemoteError."""
+        ...

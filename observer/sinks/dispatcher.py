@@ -24,6 +24,7 @@ from observer.model import ScoreEvent
 from observer.retry import backoff_s
 from observer.sinks import ScoreSink
 from observer.state import State, StateError
+from observer.state.store import Op
 from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.dispatcher")
@@ -163,7 +164,13 @@ class Dispatcher:
                 pending = self._state.due(self._clock(), self._batch_size)
                 if not pending:
                     break
-                sent = self._send([p.score for p in pending], max(p.attempts for p in pending))
+                attempts = max(p.attempts for p in pending)
+                sent: int | None = 0
+                for op in ("delete", "upsert"):
+                    batch = [p.score for p in pending if p.op == op]
+                    if batch and sent is not None:
+                        done = self._send(batch, attempts, op)
+                        sent = None if done is None else sent + done
                 if sent is None:
                     break
                 acknowledged += sent
@@ -174,16 +181,17 @@ class Dispatcher:
         # Scheduled in the outbox rather than slept: observer.retry's policy, step by step.
         return backoff_s(attempts + 1, base_s=2.0, max_s=self._max_backoff_s)
 
-    def _send(self, batch: Sequence[ScoreEvent], attempts: int) -> int | None:
+    def _send(self, batch: Sequence[ScoreEvent], attempts: int, op: Op = "upsert") -> int | None:
         """One batch; the number acknowledged, or None when sending must pause."""
         with tracer.start_as_current_span(
-            "observer.score_batch_pushed", attributes={"observer.batch.size": len(batch)}
+            "observer.score_batch_pushed",
+            attributes={"observer.batch.size": len(batch), "observer.batch.op": op},
         ):
-            return self._send_batch(batch, attempts)
+            return self._send_batch(batch, attempts, op)
 
-    def _send_batch(self, batch: Sequence[ScoreEvent], attempts: int) -> int | None:
+    def _send_batch(self, batch: Sequence[ScoreEvent], attempts: int, op: Op) -> int | None:
         try:
-            result = self.sink.send(batch)
+            result = self.sink.send(batch) if op == "upsert" else self.sink.delete(batch)
         except RateLimited as error:
             wait = (
                 error.retry_after_s if error.retry_after_s is not None else self._backoff(attempts)
@@ -198,8 +206,8 @@ class Dispatcher:
             if len(batch) > 1:
                 # One bad score must not sink its neighbours: send them one by one.
                 _pushed("split")
-                return sum(self._send([score], attempts) or 0 for score in batch)
-            self._state.acknowledge(batch)
+                return sum(self._send([score], attempts, op) or 0 for score in batch)
+            self._state.acknowledge(batch, op)
             self._metrics.scores_dropped.labels(reason="rejected").inc()
             _pushed("rejected", failed=True)
             log.error(
@@ -215,7 +223,11 @@ class Dispatcher:
             return None
         self.auth_failed = False
         self.last_error = None
-        self._state.acknowledge(batch)
+        self._state.acknowledge(batch, op)
+        if op == "delete":
+            self._metrics.scores_deleted.inc(result.accepted)
+            log.info("scores_deleted", count=result.accepted, reason="no longer apply")
+            return result.accepted
         self._metrics.scores_pushed.inc(result.accepted)
         _pushed("ok" if not result.rejected else "partly_rejected")
         trace.get_current_span().set_attribute("observer.batch.accepted", result.accepted)

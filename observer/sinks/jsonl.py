@@ -39,7 +39,21 @@ class JsonlScoreSink:
         data = b"".join(
             orjson.dumps(score_json(s), option=orjson.OPT_APPEND_NEWLINE) for s in scores
         )
+        return self._write(data, len(scores))
+
+    def delete(self, scores: Sequence[ScoreEvent]) -> SendResult:
+        """A line `{"id": ..., "deleted": true}` for each score that no longer applies."""
+        data = b"".join(
+            orjson.dumps(
+                {"id": s.id, "traceId": s.trace_id, "name": s.name, "deleted": True},
+                option=orjson.OPT_APPEND_NEWLINE,
+            )
+            for s in scores
+        )
+        return self._write(data, len(scores))
+
+    def _write(self, data: bytes, count: int) -> SendResult:
         with self._lock, self.path.open("ab" if self.written else "wb") as handle:
             handle.write(data)
-            self.written += len(scores)
-        return SendResult(accepted=len(scores))
+            self.written += count
+        return SendResult(accepted=count)

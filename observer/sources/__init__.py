@@ -8,8 +8,12 @@ from typing import Any, Protocol
 
 
 class ObservationSource(Protocol):
-    def pages(self, start: datetime, end: datetime) -> Iterator[list[dict[str, Any]]]:
-        """Observations with start <= startTime < end, page by page (newest first).
+    def pages(
+        self, start: datetime, end: datetime, trace_id: str | None = None
+    ) -> Iterator[list[dict[str, Any]]]:
+        """Observations with start <= startTime < end, page by page (newest first);
+        with `trace_id`, only that trace's. A page may be short or empty while more
+        follow: the listing ends when the iterator does.
 
         Raises observer.errors.RemoteError when the source cannot be read.
         """

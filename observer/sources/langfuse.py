@@ -1,7 +1,12 @@
 """Observations from Langfuse: `GET /api/public/v2/observations` through the SDK API client.
 
 Time window plus cursor paging, only the field groups the mapping needs, the
-metadata keys it reads expanded (never truncated). Every request passes the
+metadata keys it reads expanded (never truncated). A listing ends only when
+`meta.cursor` is absent: Langfuse answers a slow query with pages shorter than
+`limit`, empty ones included, and a cursor to go on with (changelog
+2026-11-03, "Continue observations queries that would otherwise time out").
+Every answer's `Date` header sets the `ServerClock` (`clock`): Langfuse's now
+is the reference for windows and the watermark. Every request passes the
 rate limiter; a 429 blocks it for `Retry-After`; network errors and 5xx are
 retried a bounded number of times with backoff, then raised as
 `Unreachable` so the pass stops where it is (the watermark does not move).
@@ -11,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
@@ -21,6 +26,7 @@ from langfuse.api.commons.types.observation_v2 import ObservationV2
 from observer.errors import AuthRejected, RateLimited, Rejected, Unreachable
 from observer.langfuse_api import NO_RETRIES, translate
 from observer.retry import call_with_retries
+from observer.sources.clock import ServerClock
 from observer.sources.ratelimit import RateLimiter
 from observer.telemetry.metrics import Metrics
 
@@ -80,6 +86,7 @@ class LangfuseSource:
         max_attempts: int = 5,
         should_stop: Callable[[], bool] = lambda: False,
         sleep: Callable[[float], None] = time.sleep,
+        clock: ServerClock | None = None,
     ) -> None:
         self._api = api
         self._limiter = limiter
@@ -90,21 +97,35 @@ class LangfuseSource:
         self._max_attempts = max_attempts
         self._should_stop = should_stop
         self._sleep = sleep
+        self.clock = clock or ServerClock(on_offset=metrics.clock_skew.set)
 
-    def pages(self, start: datetime, end: datetime) -> Iterator[list[dict[str, Any]]]:
+    def now(self) -> datetime:
+        """Langfuse's now; the first call asks Langfuse once when no answer has set the clock."""
+        if not self.clock.known:
+            self.probe()
+        return self.clock.now()
+
+    def pages(
+        self, start: datetime, end: datetime, trace_id: str | None = None
+    ) -> Iterator[list[dict[str, Any]]]:
+        """Pages until the cursor is absent: a short or empty page with a cursor goes on."""
         cursor: str | None = None
         while True:
-            response = self._request(start, end, cursor)
+            response = self._request(start, end, cursor, trace_id=trace_id)
             data = [as_dict(o) for o in response.data]
             self._metrics.observations.inc(len(data))
             yield data
             cursor = response.meta.cursor
-            if not cursor or not data:
+            if not cursor:
                 return
+
+    def trace(self, trace_id: str, start: datetime, end: datetime) -> list[dict[str, Any]]:
+        """Every observation of one trace that starts in [start, end), newest first."""
+        return [o for page in self.pages(start, end, trace_id) for o in page]
 
     def probe(self) -> int:
         """One cheap request that proves reachability and keys; returns observations seen."""
-        now = datetime.now(UTC)
+        now = self.clock.now()
         response = self._request(now - timedelta(days=365), now, None, limit=1, fields="core")
         return len(response.data)
 
@@ -115,14 +136,16 @@ class LangfuseSource:
         cursor: str | None,
         limit: int | None = None,
         fields: str = FIELDS,
+        trace_id: str | None = None,
     ) -> Any:
         unreachable = 0
 
         def once() -> Any:
             if not self._limiter.acquire(self._should_stop):
                 raise Stopped()
+            sent = self.clock.local_now()
             try:
-                response = self._api.observations.get_many(
+                raw = self._api.observations.with_raw_response.get_many(
                     fields=fields,
                     expand_metadata=self.expand_metadata or None,
                     limit=limit or self.page_limit,
@@ -130,16 +153,18 @@ class LangfuseSource:
                     environment=self.environments or None,
                     from_start_time=start,
                     to_start_time=end,
+                    trace_id=trace_id,
                     request_options=NO_RETRIES,
                 )
-            except Exception as raw:
-                error = translate(raw, "reading observations")
+            except Exception as failure:
+                error = translate(failure, "reading observations")
                 self._metrics.source_requests.labels(
                     result=_RESULTS.get(type(error), "error")
                 ).inc()
                 raise error from None
+            self.clock.observe(raw.headers.get("date"), sent, self.clock.local_now())
             self._metrics.source_requests.labels(result="ok").inc()
-            return response
+            return raw.data
 
         def retryable(error: Exception) -> bool:
             # A 429 says when to come back: twice the tries an unreachable Langfuse gets.

@@ -31,11 +31,15 @@ class ReplaySource:
         present = [t for t in times if t is not None]
         return min(present), max(present)
 
-    def pages(self, start: datetime, end: datetime) -> Iterator[list[dict[str, Any]]]:
+    def pages(
+        self, start: datetime, end: datetime, trace_id: str | None = None
+    ) -> Iterator[list[dict[str, Any]]]:
         window = [
             o
             for o in self._observations
-            if (moment := parse_time(o["startTime"])) is not None and start <= moment < end
+            if (moment := parse_time(o["startTime"])) is not None
+            and start <= moment < end
+            and (trace_id is None or o.get("traceId") == trace_id)
         ]
         for offset in range(0, len(window), self.page_limit):
             yield window[offset : offset + self.page_limit]

@@ -4,9 +4,13 @@ A sample is written here when it is queued, with the tokens it is expected
 to cost, so the caps count what is queued, not only what was spent (a full
 queue can no longer overshoot the daily cap). It leaves when it is judged:
 then its reservation gives way to the tokens it really used. A sample still
-here at shutdown is judged after the restart; the trace's fingerprint is
-saved already, so nothing else would offer it again. The resolver's findings
-travel with the sample: the funnel after a restart is the one it was offered with.
+here at shutdown is judged after the restart. A pass reserves its sample in
+the trace's own transaction (`reserve_in`), so no kill between the trace's
+fingerprint and its sample can lose it. A sample is keyed by the trace and
+the `basis` it was taken on (a digest of the answer and its evidence): a trace
+re-scored with another answer while its sample waits replaces the sample, and
+the stale one is not judged. The resolver's findings travel with the sample:
+the funnel after a restart is the one it was offered with.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ CREATE TABLE IF NOT EXISTS judge_pending (
     day TEXT NOT NULL,
     reserved INTEGER NOT NULL,
     queued_at TEXT NOT NULL,
-    findings BLOB
+    findings BLOB,
+    basis TEXT
 );
 """
 
@@ -43,6 +48,7 @@ class PendingSample:
     day: str
     reserved: int
     findings: bytes | None = None  # the resolver's findings as JSON; None: none
+    basis: str | None = None  # the answer it was taken on; None: a version before bases
 
 
 class JudgeStore:
@@ -52,6 +58,8 @@ class JudgeStore:
             columns = {row[1] for row in database.db.execute("PRAGMA table_info(judge_pending)")}
             if "findings" not in columns:  # a state file of a version before the funnel
                 database.db.execute("ALTER TABLE judge_pending ADD COLUMN findings BLOB")
+            if "basis" not in columns:
+                database.db.execute("ALTER TABLE judge_pending ADD COLUMN basis TEXT")
 
     def budget(self, hour: str, day: str) -> tuple[int, int]:
         """(traces judged or queued this hour, tokens spent or reserved this day)."""
@@ -82,22 +90,29 @@ class JudgeStore:
         tokens: int,
         queued_at: str,
         findings: bytes | None = None,
+        basis: str | None = None,
     ) -> bool:
         """Queue a sample and count it against the caps; False when it is queued already."""
         with self._file.transaction() as db:
-            fresh = db.execute(
-                "INSERT INTO judge_pending (trace_id, record, day, reserved, queued_at, findings) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(trace_id) DO NOTHING",
-                (trace_id, record, day, tokens, queued_at, findings),
-            ).rowcount
-            if fresh:
-                _add(db, f"h:{hour}", judged=1, tokens=0)
-        return bool(fresh)
+            return reserve_in(db, trace_id, record, hour, day, tokens, queued_at, findings, basis)
 
-    def settle(self, trace_id: str, day: str, tokens: int) -> None:
-        """A sample was judged: its reservation gives way to the tokens it used."""
+    def basis(self, trace_id: str) -> tuple[bool, str | None]:
+        """(a sample of the trace waits, the basis it was taken on)."""
+        with self._file.lock:
+            row = self._file.db.execute(
+                "SELECT basis FROM judge_pending WHERE trace_id = ?", (trace_id,)
+            ).fetchone()
+        return (False, None) if row is None else (True, None if row[0] is None else str(row[0]))
+
+    def settle(self, trace_id: str, day: str, tokens: int, basis: str | None = None) -> None:
+        """A sample was judged: its reservation gives way to the tokens it used.
+
+        The waiting sample is removed only when it is the one judged (same basis): one
+        taken on a newer answer since stays to be judged."""
         with self._file.transaction() as db:
-            db.execute("DELETE FROM judge_pending WHERE trace_id = ?", (trace_id,))
+            db.execute(
+                "DELETE FROM judge_pending WHERE trace_id = ? AND basis IS ?", (trace_id, basis)
+            )
             _add(db, f"d:{day}", judged=0, tokens=tokens)
             if tokens > 0:
                 known = self._file.get_meta("judge_tokens_per_trace")
@@ -113,18 +128,57 @@ class JudgeStore:
     def pending(self) -> list[PendingSample]:
         with self._file.lock:
             rows = self._file.db.execute(
-                "SELECT trace_id, record, day, reserved, findings FROM judge_pending "
+                "SELECT trace_id, record, day, reserved, findings, basis FROM judge_pending "
                 "ORDER BY queued_at"
             ).fetchall()
         return [
-            PendingSample(str(t), bytes(r), str(d), int(n), None if f is None else bytes(f))
-            for t, r, d, n, f in rows
+            PendingSample(
+                str(t),
+                bytes(r),
+                str(d),
+                int(n),
+                None if f is None else bytes(f),
+                None if b is None else str(b),
+            )
+            for t, r, d, n, f, b in rows
         ]
 
     def abandon(self, trace_id: str) -> None:
         """Give a sample up: its reservation is returned."""
         with self._file.transaction() as db:
             db.execute("DELETE FROM judge_pending WHERE trace_id = ?", (trace_id,))
+
+
+def reserve_in(
+    db: sqlite3.Connection,
+    trace_id: str,
+    record: bytes,
+    hour: str,
+    day: str,
+    tokens: int,
+    queued_at: str,
+    findings: bytes | None,
+    basis: str | None,
+) -> bool:
+    """Queue a sample inside the caller's transaction; False when it waits already.
+
+    A sample of the same trace taken on another basis is replaced (the newer answer
+    is judged, the hour's count not taken twice)."""
+    replaced = db.execute(
+        "UPDATE judge_pending SET record = ?, findings = ?, basis = ?, queued_at = ? "
+        "WHERE trace_id = ? AND basis IS NOT ?",
+        (record, findings, basis, queued_at, trace_id, basis),
+    ).rowcount
+    if replaced:
+        return True
+    fresh = db.execute(
+        "INSERT INTO judge_pending (trace_id, record, day, reserved, queued_at, findings, basis) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(trace_id) DO NOTHING",
+        (trace_id, record, day, tokens, queued_at, findings, basis),
+    ).rowcount
+    if fresh:
+        _add(db, f"h:{hour}", judged=1, tokens=0)
+    return bool(fresh)
 
 
 def _add(db: sqlite3.Connection, bucket: str, judged: int, tokens: int) -> None:

@@ -13,10 +13,11 @@ the same file, in stores of their own.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Literal
 
 import orjson
 
@@ -47,7 +48,24 @@ CREATE TABLE IF NOT EXISTS outbox (
     last_error TEXT
 );
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_attempt, seq);
+CREATE TABLE IF NOT EXISTS trace_scores (
+    trace_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    basis TEXT,
+    PRIMARY KEY (trace_id, name)
+);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TRIGGER IF NOT EXISTS outbox_added AFTER INSERT ON outbox
+BEGIN UPDATE counters SET value = value + 1 WHERE name = 'outbox'; END;
+CREATE TRIGGER IF NOT EXISTS outbox_removed AFTER DELETE ON outbox
+BEGIN UPDATE counters SET value = value - 1 WHERE name = 'outbox'; END;
 """
+
+# Older state files: the outbox held upserts only.
+_MIGRATIONS = {"outbox": {"op": "ALTER TABLE outbox ADD COLUMN op TEXT NOT NULL DEFAULT 'upsert'"}}
+
+Op = Literal["upsert", "delete"]
 
 
 class OutboxFull(Exception):
@@ -60,6 +78,7 @@ class Pending:
 
     score: ScoreEvent
     attempts: int
+    op: Op = "upsert"  # delete: the score no longer applies and leaves Langfuse
 
 
 def _payload(score: ScoreEvent) -> bytes:
@@ -87,11 +106,23 @@ class State:
         self.alerts = AlertStore(self._file)
         self.judge = JudgeStore(self._file)
         try:
-            # Backoffs belong to the process that failed: a new one tries every queued
-            # score at once, so a restart after an outage delivers what the outbox holds.
-            self._db.execute("UPDATE outbox SET next_attempt = 0, attempts = 0")
-            self._seq = self._scalar("SELECT COALESCE(MAX(seq), 0) FROM outbox")
-            self._outbox_size = self._scalar("SELECT COUNT(*) FROM outbox")
+            with self._transaction() as db:
+                for table, columns in _MIGRATIONS.items():
+                    present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+                    for column, statement in columns.items():
+                        if column not in present:
+                            db.execute(statement)
+                # Backoffs belong to the process that failed: a new one tries every queued
+                # score at once, so a restart after an outage delivers what the outbox holds.
+                db.execute("UPDATE outbox SET next_attempt = 0, attempts = 0")
+                # The size is kept by triggers in the file itself, so every process that
+                # writes it (a daemon and a `backfill --state` beside it) sees the same
+                # number; recounted at open for files of older versions.
+                db.execute(
+                    "INSERT INTO counters (name, value) VALUES ('outbox', "
+                    "(SELECT COUNT(*) FROM outbox)) ON CONFLICT(name) DO UPDATE "
+                    "SET value = excluded.value"
+                )
         except sqlite3.Error as error:
             raise StateError(f"state file {self.path} is not usable: {error}") from None
 
@@ -137,6 +168,22 @@ class State:
                 found.update((str(t), str(f)) for t, f in rows)
         return found
 
+    def root_starts(self, trace_ids: Sequence[str]) -> dict[str, datetime]:
+        """The earliest root recorded for each known trace, in one query per 500 ids."""
+        found: dict[str, datetime] = {}
+        with self._lock:
+            for start in range(0, len(trace_ids), 500):
+                chunk = trace_ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(
+                    f"SELECT trace_id, root_start FROM traces WHERE trace_id IN ({marks})", chunk
+                ).fetchall()
+                for trace_id, root_start in rows:
+                    moment = parse_time(root_start)
+                    if moment is not None:
+                        found[str(trace_id)] = moment
+        return found
+
     def record_trace(
         self,
         trace_id: str,
@@ -145,56 +192,118 @@ class State:
         scores: Sequence[ScoreEvent],
         now: datetime,
         history: Row | None = None,
-    ) -> None:
-        """Store the trace's fingerprint and queue its scores, atomically.
+        *,
+        basis: str | None = None,
+        during: Callable[[sqlite3.Connection], None] | None = None,
+    ) -> int:
+        """Store the trace's fingerprint and its score set, atomically; scores deleted.
 
-        A score already queued under the same id is replaced (its newest value
-        is what Langfuse must end up with). Raises OutboxFull when there is no
-        room: nothing is written, the trace will be seen again.
+        The trace's scores become `scores`: each queued (a score already queued under
+        its id is replaced, its newest value is what Langfuse must end up with), and
+        each score it had before that is not among them queued for deletion — unless
+        it was written on the same `basis` (the judge's scores of an unchanged answer
+        stay). `during` runs inside the transaction (the judge's reservation). Raises
+        OutboxFull when there is no room: nothing is written, the trace will be seen
+        again. Returns how many scores were queued for deletion.
         """
         with self._transaction() as db:
-            if scores and self._outbox_size + len(scores) > self.max_outbox:
-                raise OutboxFull(f"outbox holds {self._outbox_size} scores (max {self.max_outbox})")
-            added = self._queue(db, scores)
+            if scores and self._outbox_count(db) + len(scores) > self.max_outbox:
+                raise OutboxFull(
+                    f"outbox holds {self._outbox_count(db)} scores (max {self.max_outbox})"
+                )
+            deleted = self._replace_set(db, trace_id, scores, basis)
             db.execute(
                 "INSERT INTO traces (trace_id, fingerprint, root_start, seen_at) "
                 "VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(trace_id) DO UPDATE SET fingerprint = excluded.fingerprint, "
-                "seen_at = excluded.seen_at",
+                "seen_at = excluded.seen_at, "
+                "root_start = MIN(root_start, excluded.root_start)",
                 (trace_id, fingerprint, iso(root_start), iso(now)),
             )
             if history is not None:
                 write_row(db, history)
-        self._outbox_size += added  # counted, never recounted: an outage must stay cheap
+            if during is not None:
+                during(db)
+        return deleted
 
-    def _queue(self, db: sqlite3.Connection, scores: Sequence[ScoreEvent]) -> int:
-        """Queue scores; how many were not in the outbox yet.
-
-        A score already queued under its id is replaced: its newest value is what
-        Langfuse must end up with.
-        """
-        known = 0
-        for start in range(0, len(scores), 500):
-            ids = [score.id for score in scores[start : start + 500]]
-            marks = ",".join("?" * len(ids))
-            known += self._scalar(f"SELECT COUNT(*) FROM outbox WHERE score_id IN ({marks})", *ids)
-        for score in scores:
-            self._seq += 1
+    def _replace_set(
+        self,
+        db: sqlite3.Connection,
+        trace_id: str,
+        scores: Sequence[ScoreEvent],
+        basis: str | None,
+    ) -> int:
+        names = {score.name for score in scores}
+        stale = [
+            _score(bytes(payload))
+            for name, payload, made_on in db.execute(
+                "SELECT name, payload, basis FROM trace_scores WHERE trace_id = ?", (trace_id,)
+            ).fetchall()
+            if name not in names and (made_on is None or made_on != basis)
+        ]
+        for score in stale:
             db.execute(
-                "INSERT INTO outbox (score_id, seq, trace_id, payload) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(score_id) DO UPDATE SET payload = excluded.payload, "
-                "seq = excluded.seq, attempts = 0, next_attempt = 0",
-                (score.id, self._seq, score.trace_id, _payload(score)),
+                "DELETE FROM trace_scores WHERE trace_id = ? AND name = ?", (trace_id, score.name)
             )
-        return len({score.id for score in scores}) - known
+        self._queue(db, stale, "delete")
+        self._queue(db, scores)
+        db.executemany(
+            "INSERT INTO trace_scores (trace_id, name, payload, basis) VALUES (?, ?, ?, NULL) "
+            "ON CONFLICT(trace_id, name) DO UPDATE SET payload = excluded.payload, basis = NULL",
+            [(trace_id, score.name, _payload(score)) for score in scores],
+        )
+        return len(stale)
 
-    def enqueue(self, scores: Sequence[ScoreEvent]) -> None:
-        """Queue scores that belong to no trace pass (the judge's). Raises OutboxFull."""
+    def _outbox_count(self, db: sqlite3.Connection) -> int:
+        row = db.execute("SELECT value FROM counters WHERE name = 'outbox'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _queue(
+        self, db: sqlite3.Connection, scores: Sequence[ScoreEvent], op: Op = "upsert"
+    ) -> None:
+        """Queue scores (or their deletion), each replacing what is queued under its id.
+
+        The newest intent for an id is what Langfuse must end up with.
+        """
+        if not scores:
+            return
+        seq = int(db.execute("SELECT COALESCE(MAX(seq), 0) FROM outbox").fetchone()[0])
+        db.executemany(
+            "INSERT INTO outbox (score_id, seq, trace_id, payload, op) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT(score_id) DO UPDATE SET payload = excluded.payload, "
+            "seq = excluded.seq, op = excluded.op, attempts = 0, next_attempt = 0",
+            [
+                (score.id, seq + index, score.trace_id, _payload(score), op)
+                for index, score in enumerate(scores, start=1)
+            ],
+        )
+
+    def enqueue(self, scores: Sequence[ScoreEvent], basis: str | None = None) -> None:
+        """Queue scores that belong to no trace pass (the judge's). Raises OutboxFull.
+
+        They join their trace's score set, made on `basis` (the answer they judged):
+        a later pass deletes them once the trace's answer is another.
+        """
         with self._transaction() as db:
-            if self._outbox_size + len(scores) > self.max_outbox:
-                raise OutboxFull(f"outbox holds {self._outbox_size} scores (max {self.max_outbox})")
-            added = self._queue(db, scores)
-        self._outbox_size += added
+            if self._outbox_count(db) + len(scores) > self.max_outbox:
+                raise OutboxFull(
+                    f"outbox holds {self._outbox_count(db)} scores (max {self.max_outbox})"
+                )
+            self._queue(db, scores)
+            db.executemany(
+                "INSERT INTO trace_scores (trace_id, name, payload, basis) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(trace_id, name) DO UPDATE SET payload = excluded.payload, "
+                "basis = excluded.basis",
+                [(score.trace_id, score.name, _payload(score), basis) for score in scores],
+            )
+
+    def live_scores(self, trace_id: str) -> dict[str, str | None]:
+        """The names of the scores a trace has now, with the basis each was made on."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT name, basis FROM trace_scores WHERE trace_id = ?", (trace_id,)
+            ).fetchall()
+        return {str(name): None if basis is None else str(basis) for name, basis in rows}
 
     def prune_traces(self, root_before: datetime) -> int:
         """Forget fingerprints of traces too old to be polled again."""
@@ -209,17 +318,22 @@ class State:
     # -- outbox ---------------------------------------------------------------
 
     def outbox_size(self) -> int:
+        """Scores queued, by every process writing this file."""
         with self._lock:
-            return self._outbox_size
+            return self._outbox_count(self._db)
 
     def due(self, now_ts: float, limit: int) -> list[Pending]:
         """Scores due for sending, oldest first."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT payload, attempts FROM outbox WHERE next_attempt <= ? ORDER BY seq LIMIT ?",
+                "SELECT payload, attempts, op FROM outbox WHERE next_attempt <= ? "
+                "ORDER BY seq LIMIT ?",
                 (now_ts, limit),
             ).fetchall()
-        return [Pending(_score(payload), int(attempts)) for payload, attempts in rows]
+        return [
+            Pending(_score(payload), int(attempts), "delete" if op == "delete" else "upsert")
+            for payload, attempts, op in rows
+        ]
 
     def next_due(self) -> float | None:
         """When the earliest queued score is due (unix seconds), or None when empty."""
@@ -227,16 +341,14 @@ class State:
             row = self._db.execute("SELECT MIN(next_attempt) FROM outbox").fetchone()
         return float(row[0]) if row and row[0] is not None else None
 
-    def acknowledge(self, scores: Sequence[ScoreEvent]) -> None:
-        """Langfuse has the scores: remove them, unless re-queued with a newer value since."""
-        removed = 0
+    def acknowledge(self, scores: Sequence[ScoreEvent], op: Op = "upsert") -> None:
+        """Langfuse has the scores (or deleted them): remove them from the outbox, unless
+        re-queued since with a newer value or another intent."""
         with self._transaction() as db:
-            for score in scores:
-                removed += db.execute(
-                    "DELETE FROM outbox WHERE score_id = ? AND payload = ?",
-                    (score.id, _payload(score)),
-                ).rowcount
-        self._outbox_size -= removed
+            db.executemany(
+                "DELETE FROM outbox WHERE score_id = ? AND payload = ? AND op = ?",
+                [(score.id, _payload(score), op) for score in scores],
+            )
 
     def retry_later(self, scores: Sequence[ScoreEvent], at_ts: float, error: str) -> None:
         with self._transaction() as db:

@@ -350,9 +350,10 @@ class Metrics:
         mark = self._watermark
         return 0.0 if mark is None else max(0.0, self._clock() - mark)
 
-    def set_watermark(self, unix_s: float, clock: Callable[[], float] | None = None) -> None:
-        """The lag is computed when read: it grows while observer stalls."""
-        self._watermark = unix_s
+    def set_watermark(self, unix_s: float | None, clock: Callable[[], float] | None = None) -> None:
+        """The lag is computed when read (against `clock`): it grows while observer stalls."""
+        if unix_s is not None:
+            self._watermark = unix_s
         if clock is not None:
             self._clock = clock
 

@@ -75,7 +75,7 @@ def test_every_sampled_trace_is_judged_and_scored_once(
         assert "abstained" in scores and "critical_unsupported" in scores
         anchor = deterministic[trace_id]
         for score in scores.values():
-            assert score["id"] == score_id(trace_id, anchor["observationId"], score["name"])
+            assert score["id"] == score_id(trace_id, score["name"])
             assert score["timestamp"] == anchor["timestamp"]
     # The demo holds fabricated figures: the critical ones were handed on at once.
     assert critical and set(critical) <= set(got)

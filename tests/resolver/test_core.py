@@ -222,7 +222,7 @@ def test_score_events_name_the_chunks() -> None:
         "1 unverifiable (no chunk id, hash or text)"
     )
     for event in (missing, stale):
-        assert event.id == score_id("tr-1", "gen-1", event.name)
+        assert event.id == score_id("tr-1", event.name)
         assert event.timestamp == "2026-11-20T08:30:01.100Z"
         assert event.observation_id == "gen-1"
         assert event.environment == "production"
