@@ -370,9 +370,9 @@ SERVICE_LIKE: Final = Behaviour(
     compute_roots=True,
     max_body_bytes=MAX_BODY_BYTES,
 )
-# What ``FakeLangfuse()`` does. KIND for now, so the suite written against the kind fake
-# keeps passing; flip it to SERVICE_LIKE once the daemon copes with the service as it is.
-DEFAULT_BEHAVIOUR: Final = KIND
+# What ``FakeLangfuse()`` does: the service as it is. ``FakeLangfuse.kind()`` for a test
+# about something else that wants full pages and data visible at once.
+DEFAULT_BEHAVIOUR: Final = SERVICE_LIKE
 
 
 def _bad_request(message: str, **extra: Any) -> _HttpError:
@@ -846,8 +846,12 @@ class FakeLangfuse(LoopbackService):
 
         Each observation shows in listings ``delay_s`` seconds (on ``clock``) after this
         call; ``delay_s`` may be a function of the observation. Without it the fake's
-        ``ingestion_delay_s`` plus a seeded draw of up to ``ingestion_jitter_s`` applies.
-        Until a replacement shows, the version before it is still listed.
+        ``ingestion_delay_s`` plus a seeded draw of up to ``ingestion_jitter_s`` applies,
+        counted from when the observation was sent (its end, else its start) if that is
+        earlier than now: data a test adds with times long past was ingested long ago.
+        An explicit ``delay_s`` counts from now whatever the times say (a client clock
+        hours behind does not make its data land sooner). Until a replacement shows, the
+        version before it is still listed.
         """
         marked = frozenset(app_roots)
         prepared: list[_StoredObservation] = []
@@ -886,7 +890,14 @@ class FakeLangfuse(LoopbackService):
         now = self.clock()
         with self._lock:
             for stored in prepared:
-                visible_at = now + timedelta(seconds=self._delay_of(stored.data, delay_s))
+                # The default delay runs from when the observation was sent (its end, else
+                # its start) or from now, whichever is earlier: data a test adds with times
+                # long past was ingested long ago, a trace happening now lands late.
+                sent = now
+                if delay_s is None:
+                    sent_us = stored.end_us if stored.end_us is not None else stored.start_us
+                    sent = min(now, _EPOCH + timedelta(microseconds=sent_us))
+                visible_at = sent + timedelta(seconds=self._delay_of(stored.data, delay_s))
                 versions = self._observations.setdefault(str(stored.data["id"]), [])
                 versions.append((visible_at, stored))
 
@@ -912,6 +923,23 @@ class FakeLangfuse(LoopbackService):
         """What a listing would show now (on ``clock``), newest first, unprojected."""
         visible = sorted(self._visible(self.clock()), key=lambda o: o.sort_key, reverse=True)
         return [copy.deepcopy(o.data) for o in visible]
+
+    def listed(
+        self,
+        *,
+        trace_id: str | None = None,
+        fields: str | None = None,
+        expand_metadata: Iterable[str] = (),
+    ) -> list[dict[str, Any]]:
+        """Every landed observation (of one trace, or all) as a listing with ``fields`` and
+        ``expandMetadata`` would show it, in the listing's order, without page cuts."""
+        groups = self._parse_fields(fields)
+        expand = frozenset(expand_metadata)
+        visible = [
+            o for o in self._visible(self.clock()) if trace_id is None or o.trace_id == trace_id
+        ]
+        visible.sort(key=lambda o: o.sort_key, reverse=True)
+        return [self._project(o.data, groups, expand) for o in visible]
 
     def pending_observations(self) -> int:
         """Added observation versions that have not landed yet (on ``clock``)."""

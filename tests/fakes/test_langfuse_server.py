@@ -98,7 +98,8 @@ def make_obs(
 
 @pytest.fixture
 def fake() -> Iterator[FakeLangfuse]:
-    with FakeLangfuse() as server:
+    """A kind fake: each test below switches on the one unkind behaviour it is about."""
+    with FakeLangfuse.kind() as server:
         yield server
 
 
@@ -1311,3 +1312,37 @@ def test_a_service_like_fake_still_lists_everything_once(shared_httpx: httpx.Cli
         ids, sizes = list_all(api, limit=50)
         assert sorted(ids) == sorted(o["id"] for o in observations)
         assert len(sizes) > 300 // 50 + 1
+
+
+def test_listed_is_a_listing_without_page_cuts() -> None:
+    fake = FakeLangfuse.service_like(seed=2)
+    fake.clock = SimulatedClock(BASE)
+    fake.add_observations(
+        [
+            make_obs("a", BASE, trace_id="t1", metadata={"long": "y" * 300, "kept": "z" * 300}),
+            make_obs("b", BASE + timedelta(seconds=1), trace_id="t1", parent="a"),
+            make_obs("c", BASE, trace_id="t2"),
+        ],
+        delay_s=0,
+    )
+    listed = fake.listed(trace_id="t1", fields="core,metadata", expand_metadata=["kept"])
+    assert [o["id"] for o in listed] == ["b", "a"]
+    assert set(listed[0]) == set(FIELD_GROUPS["core"]) | {"metadata"}
+    assert listed[1]["metadata"] == {"long": "y" * 200, "kept": "z" * 300}
+
+
+def test_the_default_delay_counts_from_when_the_data_was_sent() -> None:
+    clock = SimulatedClock(BASE)
+    fake = FakeLangfuse.service_like(seed=4, ingestion_delay_s=60.0, ingestion_jitter_s=0.0)
+    fake.clock = clock
+    fake.add_observations(
+        [
+            make_obs("yesterday", BASE - timedelta(days=1)),  # sent long ago: landed
+            make_obs("now", BASE - timedelta(milliseconds=300)),  # ends now: 60 s from now
+        ]
+    )
+    # An explicit delay counts from now, whatever the client's clock wrote.
+    fake.add_observations([make_obs("behind", BASE - timedelta(hours=3))], delay_s=60)
+    assert [o["id"] for o in fake.visible_observations()] == ["yesterday"]
+    clock.advance(60)
+    assert [o["id"] for o in fake.visible_observations()] == ["now", "behind", "yesterday"]
