@@ -1,12 +1,17 @@
 """Errors of talking to the outside, translated at the edge.
 
     ObserverError
-     +-- RemoteError            talking to Langfuse (or another server) failed
-          +-- Unreachable       connection refused, timeout, 5xx: try again later
-          +-- RateLimited       429: try again after `retry_after` seconds
-          +-- AuthRejected      401/403: the keys are wrong; retrying will not help
-          +-- Rejected          other 4xx: the request itself is wrong
+     +-- RemoteError              talking to Langfuse (or another server) failed
+     |    +-- Unreachable         connection refused, timeout, 5xx: try again later
+     |    +-- RateLimited         429: try again after `retry_after` seconds
+     |    +-- AuthRejected        401/403: the keys are wrong; retrying will not help
+     |    |    +-- UsageSuspended 403 "... Usage threshold exceeded": the project's usage
+     |    |                       limit, not the keys; retrying soon will not help either
+     |    +-- Rejected            other 4xx: the request itself is wrong
+     +-- UnsupportedServer        the Langfuse server is older than observer needs (exit 2)
 
+`UsageSuspended` is an `AuthRejected` so that every caller stops and waits as it
+does for rejected keys; its message says it is the usage limit, not the keys.
 `ConfigError` (observer.config) and `StateError` (observer.state) are the
 errors of the local files.
 """
@@ -38,5 +43,21 @@ class AuthRejected(RemoteError):
     pass
 
 
+class UsageSuspended(AuthRejected):
+    """Langfuse Cloud suspended the project's ingestion: its plan's usage threshold is
+    exceeded. The keys are fine; an upgrade, or the next usage period, lifts it."""
+
+
 class Rejected(RemoteError):
     pass
+
+
+class UnsupportedServer(ObserverError):
+    """The Langfuse server is older than observer needs: a configuration problem (exit 2).
+
+    `version` is what the server said it is, `needed` the oldest version that works."""
+
+    def __init__(self, message: str, version: str, needed: str) -> None:
+        super().__init__(message)
+        self.version = version
+        self.needed = needed

@@ -4,20 +4,60 @@ observer reads and writes through `langfuse.api.client.LangfuseAPI` (SDK 5)
 with the SDK's own retries turned off (`max_retries: 0`): the rate limiter,
 `Retry-After` and the backoff live in observer, where every request is
 counted.
+
+`translate(error, what)` turns an SDK or transport error into observer's
+RemoteError tree (observer.errors). A 403 whose message says "Usage threshold
+exceeded" (Langfuse Cloud's `Ingestion suspended: Usage threshold exceeded.
+Please upgrade your plan.` on score posts, ingestion and OTLP; `Access
+suspended: ...` on MCP) is `UsageSuspended`: the project's usage limit, not
+its keys.
+
+`check_server_version(api, base_url)` reads `GET /api/public/health`
+(`{"status", "version"}`, no auth, no rate limit) and raises
+`UnsupportedServer` for a self-hosted server older than v4.59, the first to
+take a JSON array of scores (older ones answer 400 to the batches observer
+posts). The server reports its release as `4.59.0` (its `VERSION` constant
+without the `v`), Cloud included; Cloud runs the newest code, so a Cloud host
+(`cloud.langfuse.com`, `<region>.cloud.langfuse.com`) is never refused. A
+version that does not parse is logged (`server_version_unknown`) and let
+through; an unreadable health endpoint raises the RemoteError, for the caller
+to decide.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urlsplit
+
 import httpx
+import pydantic
+import structlog
 from langfuse.api.client import LangfuseAPI
 from langfuse.api.core.api_error import ApiError
 from langfuse.api.core.request_options import RequestOptions
+from packaging.version import InvalidVersion, Version
 
 from observer import __version__
-from observer.errors import AuthRejected, RateLimited, Rejected, RemoteError, Unreachable
+from observer.errors import (
+    AuthRejected,
+    RateLimited,
+    Rejected,
+    RemoteError,
+    Unreachable,
+    UnsupportedServer,
+    UsageSuspended,
+)
 from observer.retry import parse_retry_after
 
+log = structlog.get_logger("observer.langfuse")
+
 NO_RETRIES: RequestOptions = {"max_retries": 0}
+
+# The first self-hosted release that takes a JSON array on POST /api/public/scores.
+MIN_SERVER_VERSION: Final = "4.59.0"
+CLOUD_HOST: Final = "cloud.langfuse.com"
+_USAGE_SUSPENDED: Final = "usage threshold exceeded"
 
 
 def build_api(base_url: str, public_key: str, secret_key: str, timeout_s: float) -> LangfuseAPI:
@@ -39,6 +79,13 @@ def _retry_after(headers: dict[str, str] | None) -> float | None:
     return parse_retry_after(lowered.get("retry-after"))
 
 
+def _message(body: Any) -> str:
+    """The server's message from an error body (`{"message", "error"}`, or plain text)."""
+    if isinstance(body, dict):
+        body = body.get("message") or ""
+    return " ".join(str(body or "").split())[:200]
+
+
 def translate(error: Exception, what: str) -> RemoteError:
     """An SDK or transport error as one of observer's RemoteErrors; never echoes secrets."""
     if isinstance(error, RemoteError):
@@ -47,6 +94,13 @@ def translate(error: Exception, what: str) -> RemoteError:
         status = error.status_code or 0
         if status == 429:
             return RateLimited(f"{what}: rate limited (429)", _retry_after(error.headers))
+        if status == 403 and _USAGE_SUSPENDED in _message(error.body).lower():
+            return UsageSuspended(
+                f"{what}: Langfuse suspended this project: its usage limit is exceeded "
+                f"(403 {_message(error.body)!r}); the keys are fine. Upgrade the plan or "
+                "wait for the next usage period",
+                status,
+            )
         if status in (401, 403):
             return AuthRejected(f"{what}: Langfuse rejected the keys ({status})", status)
         if status >= 500 or status in (408, 409):
@@ -58,3 +112,75 @@ def translate(error: Exception, what: str) -> RemoteError:
     if isinstance(error, httpx.HTTPError):
         return Unreachable(f"{what}: {type(error).__name__}: {error}")
     return Unreachable(f"{what}: unexpected {type(error).__name__}: {error}")
+
+
+# -- the server's version ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ServerVersion:
+    """What `GET /api/public/health` said the server is, and what observer made of it."""
+
+    version: str | None  # as the server spells it; None when it named none
+    cloud: bool  # a Langfuse Cloud host: the newest server, whatever it says
+    known: bool  # the version parsed (False: let through, with a warning)
+
+    @property
+    def describe(self) -> str:
+        """One phrase for `check`: `Langfuse 4.60.0 (self-hosted)`."""
+        where = "Cloud" if self.cloud else "self-hosted"
+        version = self.version if self.version else "of an unknown version"
+        unknown = "" if self.known else ", version not understood"
+        return f"Langfuse {version} ({where}{unknown})"
+
+
+def is_cloud(base_url: str) -> bool:
+    """Whether `base_url` is Langfuse Cloud (`cloud.langfuse.com` or a region of it)."""
+    host = (urlsplit(base_url).hostname or "").lower().rstrip(".")
+    return host == CLOUD_HOST or host.endswith("." + CLOUD_HOST)
+
+
+def assess_server_version(version: str | None, base_url: str) -> ServerVersion:
+    """Pure: the server's version judged; `UnsupportedServer` when it is self-hosted and
+    older than MIN_SERVER_VERSION. A pre-release counts as its release (4.59.0-rc.1 is
+    4.59.0, as the server itself reads SDK versions)."""
+    cloud = is_cloud(base_url)
+    text = (version or "").strip()
+    try:
+        parsed = Version(text)
+    except InvalidVersion:
+        return ServerVersion(text or None, cloud, known=False)
+    if not cloud and Version(parsed.base_version) < Version(MIN_SERVER_VERSION):
+        raise UnsupportedServer(
+            f"Langfuse at {base_url} is version {text}; observer needs Langfuse Cloud or a "
+            f"self-hosted Langfuse v{MIN_SERVER_VERSION} or newer (it posts scores in "
+            "batches, which older servers refuse with 400): upgrade the server",
+            version=text,
+            needed=MIN_SERVER_VERSION,
+        )
+    return ServerVersion(text, cloud, known=True)
+
+
+def check_server_version(api: LangfuseAPI, base_url: str) -> ServerVersion:
+    """`GET /api/public/health`, judged by `assess_server_version`.
+
+    Raises UnsupportedServer for a server too old, or the RemoteError of an unreachable
+    (or 503) health endpoint: whether that stops anything is the caller's decision. An
+    answer without a readable version is let through, logged once per call.
+    """
+    try:
+        health = api.health.health(request_options=NO_RETRIES)
+        version: str | None = health.version
+    except pydantic.ValidationError:  # a 200 without a version string
+        version = None
+    except Exception as error:
+        raise translate(error, "reading Langfuse's version (GET /api/public/health)") from None
+    judged = assess_server_version(version, base_url)
+    if not judged.known:
+        log.warning(
+            "server_version_unknown",
+            version=version,
+            needed=MIN_SERVER_VERSION,
+            action="going on: score batches fail with 400 if the server is older",
+        )
+    return judged

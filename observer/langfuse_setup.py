@@ -52,8 +52,9 @@ from langfuse.api.commons.types.config_category import ConfigCategory
 from langfuse.api.commons.types.score_config import ScoreConfig
 from langfuse.api.commons.types.score_config_data_type import ScoreConfigDataType
 from langfuse.api.core.api_error import ApiError
+from langfuse.api.score_configs.types.score_configs import ScoreConfigs
 
-from observer.errors import AuthRejected, RateLimited, Rejected, RemoteError
+from observer.errors import AuthRejected, RateLimited, Rejected, RemoteError, UsageSuspended
 from observer.judge.outcome import JUDGE_SCORE_NAMES
 from observer.langfuse_api import NO_RETRIES, translate
 from observer.model import Band, Grade, ScoreDataType
@@ -76,6 +77,7 @@ __all__ = [
     "config_difference",
     "decide_config",
     "init_langfuse",
+    "list_score_configs",
     "placements",
     "widget_difference",
 ]
@@ -534,6 +536,8 @@ class SetupReport:
 
 
 def _stop_reason(error: RemoteError) -> str:
+    if isinstance(error, UsageSuspended):
+        return f"usage limit: {error}"
     if isinstance(error, AuthRejected):
         return f"keys rejected: {error}"
     if isinstance(error, RateLimited):
@@ -584,11 +588,13 @@ def _server_message(body: Any) -> str:
 
 def _remote(error: Exception, what: str, *, forbidden_refuses: bool = False) -> RemoteError:
     """observer's error for `error`: a 4xx the request itself caused is Rejected, with the
-    server's message; the rest as `translate` says (never the keys)."""
+    server's message; the rest as `translate` says (never the keys). A suspended project
+    (403 "Usage threshold exceeded") is UsageSuspended on every route."""
     if isinstance(error, ApiError):
         status = error.status_code or 0
         refusal = 400 <= status < 500 and status not in (401, 403, 408, 409, 429)
-        if refusal or (status == 403 and forbidden_refuses):
+        forbidden = status == 403 and forbidden_refuses
+        if refusal or (forbidden and not isinstance(translate(error, what), UsageSuspended)):
             return Rejected(
                 f"{what}: Langfuse answered {status}: {_server_message(error.body)}", status
             )
@@ -702,21 +708,7 @@ class _Setup:
             self._config(spec, [c for c in existing if c.name == spec.name])
 
     def _existing_configs(self) -> list[ExistingConfig]:
-        configs: list[ExistingConfig] = []
-        for page in range(1, _MAX_PAGES + 1):
-            result = self._sdk(
-                _SCORE_CONFIGS_LIST,
-                functools.partial(
-                    self._api.score_configs.get,
-                    page=page,
-                    limit=_PAGE_LIMIT,
-                    request_options=NO_RETRIES,
-                ),
-            )
-            configs += [ExistingConfig.of(c) for c in result.data]
-            if not result.data or page >= result.meta.total_pages:
-                break
-        return configs
+        return list_score_configs(self._api, lambda call: self._sdk(_SCORE_CONFIGS_LIST, call))
 
     def _config(self, spec: ScoreConfigSpec, existing: list[ExistingConfig]) -> None:
         decided = decide_config(spec, existing)
@@ -870,6 +862,34 @@ class _Setup:
                 item = SetupItem(kind, name, Outcome.FAILED, "not attempted", attempted=False)
             items.append(item)
         return SetupReport(tuple(items), error)
+
+
+def _one_page(call: Callable[[], ScoreConfigs]) -> ScoreConfigs:
+    try:
+        return call()
+    except Exception as error:
+        raise _remote(error, _SCORE_CONFIGS_LIST) from None
+
+
+def list_score_configs(
+    api: LangfuseAPI,
+    fetch: Callable[[Callable[[], ScoreConfigs]], ScoreConfigs] = _one_page,
+) -> list[ExistingConfig]:
+    """Every score config of the project, archived ones included, page by page
+    (`GET /api/public/score-configs`, 100 a page). `fetch(call)` makes one page's request
+    (`call()`) and raises a RemoteError: by default once, translated; the caller may wrap
+    it in a rate limiter or retries."""
+    configs: list[ExistingConfig] = []
+    for page in range(1, _MAX_PAGES + 1):
+        result = fetch(
+            functools.partial(
+                api.score_configs.get, page=page, limit=_PAGE_LIMIT, request_options=NO_RETRIES
+            )
+        )
+        configs += [ExistingConfig.of(c) for c in result.data]
+        if not result.data or page >= result.meta.total_pages:
+            break
+    return configs
 
 
 def _placed_widget_ids(board: dict[str, Any]) -> set[str]:

@@ -12,7 +12,7 @@ import pytest
 from langfuse.api.client import LangfuseAPI
 
 from observer import app
-from observer.errors import AuthRejected, RateLimited, Unreachable
+from observer.errors import AuthRejected, RateLimited, Unreachable, UsageSuspended
 from observer.judge.outcome import JUDGE_SCORE_NAMES, JudgeResult, judge_score_events
 from observer.judge.protocol import Claim, Verdict
 from observer.langfuse_api import build_api
@@ -512,6 +512,12 @@ def test_wrong_keys_are_an_auth_error_and_never_printed(fake: FakeLangfuse) -> N
     assert "keys rejected" in text and "401" in text
     assert secret not in text and fake.secret_key not in text
     assert fake.score_configs == []
+
+
+def test_a_suspended_project_is_reported_as_its_usage_limit_not_its_keys() -> None:
+    suspended = UsageSuspended("creating score config x: Langfuse suspended this project", 403)
+    text = "\n".join(SetupReport((), suspended).lines())
+    assert "stopped: usage limit:" in text and "keys rejected" not in text
 
 
 def test_rate_limits_wait_for_retry_after(fake: FakeLangfuse, api: LangfuseAPI) -> None:

@@ -214,6 +214,15 @@ def _metadata(observation: Observation | None) -> Mapping[str, Any]:
     return metadata if isinstance(metadata, Mapping) else {}
 
 
+def _scope_name(metadata: Mapping[str, Any]) -> Any:
+    """The OTel instrumentation scope's name: Observations API v2 flattens metadata into
+    dotted keys (`scope.name`); a nested `scope: {name}` (older shapes, replays) counts too."""
+    if "scope.name" in metadata:
+        return metadata["scope.name"]
+    scope = metadata.get("scope")
+    return scope.get("name") if isinstance(scope, Mapping) else None
+
+
 def find_root(observations: Sequence[Observation]) -> Observation | None:
     for observation in observations:
         if observation.get("isRootObservation"):
@@ -226,9 +235,7 @@ def trace_filter(root: Observation, environment: str, rules: MappingRules) -> Sk
     if environment == JUDGE_ENVIRONMENT:
         return Skip("judge_environment", "Langfuse LLM-as-a-judge trace")
     name = as_str(root.get("name")) or ""
-    scope = _metadata(root).get("scope")
-    scope_name = scope.get("name") if isinstance(scope, Mapping) else None
-    if scope_name == "observer" or name.startswith(rules.own_trace_prefixes):
+    if _scope_name(_metadata(root)) == "observer" or name.startswith(rules.own_trace_prefixes):
         return Skip("own_trace", "produced by observer itself")
     if rules.environments and environment not in rules.environments:
         return Skip("filtered_environment", environment)

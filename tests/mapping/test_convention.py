@@ -235,6 +235,7 @@ def test_sdk_metadata_keys_are_ignored_and_environment_defaults() -> None:
         (trace(environment="langfuse-llm-as-a-judge"), "judge_environment"),
         (trace(name="observer.poll"), "own_trace"),
         (trace(root_meta={"scope": {"name": "observer"}}), "own_trace"),
+        (trace(root_meta={"scope.name": "observer", "scope.version": "0.1"}), "own_trace"),
         (trace()[1:], "no_root"),
     ],
     ids=[
@@ -249,6 +250,7 @@ def test_sdk_metadata_keys_are_ignored_and_environment_defaults() -> None:
         "judge_env",
         "own_name",
         "own_scope",
+        "own_scope_flattened",
         "no_root",
     ],
 )

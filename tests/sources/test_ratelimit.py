@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+
 from observer.sources.ratelimit import RateLimiter
 
 
@@ -52,3 +55,28 @@ def test_waiting_stops_when_asked() -> None:
     limiter = RateLimiter(1, burst=1, clock=clock.time, sleep=clock.sleep)
     assert limiter.acquire()
     assert limiter.acquire(should_stop=lambda: True) is False
+
+
+def test_threads_sharing_it_never_share_a_slot() -> None:
+    """The poller and the dispatcher take slots from one limiter at the same moment: the
+    check and the take are one step, so a burst of 5 lets 5 through, never more."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: races show
+    try:
+        for _ in range(200):
+            limiter = RateLimiter(60, burst=5, clock=lambda: 0.0, sleep=lambda _s: None)
+            start = threading.Barrier(32)
+            got: list[bool] = []
+
+            def take(limiter: RateLimiter, start: threading.Barrier, got: list[bool]) -> None:
+                start.wait()
+                got.append(limiter.acquire(should_stop=lambda: True))
+
+            threads = [threading.Thread(target=take, args=(limiter, start, got)) for _ in range(32)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert sum(got) == 5
+    finally:
+        sys.setswitchinterval(previous)

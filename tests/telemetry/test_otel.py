@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langfuse._client.span_processor import LangfuseSpanProcessor
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.sdk.metrics.export import AggregationTemporality, Gauge, Histogram, Sum
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge as PromGauge
@@ -36,6 +39,7 @@ from observer.telemetry.metrics import RATIO_BUCKETS, Metrics
 from observer.telemetry.otel import (
     JUDGE_ENVIRONMENT,
     LangfuseOtlp,
+    LangfuseSpanExporter,
     Telemetry,
     export_target,
     registry_metrics,
@@ -649,3 +653,37 @@ def test_the_command_exports_before_it_exits(
     assert len(collector.spans_named("observer.trace_scored")) == DEMO.traces
     scored = collector.latest("observer_traces_total", outcome="scored")
     assert scored is not None and scored.value == DEMO.scored
+
+
+def _export_one(provider: TracerProvider) -> None:
+    with provider.get_tracer("contract").start_as_current_span("one"):
+        pass
+    assert provider.force_flush(5_000)
+    provider.shutdown()
+
+
+def test_the_judge_exporter_asks_for_the_direct_write_path_as_the_sdk_does() -> None:
+    """`x-langfuse-ingestion-version`, compared with what the SDK 5's own exporter sends to
+    the same endpoint: Langfuse writes those spans straight away, not minutes later."""
+    with OtlpReceiver() as sdk_side, OtlpReceiver() as ours:
+        sdk = TracerProvider()
+        sdk.add_span_processor(
+            LangfuseSpanProcessor(
+                public_key=PUBLIC,
+                secret_key=SECRET,
+                base_url=sdk_side.url,
+                should_export_span=lambda _span: True,
+            )
+        )
+        _export_one(sdk)
+        judge = TracerProvider()
+        exporter = LangfuseSpanExporter(LangfuseOtlp(ours.url, PUBLIC, SECRET))
+        judge.add_span_processor(SimpleSpanProcessor(exporter))
+        _export_one(judge)
+        (sdk_request,) = sdk_side.requests
+        (our_request,) = ours.requests
+    assert sdk_request.path == our_request.path == LANGFUSE_TRACES_PATH
+    header = "x-langfuse-ingestion-version"
+    assert sdk_request.headers[header] == "4"
+    assert our_request.headers[header] == sdk_request.headers[header]
+    assert our_request.status == 200
