@@ -32,7 +32,7 @@ from observer.alerts.notifiers import Notifier, NotifyError
 from observer.alerts.rules import WindowRule
 from observer.alerts.service import AlertService
 from observer.config import ConfigError, Settings
-from observer.errors import AuthRejected, RemoteError
+from observer.errors import AuthRejected, RemoteError, UnsupportedServer
 from observer.judge.client import JudgeClient
 from observer.judge.outcome import JudgeResult
 from observer.judge.service import JudgedHook, JudgeService
@@ -162,12 +162,13 @@ def build_source(
     api: LangfuseAPI | None = None,
     max_attempts: int | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    limiter: RateLimiter | None = None,
 ) -> LangfuseSource:
     """Langfuse's observations as configured (rate, pages, environments, metadata)."""
     src = settings.source
     return LangfuseSource(
         api or build_api(settings),
-        RateLimiter(src.requests_per_minute),
+        limiter or RateLimiter(src.requests_per_minute),
         metrics,
         page_limit=src.page_limit,
         environments=src.environments,
@@ -290,14 +291,20 @@ def build(
     if source is None or sink is None:
         api = build_api(settings)
     rules = settings.mapping_rules()
+    # Reads and score posts share one request budget (DESIGN §9: one General API bucket).
+    limiter = RateLimiter(settings.source.requests_per_minute)
     if source is None:
         assert api is not None
         source = build_source(
-            settings, metrics, api=api, should_stop=_alive_while_waiting(health, stop)
+            settings,
+            metrics,
+            api=api,
+            should_stop=_alive_while_waiting(health, stop),
+            limiter=limiter,
         )
     if sink is None:
         assert api is not None
-        sink = LangfuseScoreSink(api, metrics=metrics)
+        sink = LangfuseScoreSink(api, limiter=limiter, score_configs=True, metrics=metrics)
     dispatcher = Dispatcher(
         state,
         sink,
@@ -454,6 +461,21 @@ def now_utc() -> datetime:
 # -- check ----------------------------------------------------------------------
 
 
+def require_supported_server(settings: Settings) -> str:
+    """Langfuse's version, described; raises ConfigError for a server too old (exit 2).
+
+    An unreachable health endpoint is not a refusal: the daemon's own retries wait
+    for Langfuse, and `check` reports reachability on its own row."""
+    try:
+        version = langfuse_api.check_server_version(build_api(settings), settings.langfuse.base_url)
+    except UnsupportedServer as error:
+        raise ConfigError(str(error)) from None
+    except RemoteError as error:
+        log.warning("server_version_unread", error=str(error))
+        return f"not read: {error}"
+    return version.describe
+
+
 def check_state(path: Path) -> str:
     """Whether `run` could use the state file; raises StateError when it could not."""
     if not path.exists():
@@ -566,6 +588,11 @@ def check(settings: Settings, state_path: Path) -> CheckResult:
     if source is None:
         rows.append(("reachable", f"not checked: {unusable}"))
         return CheckResult(rows, code or EXIT_CONFIG)
+    try:
+        rows.append(("server", require_supported_server(settings)))
+    except ConfigError as error:
+        rows.append(("server", f"TOO OLD: {error}"))
+        code = code or EXIT_CONFIG
     try:
         source.probe()
         rows.append(("reachable", "yes, keys accepted"))

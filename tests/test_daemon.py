@@ -351,6 +351,7 @@ def test_skips_are_counted_once_per_trace(
 def test_observation_requests_stay_within_budget(
     loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    loaded.empty_page_share = loaded.cut_page_share = 0.0  # full pages, to count them
     settings = configure(monkeypatch, loaded, OBSERVER_SOURCE__PAGE_LIMIT="100")
     once(settings, tmp_path / "s.sqlite", after(demo_observations()))
     # 313 observations at 100 per page: 4 pages.
@@ -424,6 +425,7 @@ def test_child_starting_before_its_root_still_joins_the_trace(
         },
     ]
     fake.add_observations(trace + other)
+    fake.empty_page_share = fake.cut_page_share = 0.0  # the cut below is this test's own
     settings = configure(monkeypatch, fake, OBSERVER_SOURCE__PAGE_LIMIT=str(len(trace) - 1 + 2))
     result = once(settings, tmp_path / "s.sqlite", after(trace))
     assert result.exit_code == 0

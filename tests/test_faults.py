@@ -80,7 +80,9 @@ def test_a_full_disk_pauses_polling_and_readiness_until_there_is_room(
         port = free_port()
         env = daemon_env(fake)
         env.update(OBSERVER_HTTP_PORT=str(port), OBSERVER_SOURCE__LOOKBACK_S="3600")
-        env["OBSERVER_SOURCE__SETTLE_S"] = "0"
+        # Longer than the fake's ingestion jitter: what lands late is still ahead of the
+        # watermark (a settle of 0 leaves late data to the next sweep, a minute on).
+        env["OBSERVER_SOURCE__SETTLE_S"] = "12"
         log = tmp_path / "daemon.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(

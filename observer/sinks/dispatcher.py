@@ -6,7 +6,9 @@ sends due scores in batches and removes them only when the sink acknowledged
 them. Failures never kill the worker: a 429 waits for `Retry-After`, network
 errors and 5xx back off exponentially (with jitter), a batch Langfuse refuses
 as a whole (400) is split to find the bad score, which alone is dropped and
-counted. `flush(timeout_s)` sends what is due now; `shutdown(timeout_s)` is
+counted. The outbox also holds deletions (scores that no longer apply to their
+trace, DESIGN §4): sent as DELETEs, whose own rate limit holds only them.
+`flush(timeout_s)` sends what is due now; `shutdown(timeout_s)` is
 idempotent. The loop shape is `while not stop.wait(interval): tick()`.
 """
 
@@ -196,6 +198,11 @@ class Dispatcher:
             wait = (
                 error.retry_after_s if error.retry_after_s is not None else self._backoff(attempts)
             )
+            if op == "delete":
+                # Deletes have a bucket of their own (50 a day on Hobby): its Retry-After
+                # holds only the deletes, scheduled in the outbox; posts go on.
+                self._defer(batch, wait, "rate_limited", str(error), pause_all=False)
+                return 0
             self._defer(batch, wait, "rate_limited", str(error))
             return None
         except AuthRejected as error:
@@ -241,11 +248,20 @@ class Dispatcher:
             )
         return result.accepted
 
-    def _defer(self, batch: Sequence[ScoreEvent], wait_s: float, kind: str, error: str) -> None:
+    def _defer(
+        self,
+        batch: Sequence[ScoreEvent],
+        wait_s: float,
+        kind: str,
+        error: str,
+        *,
+        pause_all: bool = True,
+    ) -> None:
         self._state.retry_later(batch, self._clock() + wait_s, error)
         # The whole sink waits, not only this batch: a 429's Retry-After, or a backoff after
         # an outage, holds every batch (no burst of failing posts, on shutdown neither).
-        self._resume_at = max(self._resume_at, self._clock() + wait_s)
+        if pause_all:
+            self._resume_at = max(self._resume_at, self._clock() + wait_s)
         _pushed(kind, failed=True)
         self._metrics.push_errors.labels(kind=kind).inc()
         self._metrics.scores_retried.inc(len(batch))
