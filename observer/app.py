@@ -47,6 +47,7 @@ from observer.sinks.dispatcher import Dispatcher
 from observer.sinks.jsonl import JsonlScoreSink
 from observer.sinks.langfuse_scores import LangfuseScoreSink
 from observer.sources import ObservationSource
+from observer.sources.ingestion import SLOW_INGESTION_BOUND_S, slow_ingestion
 from observer.sources.langfuse import LangfuseSource, Stopped
 from observer.sources.ratelimit import RateLimiter
 from observer.sources.replay import ReplaySource
@@ -461,6 +462,26 @@ def now_utc() -> datetime:
 # -- check ----------------------------------------------------------------------
 
 
+def ingestion_row(settings: Settings, source: LangfuseSource) -> str:
+    """Whether the newest page of traces comes from an SDK Langfuse ingests late."""
+    end = source.now()
+    page = next(iter(source.pages(end - timedelta(seconds=settings.source.lookback_s), end)), [])
+    slow = sorted(
+        {
+            sdk
+            for o in page
+            if o.get("isRootObservation") and (sdk := slow_ingestion(o.get("metadata")))
+        }
+    )
+    if not slow:
+        return "no trace of the newest page from an SDK on Langfuse's slow path"
+    return (
+        f"traces from {', '.join(slow)}: Langfuse may show them up to 15 minutes late; "
+        f"sweeps re-read {max(settings.source.overlap_s, SLOW_INGESTION_BOUND_S):g} s "
+        "(SDK 5 lands within seconds)"
+    )
+
+
 def require_supported_server(settings: Settings) -> str:
     """Langfuse's version, described; raises ConfigError for a server too old (exit 2).
 
@@ -596,6 +617,7 @@ def check(settings: Settings, state_path: Path) -> CheckResult:
     try:
         source.probe()
         rows.append(("reachable", "yes, keys accepted"))
+        rows.append(("ingestion", ingestion_row(settings, source)))
     except RemoteError as error:
         rows.append(("reachable", f"NO: {error}"))
         code = code or exit_code(error)

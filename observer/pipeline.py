@@ -39,6 +39,7 @@ from observer.model import RagRecord, Signals
 from observer.resolver.core import ResolverFindings
 from observer.signals import SignalParams
 from observer.sources import ObservationSource
+from observer.sources.ingestion import SLOW_INGESTION_BOUND_S, slow_ingestion
 from observer.state import State
 from observer.telemetry.metrics import Metrics
 from observer.times import iso, parse_time
@@ -166,6 +167,7 @@ class Pipeline:
         self.lookback = timedelta(seconds=lookback_s)
         self.lookup = lookup
         self.should_stop = should_stop
+        self.slow_sdk: str | None = None  # an SDK seen whose data may land 15 minutes late
 
     # -- passes ---------------------------------------------------------------
 
@@ -318,6 +320,7 @@ class Pipeline:
                 # part: the trace is read whole, so it stays one record whatever its roots.
                 trace = self._whole(trace_id, trace, now)
                 root_start = trace.earliest or root_start
+            self._note_ingestion(trace_id, trace.observations)
             prepared = self.traces.prepare(
                 trace_id,
                 trace.observations,
@@ -342,6 +345,29 @@ class Pipeline:
                 if span.is_recording():
                     span.set_attributes(_trace_attributes(trace_id, outcome, observations))
         self.notify()
+
+    def _note_ingestion(self, trace_id: str, observations: list[dict[str, Any]]) -> None:
+        """A trace from an SDK whose data Langfuse may ingest late: counted, said once,
+        and from then on every sweep re-reads at least the documented delay."""
+        for observation in observations:
+            if not observation.get("isRootObservation"):
+                continue
+            sdk = slow_ingestion(observation.get("metadata"))
+            if sdk is None:
+                return
+            self.metrics.slow_ingestion_traces.inc()
+            if self.slow_sdk is None:
+                self.slow_sdk = sdk
+                widened = max(self.overlap, timedelta(seconds=SLOW_INGESTION_BOUND_S))
+                log.warning(
+                    "slow_ingestion_detected",
+                    trace_id=trace_id,
+                    sdk=sdk,
+                    meaning="Langfuse may show this SDK's traces up to 15 minutes late",
+                    action=f"sweeps re-read {widened.total_seconds():g} s; upgrade to SDK 5",
+                )
+                self.overlap = widened
+            return
 
     def _whole(self, trace_id: str, part: _InFlight, now: datetime) -> _InFlight:
         """The whole trace, read by its id from a little before its earliest known root."""

@@ -298,3 +298,53 @@ def test_the_server_clock_is_langfuses_date_header() -> None:
     assert abs((clock.now() - (local - timedelta(hours=1))).total_seconds()) < 1
     clock.observe("not a date", local, local)  # unreadable headers change nothing
     assert abs(clock.offset_s + 3600 - 0.5) < 0.01
+
+
+@pytest.mark.parametrize(
+    ("metadata", "slow"),
+    [
+        ({"scope.name": "langfuse-sdk", "scope.version": "4.2.0"}, "langfuse-python 4.2.0"),
+        ({"scope.name": "langfuse-sdk", "scope.version": "4.7.0"}, None),
+        ({"scope.name": "langfuse-sdk", "scope.version": "5.2.0"}, None),
+        (
+            {
+                "scope.name": "langfuse-sdk",
+                "scope.version": "5.3.1",
+                "resourceAttributes.telemetry.sdk.language": "nodejs",
+            },
+            "langfuse-js 5.3.1",
+        ),
+        ({"scope": {"name": "langfuse-sdk", "version": "3.1.0"}}, "langfuse-python 3.1.0"),
+        ({"scope.name": "observer"}, None),
+        ({"scope.name": "langfuse-sdk", "scope.version": "not-a-version"}, None),
+        (None, None),
+    ],
+)
+def test_slow_ingestion_is_told_from_the_sdk_in_the_metadata(
+    metadata: Any, slow: str | None
+) -> None:
+    from observer.sources.ingestion import slow_ingestion
+
+    assert slow_ingestion(metadata) == slow
+
+
+def test_a_trace_from_an_old_sdk_widens_the_sweeps_to_the_documented_delay(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    trace = answer_trace()
+    root = next(o for o in trace if o.get("isRootObservation"))
+    root["metadata"] = {
+        **(root.get("metadata") or {}),
+        "scope.name": "langfuse-sdk",
+        "scope.version": "4.2.0",
+    }
+    fake.add_observations(trace)
+    settings = configure(monkeypatch, fake)
+    parts = app.build(settings, state_path=tmp_path / "s.sqlite")
+    try:
+        app.run_once(parts, after(trace))
+        assert parts.pipeline.slow_sdk == "langfuse-python 4.2.0"
+        assert parts.pipeline.overlap >= timedelta(minutes=15)
+        assert parts.metrics.value("observer_slow_ingestion_traces_total") == 1
+    finally:
+        parts.state.close()
