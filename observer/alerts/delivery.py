@@ -18,18 +18,31 @@ error, which holds no secret). A worker never dies of a notifier's error.
 short, no new attempt starts, whatever is still queued is dropped and
 counted; it is idempotent. `send_now()` is the synchronous path of
 `observer alerts test`.
+
+Durable lanes (`use_outbox(outbox)`, what the daemon's alert service uses):
+the lane's queue is the state file's outbox, where the engine wrote each
+notification in the transaction that decided it. `wake(names)` tells a lane
+there is something new; the lane sends its notifier's rows oldest first and
+deletes each once sent (or refused for good: a 4xx, a notifier's bug). When
+the retries of a row run out (5xx, timeouts, a long Retry-After) the row
+stays, the lane stops (what comes after it must not overtake it: a resolve
+before its page) and `resume()`, called at every evaluation, starts it
+again: a receiver that was down gets the messages at the next evaluation,
+not after the rule's `repeat`. `shutdown` drops nothing there: what is left
+waits in the outbox for the next process.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import structlog
 
-from observer.alerts.model import Notification
+from observer.alerts.model import Notification, Outgoing, Queued
 from observer.alerts.notifiers import Notifier, NotifyError
 from observer.retry import call_with_retries
 from observer.telemetry.metrics import Metrics
@@ -37,6 +50,20 @@ from observer.telemetry.metrics import Metrics
 log = structlog.get_logger("observer.alerts.delivery")
 
 DROP_LOG_INTERVAL_S = 10.0
+
+
+class Outbox(Protocol):
+    """Where durable lanes read their notifications (`observer.state.alerts.AlertStore`)."""
+
+    def queue(self, outgoing: Sequence[Outgoing], max_queued: int = 1000) -> Counter[str]: ...
+
+    def next_notification(self, notifier: str) -> Queued | None: ...
+
+    def delivered(self, queued_id: int) -> None: ...
+
+    def failed(self, queued_id: int, error: str) -> None: ...
+
+    def waiting(self, notifier: str | None = None) -> int: ...
 
 
 class _Lane:
@@ -94,6 +121,70 @@ class _Lane:
             return left
 
 
+class _OutboxLane:
+    """One notifier's rows in the outbox, oldest first; stopped after a row's retries ran
+    out until `resume()`."""
+
+    def __init__(self, name: str, notifier: Notifier, outbox: Outbox) -> None:
+        self.name = name
+        self.notifier = notifier
+        self.outbox = outbox
+        self.cond = threading.Condition()
+        self.unread = True  # rows may be waiting that the lane has not looked for
+        self.paused = False
+        self.busy = False
+        self.closed = False
+        self.thread: threading.Thread | None = None
+
+    def wake(self, resume: bool = False) -> None:
+        with self.cond:
+            self.unread = True
+            if resume:
+                self.paused = False
+            self.cond.notify_all()
+
+    def take(self) -> Queued | None:
+        """The oldest row (marking the lane busy), or None once the lane is closed."""
+        with self.cond:
+            while not self.closed:
+                if self.unread and not self.paused:
+                    try:
+                        found = self.outbox.next_notification(self.name)
+                    except Exception:  # the state file failed us: try at the next evaluation
+                        log.exception("alert_outbox_unreadable", notifier=self.name)
+                        self.paused = True
+                        continue
+                    if found is not None:
+                        self.busy = True
+                        return found
+                    self.unread = False
+                self.cond.wait()
+            return None
+
+    def done(self, *, stop: bool) -> None:
+        with self.cond:
+            self.busy = False
+            self.unread = True
+            self.paused = self.paused or stop
+            self.cond.notify_all()
+
+    def wait_idle(self, deadline: float) -> bool:
+        """Until nothing is in flight and the lane has nothing to do; True when no row is
+        left (a stopped lane with rows returns False at once)."""
+        with self.cond:
+            while self.busy or (self.unread and not self.paused and not self.closed):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self.cond.wait(remaining)
+        return self.outbox.waiting(self.name) == 0
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+
 class Delivery:
     def __init__(
         self,
@@ -111,6 +202,9 @@ class Delivery:
         if max_attempts < 1 or queue_size < 1:
             raise ValueError("max_attempts and queue_size must be at least 1")
         self._lanes = {name: _Lane(name, n, queue_size) for name, n in notifiers.items()}
+        self._durable: dict[str, _OutboxLane] = {}
+        self._outbox: Outbox | None = None
+        self._queue_size = queue_size
         self._metrics = metrics
         self._max_attempts = max_attempts
         self._base_s = base_s
@@ -124,8 +218,64 @@ class Delivery:
 
     # -- the engine's side ----------------------------------------------------
 
+    @property
+    def durable(self) -> bool:
+        return self._outbox is not None
+
+    @property
+    def queue_size(self) -> int:
+        """The most notifications waiting per notifier."""
+        return self._queue_size
+
+    def use_outbox(self, outbox: Outbox) -> None:
+        """From now on every lane sends from `outbox` (before the first message)."""
+        with self._lock:
+            if any(lane.thread is not None for lane in self._lanes.values()):
+                raise RuntimeError("use_outbox() after messages were sent")
+            self._outbox = outbox
+            self._durable = {
+                name: _OutboxLane(name, lane.notifier, outbox) for name, lane in self._lanes.items()
+            }
+
+    def known(self, names: Sequence[str], notification: Notification) -> list[str]:
+        """The names that are configured notifiers; each other one is counted as a drop."""
+        found = []
+        for name in names:
+            if name in self._lanes:
+                found.append(name)
+            else:
+                self._dropped(name, notification, "unknown_notifier")
+        return found
+
+    def wake(self, names: Sequence[str] | None = None) -> None:
+        """Durable lanes: there are new rows for these notifiers (all, without names)."""
+        for name in self._durable if names is None else names:
+            lane = self._durable.get(name)
+            if lane is not None:
+                lane.wake()
+                self._start(lane)
+
+    def resume(self) -> None:
+        """Durable lanes: start again the lanes a failure stopped (at every evaluation)."""
+        for lane in self._durable.values():
+            lane.wake(resume=True)
+            self._start(lane)
+
+    def count_dropped(self, dropped: Mapping[str, int], notification: Notification) -> None:
+        """Rows the outbox dropped to stay within its size, counted and logged as drops."""
+        for name, n in dropped.items():
+            for _ in range(n):
+                self._dropped(name, notification, "queue_full")
+
     def submit(self, names: Sequence[str], notification: Notification) -> None:
-        """Queue `notification` for each named notifier. Never blocks, never raises."""
+        """Queue `notification` for each named notifier. Never blocks, never raises (a
+        durable Delivery writes it to the outbox)."""
+        if self._outbox is not None:
+            known = self.known(names, notification)
+            outgoing = [Outgoing(name, notification) for name in known]
+            self.count_dropped(self._outbox.queue(outgoing, self._queue_size), notification)
+            self.wake(known)
+            return
         for name in names:
             lane = self._lanes.get(name)
             if lane is None:
@@ -146,8 +296,11 @@ class Delivery:
         return self._deliver(lane.name, lane.notifier, notification)
 
     def flush(self, timeout_s: float) -> bool:
-        """Wait until every queue is empty and no message is in flight; False on timeout."""
+        """Wait until every queue is empty and no message is in flight; False on timeout
+        (and, for durable lanes, when a receiver left rows waiting for the next evaluation)."""
         deadline = time.monotonic() + timeout_s
+        if self._outbox is not None:
+            return all([lane.wait_idle(deadline) for lane in self._durable.values()])
         return all([lane.wait_idle(deadline) for lane in self._lanes.values()])
 
     def shutdown(self, timeout_s: float) -> bool:
@@ -163,6 +316,10 @@ class Delivery:
         deadline = time.monotonic() + timeout_s
         flushed = self.flush(timeout_s)
         self._stop.set()  # cuts retry waits short; no attempt starts after this
+        if self._outbox is not None:
+            flushed = self._shutdown_durable(deadline) and flushed
+            self._shutdown_result = flushed
+            return flushed
         for lane in self._lanes.values():
             left = lane.close()
             for notification in left:
@@ -178,18 +335,53 @@ class Delivery:
         self._shutdown_result = flushed
         return flushed
 
+    def _shutdown_durable(self, deadline: float) -> bool:
+        for durable in self._durable.values():
+            durable.close()
+        for durable in self._durable.values():
+            if durable.thread is not None:
+                durable.thread.join(timeout=max(0.1, deadline - time.monotonic()))
+        for lane in self._lanes.values():
+            close = getattr(lane.notifier, "close", None)
+            if callable(close):
+                close()
+        assert self._outbox is not None
+        left = self._outbox.waiting()
+        if left:
+            log.warning("alert_notifications_kept", waiting=left, until="the next start")
+        return left == 0
+
     # -- the workers' side ----------------------------------------------------
 
-    def _start(self, lane: _Lane) -> None:
+    def _start(self, lane: _Lane | _OutboxLane) -> None:
         with self._lock:
             if lane.thread is None and not self._shutdown_started:
+                target = self._work if isinstance(lane, _Lane) else self._work_durable
                 lane.thread = threading.Thread(
-                    target=self._work,
+                    target=target,
                     args=(lane,),
                     name=f"observer-notifier-{lane.name}",
                     daemon=True,
                 )
                 lane.thread.start()
+
+    def _work_durable(self, lane: _OutboxLane) -> None:
+        while (queued := lane.take()) is not None:
+            stop = False
+            try:
+                error, keep = self._attempt(lane.name, lane.notifier, queued.notification)
+                if error is None or not keep:
+                    lane.outbox.delivered(queued.id)
+                elif not self._stop.is_set():
+                    lane.outbox.failed(queued.id, error)
+                    stop = True
+                else:
+                    stop = True  # cut short by the shutdown: it waits for the next process
+            except Exception:  # the worker never dies; the row stays for the next evaluation
+                log.exception("alert_notification_worker_failed", notifier=lane.name)
+                stop = True
+            finally:
+                lane.done(stop=stop)
 
     def _work(self, lane: _Lane) -> None:
         while (notification := lane.take()) is not None:
@@ -201,6 +393,14 @@ class Delivery:
                 lane.done()
 
     def _deliver(self, name: str, notifier: Notifier, notification: Notification) -> str | None:
+        return self._attempt(name, notifier, notification)[0]
+
+    def _attempt(
+        self, name: str, notifier: Notifier, notification: Notification
+    ) -> tuple[str | None, bool]:
+        """Send with retries: (the error, or None when sent; whether another try later
+        could succeed)."""
+
         def attempt() -> None:
             notifier.send(notification)
 
@@ -229,6 +429,7 @@ class Delivery:
             )
         except Exception as error:
             text = _describe(error)
+            keep = self._outbox is not None and _retryable(error)
             self._metrics.alert_notifications.labels(notifier=name, result="failed").inc()
             log.error(
                 "alert_notification_failed",
@@ -237,8 +438,9 @@ class Delivery:
                 state=notification.state,
                 dedup_key=notification.dedup_key,
                 error=text,
+                kept=keep,  # in the outbox, tried again at the next evaluation
             )
-            return text
+            return text, _retryable(error)
         self._metrics.alert_notifications.labels(notifier=name, result="sent").inc()
         log.info(
             "alert_notification_sent",
@@ -247,7 +449,7 @@ class Delivery:
             state=notification.state,
             dedup_key=notification.dedup_key,
         )
-        return None
+        return None, False
 
     def _dropped(self, name: str, notification: Notification, reason: str) -> None:
         """Count every drop; log the first, then at most one line (with a count) per interval."""

@@ -169,15 +169,7 @@ def evaluate(
     groups = set(samples) | set(states)
     if not rule.groups:
         groups.add(())
-    ordered = sorted(
-        groups,
-        # Groups that already fire keep their place, then those pending; then the busiest.
-        key=lambda g: (
-            _KEEP_FIRST[states.get(g, AlertState()).status],
-            -len(samples.get(g, ())),
-            g,
-        ),
-    )
+    ordered = ranked(groups, states, {g: len(found) for g, found in samples.items()})
     result = Evaluation(capped=max(0, len(ordered) - max_groups))
     for group in ordered[:max_groups]:
         found = samples.get(group, [])
@@ -186,22 +178,44 @@ def evaluate(
         if state.status == "firing":
             result.examples[group] = worst(rule, found)
         if transition is not None:
-            kind, severity, previous, since = transition
-            result.events.append(
-                AlertEvent(
-                    rule=rule.name,
-                    group=group,
-                    transition=kind,
-                    at=at,
-                    severity=severity,
-                    previous_severity=previous,
-                    value=state.value,
-                    samples=state.samples,
-                    since=since,
-                    examples=result.examples.get(group) or worst(rule, found),
-                )
-            )
+            examples = result.examples.get(group) or worst(rule, found)
+            result.events.append(make_event(rule, group, state, transition, at, examples))
     return result
+
+
+def ranked(
+    groups: Iterable[GroupKey], states: Mapping[GroupKey, AlertState], sizes: Mapping[GroupKey, int]
+) -> list[GroupKey]:
+    """Groups in the order `max_groups` keeps them: those that already fire keep their
+    place, then those pending; then the busiest (`sizes`: samples in the window)."""
+    return sorted(
+        groups,
+        key=lambda g: (_KEEP_FIRST[states.get(g, AlertState()).status], -sizes.get(g, 0), g),
+    )
+
+
+def make_event(
+    rule: WindowRule,
+    group: GroupKey,
+    state: AlertState,
+    transition: tuple[Transition, str, str | None, float],
+    at: float,
+    examples: tuple[Example, ...],
+) -> AlertEvent:
+    """The event of a transition `step` (or `decide`) returned, in the state it left."""
+    kind, severity, previous, since = transition
+    return AlertEvent(
+        rule=rule.name,
+        group=group,
+        transition=kind,
+        at=at,
+        severity=severity,
+        previous_severity=previous,
+        value=state.value,
+        samples=state.samples,
+        since=since,
+        examples=examples,
+    )
 
 
 def worst(rule: WindowRule, found: Sequence[tuple[float, Row]]) -> tuple[Example, ...]:
@@ -227,10 +241,18 @@ def step(
 ) -> tuple[AlertState, Step]:
     """The state machine for one group: the new state and what happened, if anything."""
     if not found:
+        return decide(rule, state, None, 0, at)
+    return decide(rule, state, aggregate(rule.aggregate, [v for v, _ in found]), len(found), at)
+
+
+def decide(
+    rule: WindowRule, state: AlertState, value: float | None, samples: int, at: float
+) -> tuple[AlertState, Step]:
+    """`step` on the window's aggregate `value` of `samples` samples (0: an empty window)."""
+    if samples == 0 or value is None:
         return _no_data(rule, state, at)
-    value = aggregate(rule.aggregate, [v for v, _ in found])
-    state = replace(state, no_data_since=None, value=value, samples=len(found), evaluated_at=at)
-    if len(found) < rule.min_samples:
+    state = replace(state, no_data_since=None, value=value, samples=samples, evaluated_at=at)
+    if samples < rule.min_samples:
         return state, None  # no verdict: hold whatever the state was
     breach = _breach(rule, value)
     if state.status == "firing" and state.no_data_firing:

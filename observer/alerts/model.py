@@ -3,6 +3,9 @@
 A `Notification` is built by the pure engine (window rules), by the trace-rule
 evaluator (one bad trace, or an hourly digest) or by `observer alerts test`,
 and handed to every notifier the rule names. Notifiers only format and send it.
+On its way it waits in the state file's outbox: `Outgoing` is what is
+written there (with the decision that made it, in one transaction), `Queued`
+what a notifier's lane reads back.
 """
 
 from __future__ import annotations
@@ -53,3 +56,26 @@ class Notification:
     @property
     def labels(self) -> dict[str, str]:
         return dict(self.group)
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A notification for one notifier, to be written to the state file's outbox.
+
+    `supersede`: a newer message with the same key replaces one still waiting
+    (Alertmanager's re-posts of a firing alert: only the latest is worth sending).
+    """
+
+    notifier: str
+    notification: Notification
+    supersede: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A notification waiting in the outbox (oldest first per notifier, by `id`)."""
+
+    id: int
+    notifier: str
+    notification: Notification
+    attempts: int = 0

@@ -3,19 +3,30 @@
 - Every scored trace is checked against the trace rules at once (and again
   when the judge's values arrive); a trace notifies a rule at most once, at
   most `max_per_hour` an hour, the rest in an hourly digest.
-- `evaluate()` runs after every pass (and once at the end of `run --once`):
-  each window rule is brought up to its evaluation point (the watermark, or
-  the clock for the daemon's own samples) by the pure engine, its state saved,
-  and what a person must know handed to the notifiers, which never block.
-- While an alert fires, Alertmanager receivers get it again after every
-  evaluation, so it never times out there.
+- `evaluate_step()` brings each window rule a bounded number of evaluation
+  points closer to its target (the watermark, or the clock for the daemon's
+  own samples), its windows slid incrementally over the history
+  (`observer.alerts.windows`); per rule, the new state, the point reached and
+  the notifications it decided are saved in one transaction (the outbox), and
+  the notifiers' lanes are woken, never waited for. The daemon runs it on a
+  thread of its own (`observer.alerts.evaluator.AlertEvaluator`), so a long
+  catch-up never holds the poll loop; `evaluate()` runs steps until caught up
+  (`run --once`).
+- While an alert fires, Alertmanager receivers get it again after every step
+  that reaches the target, so it never times out there; a re-post still
+  waiting replaces the one before it.
+- Each step also starts again the lanes a failed delivery stopped: a receiver
+  that was down gets what waits for it at the next evaluation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 import structlog
 
@@ -28,7 +39,6 @@ from observer.alerts.engine import (
     GroupKey,
     Row,
     evaluation_points,
-    replay,
 )
 from observer.alerts.history import judge_values, signal_values, trace_row
 from observer.alerts.messages import (
@@ -36,8 +46,9 @@ from observer.alerts.messages import (
     trace_notification,
     window_notification,
 )
-from observer.alerts.model import Notification
+from observer.alerts.model import Notification, Outgoing
 from observer.alerts.rules import TraceRule, WindowRule
+from observer.alerts.windows import slide
 from observer.judge.outcome import JudgeResult
 from observer.model import RagRecord, Signals
 from observer.state import State
@@ -45,9 +56,26 @@ from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.alerts")
 
+# Evaluation points per rule in one step of `evaluate()` (the daemon's evaluator sets its own).
+STEP_POINTS = 60
+
 
 def hour_of(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H")
+
+
+class RowReader(Protocol):
+    """`History.rows` / `HistoryReader.rows`: the history with start < at <= end."""
+
+    def __call__(
+        self,
+        start: float,
+        end: float,
+        keys: Collection[str] | None = None,
+        *,
+        traces: bool = True,
+        samples: bool = True,
+    ) -> list[Row]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +86,64 @@ class RuleStatus:
     group: GroupKey
     state: AlertState
     at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The points one rule is evaluated at in a step, from its stored state."""
+
+    rule: WindowRule
+    states: Mapping[GroupKey, AlertState]
+    points: tuple[float, ...]
+    left: int  # points beyond this step, for the next ones
+
+    @property
+    def start(self) -> float:
+        return self.points[0] - self.rule.window_s
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What one evaluation step did."""
+
+    events: tuple[AlertEvent, ...] = ()
+    points: int = 0  # evaluation points worked off, all rules together
+    left: int = 0  # points still to go (a catch-up continues at the next step)
+    evaluated_to: float | None = None  # the earliest point a rule of this step reached
+
+    @property
+    def behind(self) -> bool:
+        return self.left > 0
+
+
+def plan(
+    rule: WindowRule,
+    states: Mapping[GroupKey, AlertState],
+    last: float | None,
+    target: float,
+    step_s: float,
+    max_points: int | None,
+) -> Plan | None:
+    """The rule's next points from `last` (None: never evaluated) up to `target`, at most
+    `max_points` of them (the first ones: a catch-up goes forward in event time)."""
+    points = evaluation_points(last, target, step_s, rule.for_s + step_s)
+    if not points:
+        return None
+    cut = len(points) if max_points is None else max(1, max_points)
+    return Plan(rule, states, tuple(points[:cut]), max(0, len(points) - cut))
+
+
+def clusters(plans: Sequence[Plan]) -> list[tuple[float, float, list[Plan]]]:
+    """Plans whose spans of history overlap, read together: (start, end, plans)."""
+    out: list[tuple[float, float, list[Plan]]] = []
+    for each in sorted(plans, key=lambda p: p.start):
+        end = each.points[-1]
+        if out and each.start <= out[-1][1]:
+            start, last_end, members = out[-1]
+            out[-1] = (start, max(last_end, end), [*members, each])
+        else:
+            out.append((each.start, end, [each]))
+    return out
 
 
 class AlertService:
@@ -76,6 +162,8 @@ class AlertService:
         step_s: float = 60.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
+        """With a `delivery`, its lanes are made durable: they send from the state file's
+        outbox, at most `delivery.queue_size` notifications waiting per notifier."""
         self.state = state
         self.metrics = metrics
         self.rules = tuple(rules)
@@ -87,11 +175,21 @@ class AlertService:
         self.history_days = history_days
         self.step_s = step_s
         self.clock = clock
+        self.max_queued = delivery.queue_size if delivery is not None else 1000
+        if delivery is not None and not delivery.durable:
+            delivery.use_outbox(state.alerts)
         self._dropped_seen = self._dropped_total()
+        self._evaluating = threading.Lock()  # one step at a time, whichever thread asks
+        self._forgot = False
         metrics.notifiers_known(self.notifier_kinds)
         for rule in self.rules:
             for outcome in ("ok", "pending", "firing"):
                 metrics.alert_evaluations.labels(rule=rule.name, outcome=outcome)
+        # What fired before a restart fires now: exported before the first evaluation.
+        names = {r.name for r in self.rules}
+        for name, states in state.alerts.load().items():
+            if name in names:
+                self.export_active(name, states)
 
     # -- targets ------------------------------------------------------------------
 
@@ -99,9 +197,22 @@ class AlertService:
         """The notifiers a rule names; all of them when it names none."""
         return list(notify) or list(self.notifier_kinds)
 
-    def _send(self, names: Sequence[str], notification: Notification) -> None:
+    def _outgoing(
+        self, names: Sequence[str], notification: Notification, supersede: str | None = None
+    ) -> list[Outgoing]:
+        if self.delivery is None or not names:
+            return []
+        known = self.delivery.known(names, notification)
+        return [Outgoing(name, notification, supersede) for name in known]
+
+    def _wake(self, outgoing: Iterable[Outgoing]) -> None:
+        names = sorted({o.notifier for o in outgoing})
         if self.delivery is not None and names:
-            self.delivery.submit(names, notification)
+            self.delivery.wake(names)
+
+    def _count_dropped(self, dropped: Mapping[str, int], outgoing: Sequence[Outgoing]) -> None:
+        if self.delivery is not None and dropped and outgoing:
+            self.delivery.count_dropped(dropped, outgoing[-1].notification)
 
     # -- per trace ----------------------------------------------------------------
 
@@ -124,8 +235,17 @@ class AlertService:
             if not rule.matches(row.values, labels):
                 continue
             example = Example(row.trace_id, row.project_id, 1.0)
+            notification = trace_notification(rule, row, self.base_url, now)
+            outgoing = self._outgoing(self.targets(rule.notify), notification)
             admitted = self.state.alerts.admit(
-                rule.name, row.trace_id, hour_of(now), row.at, example, rule.max_per_hour
+                rule.name,
+                row.trace_id,
+                hour_of(now),
+                row.at,
+                example,
+                rule.max_per_hour,
+                outgoing,
+                self.max_queued,
             )
             if admitted == "duplicate":
                 continue
@@ -138,10 +258,7 @@ class AlertService:
                 sent=admitted == "notify",
             )
             if admitted == "notify":
-                self._send(
-                    self.targets(rule.notify),
-                    trace_notification(rule, row, self.base_url, now),
-                )
+                self._wake(outgoing)
 
     # -- the daemon's own samples -------------------------------------------------
 
@@ -158,73 +275,155 @@ class AlertService:
 
     # -- window rules -------------------------------------------------------------
 
-    def _points(self, rule: WindowRule, last: float | None, now: datetime) -> list[float]:
+    def _target(self, rule: WindowRule, now: datetime, watermark: datetime | None) -> float | None:
         if rule.pipeline:
-            target = now.timestamp()
-        else:
-            watermark = self.state.watermark()
-            if watermark is None:
-                return []  # no pass has completed: no window is known to be whole
-            target = watermark.timestamp()
-        return evaluation_points(last, target, self.step_s, rule.for_s + self.step_s)
+            return now.timestamp()
+        # No pass has completed: no window is known to be whole.
+        return watermark.timestamp() if watermark is not None else None
+
+    def plans(
+        self,
+        stored: Mapping[str, Mapping[GroupKey, AlertState]],
+        progress: Mapping[str, float],
+        now: datetime,
+        max_points: int | None,
+    ) -> list[Plan]:
+        """Each rule's next points: from the point it reached (its states' evaluation time
+        in a state file older than `progress`) up to its target."""
+        watermark = self.state.watermark()
+        plans: list[Plan] = []
+        for rule in self.rules:
+            states = stored.get(rule.name, {})
+            last = progress.get(rule.name)
+            if last is None:
+                last = max(
+                    (s.evaluated_at for s in states.values() if s.evaluated_at), default=None
+                )
+            target = self._target(rule, now, watermark)
+            if target is None:
+                continue
+            found = plan(rule, states, last, target, self.step_s, max_points)
+            if found is not None:
+                plans.append(found)
+        return plans
+
+    def _slid(self, plans: Sequence[Plan], rows: RowReader) -> Iterable[tuple[Plan, Evaluation]]:
+        """Each plan evaluated, the history read once per cluster of overlapping plans (trace
+        rows for the rules on traces, the daemon's samples for the others)."""
+        for pipeline in (False, True):
+            chosen = [p for p in plans if p.rule.pipeline == pipeline]
+            for start, end, members in clusters(chosen):
+                keys = {p.rule.expression.signal for p in members}
+                loaded = rows(start, end, keys, traces=not pipeline, samples=pipeline)
+                for each in members:
+                    result = slide(
+                        each.rule, loaded, each.states, each.points, self.max_groups, ordered=True
+                    )
+                    yield each, result
 
     def run_rules(
         self,
         stored: Mapping[str, Mapping[GroupKey, AlertState]],
         now: datetime,
+        progress: Mapping[str, float] | None = None,
     ) -> dict[str, tuple[WindowRule, Evaluation]]:
-        """Every rule brought up to its evaluation point from `stored` (nothing saved)."""
-        plans: list[tuple[WindowRule, Mapping[GroupKey, AlertState], list[float]]] = []
-        for rule in self.rules:
-            states = stored.get(rule.name, {})
-            last = max((s.evaluated_at for s in states.values() if s.evaluated_at), default=None)
-            points = self._points(rule, last, now)
-            if points:
-                plans.append((rule, states, points))
-        if not plans:
-            return {}
-        start = min(p[0] - r.window_s for r, _, p in plans)
-        end = max(p[-1] for _, _, p in plans)
-        read = {r.expression.signal for r, _, _ in plans}
-        rows = self.state.history.rows(start, end, read)
+        """Every rule brought all the way to its evaluation point from `stored` (nothing
+        saved)."""
+        plans = self.plans(stored, progress or {}, now, None)
         return {
-            rule.name: (rule, replay(rule, rows, states, points, self.max_groups))
-            for rule, states, points in plans
+            each.rule.name: (each.rule, result)
+            for each, result in self._slid(plans, self.state.history.rows)
         }
 
     def evaluate(self, now: datetime | None = None) -> list[AlertEvent]:
-        """Evaluate, save the state, notify; the events that happened."""
+        """Evaluate until every rule is caught up, save, notify; the events that happened."""
         now = now or self.clock()
-        self.state.alerts.forget_other_rules({r.name for r in self.rules})
         happened: list[AlertEvent] = []
-        for rule, result in self.run_rules(self.state.alerts.load(), now).values():
-            self.state.alerts.save(rule.name, result.states)
-            self._observe(rule, result)
+        while True:
+            step = self.evaluate_step(now, max_points=STEP_POINTS)
+            happened.extend(step.events)
+            if not step.behind:
+                return happened
+
+    def evaluate_step(
+        self,
+        now: datetime | None = None,
+        *,
+        max_points: int | None = None,
+        rows: RowReader | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        resume: bool = True,
+    ) -> StepResult:
+        """At most `max_points` evaluation points per rule; per rule its state, the point it
+        reached and its notifications in one transaction; then the digests due, and (with
+        `resume`) the lanes a failure had stopped started again. `should_stop` is asked
+        between rules."""
+        now = now or self.clock()
+        with self._evaluating:
+            if not self._forgot:
+                self.state.alerts.forget_other_rules({r.name for r in self.rules})
+                self._forgot = True
+            plans = self.plans(
+                self.state.alerts.load(), self.state.alerts.progress(), now, max_points
+            )
+            happened: list[AlertEvent] = []
+            done = left = 0
+            reached: list[float] = []
+            skipped = set(id(p) for p in plans)
+            if plans:
+                for each, result in self._slid(plans, rows or self.state.history.rows):
+                    if should_stop is not None and should_stop():
+                        break
+                    self._commit(each, result, now)
+                    skipped.discard(id(each))
+                    happened.extend(result.events)
+                    done += len(each.points)
+                    left += each.left
+                    reached.append(each.points[-1])
+            left += sum(len(p.points) + p.left for p in plans if id(p) in skipped)
+            self._digests(now)
+            if resume and self.delivery is not None:
+                self.delivery.resume()
+        return StepResult(tuple(happened), done, left, min(reached, default=None))
+
+    def _commit(self, each: Plan, result: Evaluation, now: datetime) -> None:
+        rule = each.rule
+        outgoing: list[Outgoing] = []
+        for event in result.events:
+            outgoing.extend(self._announce(rule, event, now))
+        if each.left == 0:  # caught up: re-post what fires to Alertmanager
             notified = {e.group for e in result.events if e.notify}
-            for event in result.events:
-                self._announce(rule, event, now)
-            self._refresh(rule, result, notified, now)
-            happened.extend(result.events)
-        self._digests(now)
-        return happened
+            outgoing.extend(self._refresh(rule, result, notified, now))
+        dropped = self.state.alerts.commit(
+            rule.name, result.states, each.points[-1], outgoing, self.max_queued
+        )
+        self._count_dropped(dropped, outgoing)
+        self._observe(rule, result)
+        self._wake(outgoing)
 
     def _observe(self, rule: WindowRule, result: Evaluation) -> None:
         if result.capped:
             log.warning("alert_groups_capped", rule=rule.name, left_out=result.capped)
-        for group, state in result.states.items():
+        for state in result.states.values():
             self.metrics.alert_evaluations.labels(rule=rule.name, outcome=state.status).inc()
-            labels = dict(group)
-            for severity in ("warn", "page"):
-                self.metrics.alerts_active.labels(
-                    rule=rule.name,
-                    environment=labels.get("environment", ""),
-                    query_type=labels.get("query_type", ""),
-                    severity=severity,
-                ).set(1 if state.status == "firing" and state.severity == severity else 0)
+        self.export_active(rule.name, result.states)
 
-    def _announce(self, rule: WindowRule, event: AlertEvent, now: datetime) -> None:
+    def export_active(self, rule: str, states: Mapping[GroupKey, AlertState]) -> None:
+        """`observer_alerts_active` for the rule's groups firing now (query_type capped); the
+        series of a group that resolved is removed."""
+        firing: Counter[tuple[str, str, str]] = Counter()
+        for group, state in states.items():
+            if state.status != "firing":
+                continue
+            labels = dict(group)
+            environment = labels.get("environment", "")
+            query_type = self.metrics.alert_query_type(labels.get("query_type", ""))
+            firing[(environment, query_type, state.severity or "page")] += 1
+        self.metrics.set_alerts_active(rule, firing)
+
+    def _announce(self, rule: WindowRule, event: AlertEvent, now: datetime) -> list[Outgoing]:
         if not event.notify:
-            return
+            return []
         log.warning(
             f"alert_{event.transition}",
             rule=rule.name,
@@ -234,23 +433,27 @@ class AlertService:
             samples=event.samples,
         )
         names = self.targets(rule.notify)
+        out: list[Outgoing] = []
         changed = event.previous_severity and event.previous_severity != event.severity
         if event.transition in ("escalated", "deescalated", "no_data") and changed:
             # Alertmanager knows an alert by its labels, severity among them: close the old one.
             closing = window_notification(
                 rule, event, self.base_url, now, state="resolved", severity=event.previous_severity
             )
-            self._send([n for n in names if self.notifier_kinds.get(n) == "alertmanager"], closing)
-        self._send(names, window_notification(rule, event, self.base_url, now))
+            managers = [n for n in names if self.notifier_kinds.get(n) == "alertmanager"]
+            out.extend(self._outgoing(managers, closing))
+        out.extend(self._outgoing(names, window_notification(rule, event, self.base_url, now)))
+        return out
 
     def _refresh(
         self, rule: WindowRule, result: Evaluation, notified: set[GroupKey], now: datetime
-    ) -> None:
+    ) -> list[Outgoing]:
         names = [
             n for n in self.targets(rule.notify) if self.notifier_kinds.get(n) == "alertmanager"
         ]
         if not names:
-            return
+            return []
+        out: list[Outgoing] = []
         for group, state in result.states.items():
             if state.status != "firing" or group in notified:
                 continue
@@ -266,21 +469,35 @@ class AlertService:
                 since=state.since or now.timestamp(),
                 examples=result.examples.get(group, ()),
             )
-            self._send(names, window_notification(rule, event, self.base_url, now))
+            notification = window_notification(rule, event, self.base_url, now)
+            # Only the latest re-post of a group is worth sending: it replaces one waiting.
+            out.extend(self._outgoing(names, notification, f"refresh:{notification.dedup_key}"))
+        return out
 
     def _digests(self, now: datetime) -> None:
         by_name = {r.name: r for r in self.trace_rules}
         for digest in self.state.alerts.due_digests(hour_of(now)):
             rule = by_name.get(digest.rule)
+            outgoing: list[Outgoing] = []
             if rule is not None:
                 log.warning("trace_alert_digest", rule=rule.name, traces=digest.suppressed)
-                self._send(
-                    self.targets(rule.notify),
-                    digest_notification(
-                        rule, digest.hour, digest.suppressed, digest.examples, self.base_url, now
-                    ),
+                notification = digest_notification(
+                    rule, digest.hour, digest.suppressed, digest.examples, self.base_url, now
                 )
-            self.state.alerts.mark_digested(digest)
+                outgoing = self._outgoing(self.targets(rule.notify), notification)
+            self.state.alerts.mark_digested(digest, outgoing, self.max_queued)
+            self._wake(outgoing)
+
+    # -- delivery -----------------------------------------------------------------
+
+    def resume_delivery(self) -> None:
+        """Send what waits in the outbox (at start: what a killed process left)."""
+        if self.delivery is not None:
+            self.delivery.resume()
+
+    def waiting_notifications(self) -> int:
+        """Notifications in the outbox, not yet taken by their receivers."""
+        return self.state.alerts.waiting()
 
     # -- status -------------------------------------------------------------------
 
@@ -288,7 +505,7 @@ class AlertService:
         """Each rule and group as the next evaluation would leave it (nothing is saved)."""
         now = now or self.clock()
         stored = self.state.alerts.load()
-        fresh = self.run_rules(stored, now)
+        fresh = self.run_rules(stored, now, self.state.alerts.progress())
         out: list[RuleStatus] = []
         for rule in self.rules:
             if rule.name in fresh:

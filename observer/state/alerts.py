@@ -1,21 +1,36 @@
-"""Alert state in the state file: per rule and group, and the trace rules' hourly caps.
+"""Alert state in the state file: per rule and group, the trace rules' hourly caps, and
+the notification outbox.
 
 A restart neither pages again nor forgets a firing alert: the engine's state
 (pending since, firing since, last notified, severity) is saved after every
-evaluation and loaded at start. A trace rule notifies a trace at most once,
-ever, and at most `max_per_hour` traces an hour; the rest wait for the digest.
+evaluation and loaded at start, with the point each rule was evaluated up to
+(`progress`: a catch-up cut into steps resumes where it stopped). A trace rule
+notifies a trace at most once, ever, and at most `max_per_hour` traces an
+hour; the rest wait for the digest.
+
+The outbox makes a decision and its notifications one: what an evaluation
+decided (a rule's new state, a trace admitted, a digest done) is written in
+the same transaction as the notifications it calls for. Each notifier's lane
+sends its rows oldest first and deletes a row once the receiver took it, so a
+process killed in between sends it after the restart (at least once; the
+receivers deduplicate by `dedup_key` / `webhook-id`). At most `max_queued`
+rows wait per notifier: past that the oldest are dropped, and counted.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import sqlite3
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 import orjson
 
 from observer.alerts.engine import AlertState, Example, GroupKey
+from observer.alerts.model import Notification, Outgoing, Queued
 from observer.state.db import Database
 
 ALERTS_SCHEMA = """
@@ -31,6 +46,20 @@ CREATE TABLE IF NOT EXISTS trace_alerts (
     at REAL NOT NULL,
     PRIMARY KEY (rule, trace_id)
 );
+CREATE TABLE IF NOT EXISTS alert_progress (
+    rule TEXT PRIMARY KEY,
+    evaluated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS alert_outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    notifier TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    supersede TEXT,
+    queued_at REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT
+);
+CREATE INDEX IF NOT EXISTS alert_outbox_notifier ON alert_outbox (notifier, id);
 CREATE TABLE IF NOT EXISTS trace_alert_hours (
     rule TEXT NOT NULL,
     hour TEXT NOT NULL,
@@ -67,6 +96,53 @@ def _examples(raw: bytes) -> tuple[Example, ...]:
     return tuple(Example(**item) for item in orjson.loads(raw))
 
 
+def _notification(raw: bytes) -> Notification:
+    data: dict[str, Any] = orjson.loads(raw)
+    known = {f.name for f in dataclasses.fields(Notification)}
+    data = {k: v for k, v in data.items() if k in known}
+    for key in ("started_at", "sent_at", "ended_at"):
+        if data.get(key) is not None:
+            data[key] = datetime.fromisoformat(data[key])
+    data["group"] = tuple((str(k), str(v)) for k, v in data.get("group", ()))
+    data["trace_urls"] = tuple(data.get("trace_urls", ()))
+    return Notification(**data)
+
+
+def _queue(db: sqlite3.Connection, outgoing: Sequence[Outgoing], max_queued: int) -> Counter[str]:
+    """Write notifications to the outbox (inside the caller's transaction); the rows dropped
+    per notifier to keep at most `max_queued` waiting."""
+    for item in outgoing:
+        if item.supersede is not None:
+            db.execute(
+                "DELETE FROM alert_outbox WHERE notifier = ? AND supersede = ?",
+                (item.notifier, item.supersede),
+            )
+        db.execute(
+            "INSERT INTO alert_outbox (notifier, payload, supersede, queued_at) "
+            "VALUES (?, ?, ?, ?)",
+            (
+                item.notifier,
+                orjson.dumps(item.notification),
+                item.supersede,
+                item.notification.sent_at.timestamp(),
+            ),
+        )
+    dropped: Counter[str] = Counter()
+    for notifier in {item.notifier for item in outgoing}:
+        waiting = int(
+            db.execute(
+                "SELECT COUNT(*) FROM alert_outbox WHERE notifier = ?", (notifier,)
+            ).fetchone()[0]
+        )
+        if waiting > max_queued:
+            dropped[notifier] = db.execute(
+                "DELETE FROM alert_outbox WHERE id IN (SELECT id FROM alert_outbox "
+                "WHERE notifier = ? ORDER BY id LIMIT ?)",
+                (notifier, waiting - max_queued),
+            ).rowcount
+    return dropped
+
+
 class AlertStore:
     def __init__(self, database: Database) -> None:
         self._file = database
@@ -84,28 +160,100 @@ class AlertStore:
     def save(self, rule: str, states: Mapping[GroupKey, AlertState]) -> None:
         """The rule's whole state after an evaluation (groups not in it are forgotten)."""
         with self._file.transaction() as db:
-            db.execute("DELETE FROM alert_state WHERE rule = ?", (rule,))
-            db.executemany(
-                "INSERT INTO alert_state (rule, grp, state) VALUES (?, ?, ?)",
-                [
-                    (rule, orjson.dumps(list(group)), orjson.dumps(dataclasses.asdict(state)))
-                    for group, state in states.items()
-                ],
+            _save(db, rule, states)
+
+    def commit(
+        self,
+        rule: str,
+        states: Mapping[GroupKey, AlertState],
+        evaluated_at: float,
+        outgoing: Sequence[Outgoing] = (),
+        max_queued: int = 1000,
+    ) -> Counter[str]:
+        """One evaluation step of a rule, in one transaction: its whole state, the point it
+        was evaluated up to, and the notifications it decided. The rows dropped per notifier
+        to keep at most `max_queued` waiting."""
+        with self._file.transaction() as db:
+            _save(db, rule, states)
+            db.execute(
+                "INSERT INTO alert_progress (rule, evaluated_at) VALUES (?, ?) "
+                "ON CONFLICT(rule) DO UPDATE SET evaluated_at = excluded.evaluated_at",
+                (rule, evaluated_at),
             )
+            return _queue(db, outgoing, max_queued)
+
+    def progress(self) -> dict[str, float]:
+        """The point each rule was last evaluated at (unix seconds)."""
+        with self._file.lock:
+            rows = self._file.db.execute("SELECT rule, evaluated_at FROM alert_progress").fetchall()
+        return {str(rule): float(at) for rule, at in rows}
 
     def forget_other_rules(self, keep: set[str]) -> None:
         """Drop the state of rules that are no longer configured."""
         with self._file.transaction() as db:
-            for (rule,) in db.execute("SELECT DISTINCT rule FROM alert_state").fetchall():
-                if rule not in keep:
-                    db.execute("DELETE FROM alert_state WHERE rule = ?", (rule,))
+            for table in ("alert_state", "alert_progress"):
+                for (rule,) in db.execute(f"SELECT DISTINCT rule FROM {table}").fetchall():
+                    if rule not in keep:
+                        db.execute(f"DELETE FROM {table} WHERE rule = ?", (rule,))
+
+    # -- the notification outbox ------------------------------------------------
+
+    def queue(self, outgoing: Sequence[Outgoing], max_queued: int = 1000) -> Counter[str]:
+        """Notifications decided outside an evaluation step (`Delivery.submit`)."""
+        if not outgoing:
+            return Counter()
+        with self._file.transaction() as db:
+            return _queue(db, outgoing, max_queued)
+
+    def next_notification(self, notifier: str) -> Queued | None:
+        """The oldest notification waiting for `notifier`."""
+        with self._file.lock:
+            found = self._file.db.execute(
+                "SELECT id, payload, attempts FROM alert_outbox WHERE notifier = ? "
+                "ORDER BY id LIMIT 1",
+                (notifier,),
+            ).fetchone()
+        if found is None:
+            return None
+        return Queued(int(found[0]), notifier, _notification(found[1]), int(found[2]))
+
+    def delivered(self, queued_id: int) -> None:
+        """The receiver took it (or refused it for good): it leaves the outbox."""
+        with self._file.transaction() as db:
+            db.execute("DELETE FROM alert_outbox WHERE id = ?", (queued_id,))
+
+    def failed(self, queued_id: int, error: str) -> None:
+        """Its retries ran out: it stays, first in line, for the next evaluation."""
+        with self._file.transaction() as db:
+            db.execute(
+                "UPDATE alert_outbox SET attempts = attempts + 1, last_error = ? WHERE id = ?",
+                (error[:500], queued_id),
+            )
+
+    def waiting(self, notifier: str | None = None) -> int:
+        """Notifications in the outbox (for one notifier, or all)."""
+        with self._file.lock:
+            if notifier is None:
+                return self._file.scalar("SELECT COUNT(*) FROM alert_outbox")
+            return self._file.scalar(
+                "SELECT COUNT(*) FROM alert_outbox WHERE notifier = ?", notifier
+            )
 
     # -- trace rules ------------------------------------------------------------
 
     def admit(
-        self, rule: str, trace_id: str, hour: str, at: float, example: Example, max_per_hour: int
+        self,
+        rule: str,
+        trace_id: str,
+        hour: str,
+        at: float,
+        example: Example,
+        max_per_hour: int,
+        outgoing: Sequence[Outgoing] = (),
+        max_queued: int = 1000,
     ) -> Admission:
-        """Whether to notify this trace now, keep it for the hour's digest, or not at all."""
+        """Whether to notify this trace now, keep it for the hour's digest, or not at all.
+        On "notify", `outgoing` is queued in the same transaction."""
         with self._file.transaction() as db:
             fresh = db.execute(
                 "INSERT INTO trace_alerts (rule, trace_id, at) VALUES (?, ?, ?) "
@@ -125,6 +273,7 @@ class AlertStore:
                     "VALUES (?, ?, 1, ?) ON CONFLICT(rule, hour) DO UPDATE SET sent = sent + 1",
                     (rule, hour, b"[]"),
                 )
+                _queue(db, outgoing, max_queued)
                 return "notify"
             kept = [*examples[:4], example]
             db.execute(
@@ -144,14 +293,31 @@ class AlertStore:
             ).fetchall()
         return [Digest(str(r), str(h), int(n), _examples(e)) for r, h, n, e in rows]
 
-    def mark_digested(self, digest: Digest) -> None:
+    def mark_digested(
+        self, digest: Digest, outgoing: Sequence[Outgoing] = (), max_queued: int = 1000
+    ) -> None:
+        """The digest is done, and its notifications queued, in one transaction."""
         with self._file.transaction() as db:
             db.execute(
                 "UPDATE trace_alert_hours SET digested = 1 WHERE rule = ? AND hour = ?",
                 (digest.rule, digest.hour),
             )
+            _queue(db, outgoing, max_queued)
 
     def prune(self, before: float, before_hour: str) -> None:
+        """Forget trace-rule marks, hours and undelivered notifications older than `before`."""
         with self._file.transaction() as db:
             db.execute("DELETE FROM trace_alerts WHERE at < ?", (before,))
             db.execute("DELETE FROM trace_alert_hours WHERE hour < ?", (before_hour,))
+            db.execute("DELETE FROM alert_outbox WHERE queued_at < ?", (before,))
+
+
+def _save(db: sqlite3.Connection, rule: str, states: Mapping[GroupKey, AlertState]) -> None:
+    db.execute("DELETE FROM alert_state WHERE rule = ?", (rule,))
+    db.executemany(
+        "INSERT INTO alert_state (rule, grp, state) VALUES (?, ?, ?)",
+        [
+            (rule, orjson.dumps(list(group)), orjson.dumps(dataclasses.asdict(state)))
+            for group, state in states.items()
+        ],
+    )

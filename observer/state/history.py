@@ -4,12 +4,18 @@ What every alert window, `observer alerts status` and `observer alerts
 backtest` read, so they agree with each other and survive restarts. A
 re-scored trace replaces its row; the judge's values are merged into it.
 Kept `alerts.history_days` and pruned by housekeeping.
+
+The alert evaluator reads through a `HistoryReader`: a connection of its own,
+each read one snapshot (WAL), so a long read never holds the lock the poll
+loop, the dispatcher and the judge write under.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -79,6 +85,12 @@ class History:
         with self._file.transaction() as db:
             write_row(db, row)
 
+    def put_many(self, rows: Collection[Row]) -> None:
+        """Many trace rows in one transaction (imports, benches)."""
+        with self._file.transaction() as db:
+            for row in rows:
+                write_row(db, row)
+
     def merge(self, trace_id: str, values: Mapping[str, Value]) -> Row | None:
         """Add values (the judge's) to a trace's row; the updated row, or None if unknown."""
         with self._file.transaction() as db:
@@ -105,32 +117,28 @@ class History:
                 [(at, name, float(value)) for name, value in values.items()],
             )
 
-    def rows(self, start: float, end: float, keys: Collection[str] | None = None) -> list[Row]:
+    def rows(
+        self,
+        start: float,
+        end: float,
+        keys: Collection[str] | None = None,
+        *,
+        traces: bool = True,
+        samples: bool = True,
+    ) -> list[Row]:
         """Trace rows and samples with start < at <= end, oldest first.
 
         `keys`: only these signals are kept in each row's values (the ones the rules
         read). A window at a busy service holds hundreds of thousands of rows: the
-        memory of an evaluation is that of its rows.
+        memory of an evaluation is that of its rows. `traces` / `samples`: leave out
+        the trace rows or the daemon's samples.
         """
-        labels: dict[str, str] = {}
         with self._file.lock:
-            cursor = self._file.db.execute(
-                "SELECT trace_id, at, project_id, environment, query_type, signals "
-                "FROM history WHERE at > ? AND at <= ? ORDER BY at",
-                (start, end),
-            )
-            rows = [_row(t, keys, labels) for t in cursor]
-            samples = self._file.db.execute(
-                "SELECT at, name, value FROM samples WHERE at > ? AND at <= ? ORDER BY at",
-                (start, end),
-            ).fetchall()
-        rows.extend(
-            Row(at=float(at), values={str(name): float(value)})
-            for at, name, value in samples
-            if keys is None or name in keys
-        )
-        rows.sort(key=lambda r: r.at)
-        return rows
+            return read_rows(self._file.db, start, end, keys, traces=traces, samples=samples)
+
+    def reader(self) -> HistoryReader:
+        """A reader on a connection of its own (close it when done)."""
+        return HistoryReader(self._file.path)
 
     def span(self) -> tuple[float, float] | None:
         """The event times of the oldest and newest rows, or None when empty."""
@@ -151,3 +159,85 @@ class History:
             pruned = db.execute("DELETE FROM history WHERE at < ?", (before,)).rowcount
             pruned += db.execute("DELETE FROM samples WHERE at < ?", (before,)).rowcount
         return pruned
+
+
+def read_rows(
+    db: sqlite3.Connection,
+    start: float,
+    end: float,
+    keys: Collection[str] | None,
+    *,
+    traces: bool = True,
+    samples: bool = True,
+    skip_empty: bool = False,
+) -> list[Row]:
+    """`History.rows` on `db`; `skip_empty` leaves out trace rows with none of `keys`."""
+    labels: dict[str, str] = {}
+    rows: list[Row] = []
+    if traces:
+        cursor = db.execute(
+            "SELECT trace_id, at, project_id, environment, query_type, signals "
+            "FROM history WHERE at > ? AND at <= ? ORDER BY at",
+            (start, end),
+        )
+        rows = [_row(t, keys, labels) for t in cursor]
+        if skip_empty:
+            rows = [r for r in rows if r.values]
+    if samples:
+        found = db.execute(
+            "SELECT at, name, value FROM samples WHERE at > ? AND at <= ? ORDER BY at",
+            (start, end),
+        ).fetchall()
+        rows.extend(
+            Row(at=float(at), values={str(name): float(value)})
+            for at, name, value in found
+            if keys is None or name in keys
+        )
+        rows.sort(key=lambda r: r.at)
+    return rows
+
+
+class HistoryReader:
+    """Reads the history on a connection of its own: each `rows()` is one snapshot of the
+    file (a WAL read transaction), and the writers' lock is never taken."""
+
+    def __init__(self, path: Path) -> None:
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = sqlite3.connect(
+            str(path), check_same_thread=False, isolation_level=None, timeout=10
+        )
+        self._db.execute("PRAGMA query_only = ON")
+
+    def rows(
+        self,
+        start: float,
+        end: float,
+        keys: Collection[str] | None = None,
+        *,
+        traces: bool = True,
+        samples: bool = True,
+    ) -> list[Row]:
+        """As `History.rows`, but trace rows without any of `keys` are left out (no rule
+        reads them)."""
+        with self._lock:
+            if self._db is None:
+                raise sqlite3.ProgrammingError("the history reader is closed")
+            self._db.execute("BEGIN")
+            try:
+                return read_rows(
+                    self._db,
+                    start,
+                    end,
+                    keys,
+                    traces=traces,
+                    samples=samples,
+                    skip_empty=keys is not None,
+                )
+            finally:
+                self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
