@@ -256,11 +256,6 @@ def run(config_path: str | None, state_path: str | None, once: bool) -> None:
 
     settings = _settings(config_path)
     _logging(settings)
-    try:
-        app.require_supported_server(settings)  # batch score posts need v4.59+
-    except ConfigError as error:
-        click.echo(f"observer: {error}", err=True)
-        raise SystemExit(app.EXIT_CONFIG) from None
     parts = _build(settings, state_path)
     if not once:
         try:
