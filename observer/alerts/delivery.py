@@ -153,11 +153,13 @@ class _OutboxLane:
                     except Exception:  # the state file failed us: try at the next evaluation
                         log.exception("alert_outbox_unreadable", notifier=self.name)
                         self.paused = True
+                        self.cond.notify_all()
                         continue
                     if found is not None:
                         self.busy = True
                         return found
                     self.unread = False
+                    self.cond.notify_all()  # idle: a flush waiting for it may return
                 self.cond.wait()
             return None
 
@@ -231,7 +233,7 @@ class Delivery:
         """From now on every lane sends from `outbox` (before the first message)."""
         with self._lock:
             if any(lane.thread is not None for lane in self._lanes.values()):
-                raise RuntimeError("use_outbox() after messages were sent")
+                raise RuntimeError("use_outbox() must come before the first message")
             self._outbox = outbox
             self._durable = {
                 name: _OutboxLane(name, lane.notifier, outbox) for name, lane in self._lanes.items()

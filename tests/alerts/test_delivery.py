@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from observer.alerts.model import Notification
 from observer.alerts.notifiers import NotifyError
 from observer.alerts.notifiers.webhook import WebhookNotifier
 from observer.retry import call_with_retries, parse_retry_after
+from observer.state import State
 from observer.telemetry.metrics import Metrics
 from tests.alerts.notifiers.samples import firing
 from tests.fakes.receiver import Answer, Receiver
@@ -301,4 +303,126 @@ def test_the_notification_is_delivered_unchanged(receiver: Receiver, metrics: Me
     delivery.submit(["hook"], message)
     assert delivery.flush(5)
     assert receiver.requests[0].json()["summary"] == "Ünïcode ✓ survives"
+    delivery.shutdown(1)
+
+
+# -- durable lanes: the state file's outbox -------------------------------------
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[State]:
+    opened = State(tmp_path / "state.sqlite")
+    yield opened
+    opened.close()
+
+
+def durable(receiver: Receiver, metrics: Metrics, state: State, **options: Any) -> Delivery:
+    delivery = make(receiver, metrics, **options)
+    delivery.use_outbox(state.alerts)
+    return delivery
+
+
+def rules_received(receiver: Receiver) -> list[str]:
+    return [r.json()["rule"] for r in receiver.requests]
+
+
+def test_a_durable_lane_sends_oldest_first_and_empties_the_outbox(
+    receiver: Receiver, metrics: Metrics, state: State
+) -> None:
+    delivery = durable(receiver, metrics, state)
+    for i in range(4):
+        delivery.submit(["hook"], firing(rule=f"rule_{i}"))
+    assert delivery.flush(5)
+    assert rules_received(receiver) == [f"rule_{i}" for i in range(4)]
+    assert state.alerts.waiting() == 0
+    assert count(metrics, "sent") == 4
+    assert delivery.shutdown(1)
+
+
+def test_a_refused_message_leaves_the_outbox_and_the_next_one_goes(
+    receiver: Receiver, metrics: Metrics, state: State
+) -> None:
+    delivery = durable(receiver, metrics, state)
+    receiver.script(Answer(400, b"bad payload"))
+    delivery.submit(["hook"], firing(rule="refused"))
+    delivery.submit(["hook"], firing(rule="fine"))
+    assert delivery.flush(5)
+    assert rules_received(receiver) == ["refused", "fine"]  # a 4xx is not retried
+    assert (count(metrics, "failed"), count(metrics, "sent")) == (1, 1)
+    assert state.alerts.waiting() == 0
+    delivery.shutdown(1)
+
+
+def test_a_message_whose_retries_ran_out_stops_its_lane_until_resume(
+    receiver: Receiver, metrics: Metrics, state: State
+) -> None:
+    delivery = durable(receiver, metrics, state)
+    receiver.fail(4, status=503)
+    with capture_logs() as logs:
+        delivery.submit(["hook"], firing(rule="page"))
+        receiver.wait_for(4)
+        delivery.submit(["hook"], firing(rule="resolve"))
+        assert delivery.flush(5) is False  # both wait: the resolve may not overtake the page
+    assert rules_received(receiver) == ["page"] * 4
+    assert state.alerts.waiting("hook") == 2
+    (failed,) = [e for e in logs if e["event"] == "alert_notification_failed"]
+    assert failed["kept"] is True
+    delivery.resume()  # the next evaluation
+    assert delivery.flush(5)
+    assert rules_received(receiver) == ["page"] * 5 + ["resolve"]
+    assert (count(metrics, "failed"), count(metrics, "sent"), count(metrics, "dropped")) == (
+        1,
+        2,
+        0,
+    )
+    delivery.shutdown(1)
+
+
+def test_a_shutdown_keeps_what_waits_for_the_next_process(
+    receiver: Receiver, metrics: Metrics, state: State, tmp_path: Path
+) -> None:
+    delivery = durable(receiver, metrics, state, base_s=60, max_backoff_s=60)
+    receiver.default = Answer(503, b"down")
+    delivery.submit(["hook"], firing(rule="page"))
+    receiver.wait_for(1)
+    assert delivery.shutdown(0.2) is False  # the backoff is cut short; nothing is dropped
+    assert count(metrics, "dropped") == 0
+    assert state.alerts.waiting("hook") == 1
+    receiver.default = Answer()
+    reopened = State(state.path)
+    after = durable(receiver, Metrics(), reopened)
+    after.resume()  # a new process, at its start
+    assert after.flush(5)
+    assert rules_received(receiver) == ["page", "page"]
+    assert after.shutdown(1)
+    reopened.close()
+
+
+def test_the_outbox_keeps_at_most_queue_size_per_notifier(
+    receiver: Receiver, metrics: Metrics, state: State
+) -> None:
+    delivery = durable(receiver, metrics, state, queue_size=2)
+    receiver.fail(4, status=503)
+    delivery.submit(["hook"], firing(rule="oldest"))
+    receiver.wait_for(4)
+    delivery.flush(5)
+    with capture_logs() as logs:
+        delivery.submit(["hook"], firing(rule="second"))
+        delivery.submit(["hook"], firing(rule="newest"))
+    assert count(metrics, "dropped") == 1
+    (dropped,) = [e for e in logs if e["event"] == "alert_notification_dropped"]
+    assert dropped["reason"] == "queue_full"
+    delivery.resume()
+    assert delivery.flush(5)
+    assert rules_received(receiver)[4:] == ["second", "newest"]
+    delivery.shutdown(1)
+
+
+def test_use_outbox_comes_before_the_first_message(
+    receiver: Receiver, metrics: Metrics, state: State
+) -> None:
+    delivery = make(receiver, metrics)
+    delivery.submit(["hook"], firing())
+    with pytest.raises(RuntimeError, match="before"):
+        delivery.use_outbox(state.alerts)
     delivery.shutdown(1)

@@ -1,16 +1,21 @@
-"""The alert stores in the state file: signal history, rule state, trace-rule caps."""
+"""The alert stores in the state file: signal history, rule state, trace-rule caps, the
+point each rule reached and the notification outbox."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from observer.alerts.engine import AlertState, Example, GroupKey, Row
+from observer.alerts.model import Notification, Outgoing, Queued
 from observer.state import State
 from observer.state.alerts import Digest
 
@@ -314,3 +319,155 @@ def test_prune_forgets_old_traces_and_hours(state: State) -> None:
     assert state.alerts.admit("r", "old", "2025-11-24T15", T0 - 3600, example("old"), 1) == (
         "notify"
     )
+
+
+# -- progress and the notification outbox ------------------------------------------------
+
+
+def note(rule: str = "r", sent_at: float = T0, **changes: Any) -> Notification:
+    """A window notification as the engine builds one."""
+    moment = datetime.fromtimestamp(sent_at, UTC)
+    base = Notification(
+        id=f"msg_{rule}_{sent_at}",
+        dedup_key=f"observer-{rule}",
+        rule=rule,
+        kind="window",
+        state="firing",
+        severity="page",
+        group=PROD,
+        summary=f"{rule}: rate(ungrounded) 0.07 > 0.05 (environment=production)",
+        description="Ünïcode ✓ survives",
+        started_at=moment,
+        sent_at=moment,
+        signal="ungrounded",
+        aggregate="rate",
+        value=0.07,
+        op=">",
+        threshold=0.05,
+        window_s=900.0,
+        samples=120,
+        trace_urls=("https://langfuse.example.com/project/p/traces/t1",),
+        runbook_url=None,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def waiting(state: State, notifier: str = "hook") -> list[Queued]:
+    """Everything waiting for a notifier, oldest first (delivering as it reads)."""
+    out = []
+    while (queued := state.alerts.next_notification(notifier)) is not None:
+        out.append(queued)
+        state.alerts.delivered(queued.id)
+    return out
+
+
+def test_commit_saves_the_state_the_point_and_the_notifications_together(state: State) -> None:
+    outgoing = [Outgoing("hook", note()), Outgoing("pager", note())]
+    state.alerts.commit("r", {PROD: FIRING}, T0 + 240, outgoing)
+    again = reopened(state)
+    try:
+        assert again.alerts.load() == {"r": {PROD: FIRING}}
+        assert again.alerts.progress() == {"r": T0 + 240}
+        assert [q.notification for q in waiting(again, "hook")] == [note()]
+        assert again.alerts.waiting() == 1  # the pager's
+    finally:
+        again.close()
+
+
+def test_a_commit_that_fails_leaves_nothing_of_it(
+    state: State, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state.alerts.commit("r", {STAGING: AlertState()}, T0)
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("disk gone")
+
+    monkeypatch.setattr("observer.state.alerts._queue", broken)
+    with pytest.raises(RuntimeError):
+        state.alerts.commit("r", {PROD: FIRING}, T0 + 240, [Outgoing("hook", note())])
+    assert state.alerts.load() == {"r": {STAGING: AlertState()}}
+    assert state.alerts.progress() == {"r": T0}
+    assert state.alerts.waiting() == 0
+
+
+def test_any_notification_round_trips_through_the_outbox(state: State) -> None:
+    resolved = note(
+        state="resolved",
+        severity="warn",
+        ended_at=datetime.fromtimestamp(T0 + 600.5, UTC),
+        group=(),
+        trace_urls=(),
+        value=None,
+        runbook_url="https://wiki.example.com/x",
+    )
+    state.alerts.queue([Outgoing("hook", note()), Outgoing("hook", resolved)])
+    again = reopened(state)
+    try:
+        assert [q.notification for q in waiting(again)] == [note(), resolved]
+    finally:
+        again.close()
+
+
+def test_a_failed_row_stays_first_with_its_attempts(state: State) -> None:
+    state.alerts.queue([Outgoing("hook", note("a")), Outgoing("hook", note("b"))])
+    first = state.alerts.next_notification("hook")
+    assert first is not None and first.notification.rule == "a" and first.attempts == 0
+    state.alerts.failed(first.id, "HTTP 503")
+    again = state.alerts.next_notification("hook")
+    assert again is not None and (again.id, again.attempts) == (first.id, 1)
+    assert [q.notification.rule for q in waiting(state)] == ["a", "b"]
+
+
+def test_a_newer_refresh_replaces_the_one_waiting(state: State) -> None:
+    state.alerts.queue(
+        [
+            Outgoing("hook", note("page")),
+            Outgoing("hook", note("refresh", T0 + 30), supersede="refresh:k"),
+            Outgoing("other", note("refresh", T0 + 30), supersede="refresh:k"),
+        ]
+    )
+    state.alerts.queue([Outgoing("hook", note("refresh", T0 + 60), supersede="refresh:k")])
+    assert [(q.notification.rule, q.notification.sent_at.timestamp()) for q in waiting(state)] == [
+        ("page", T0),
+        ("refresh", T0 + 60),
+    ]
+    assert state.alerts.waiting("other") == 1  # each notifier its own
+
+
+def test_the_outbox_keeps_at_most_max_queued_per_notifier_dropping_the_oldest(
+    state: State,
+) -> None:
+    dropped = state.alerts.queue([Outgoing("hook", note(f"r{i}")) for i in range(5)], 3)
+    assert dropped == {"hook": 2}
+    state.alerts.queue([Outgoing("other", note("x"))], 3)
+    assert [q.notification.rule for q in waiting(state)] == ["r2", "r3", "r4"]
+
+
+def test_admit_queues_what_it_notifies_and_nothing_else(state: State) -> None:
+    def admit(trace_id: str) -> str:
+        outgoing = [Outgoing("hook", note(trace_id))]
+        return state.alerts.admit("r", trace_id, HOUR, T0, example(trace_id), 1, outgoing)
+
+    assert [admit("t1"), admit("t1"), admit("t2")] == ["notify", "duplicate", "suppressed"]
+    assert [q.notification.rule for q in waiting(state)] == ["t1"]
+
+
+def test_a_digest_and_its_notification_are_one(state: State) -> None:
+    admit_all(state, "r", 4)
+    (digest,) = state.alerts.due_digests(NEXT_HOUR)
+    state.alerts.mark_digested(digest, [Outgoing("hook", note("digest"))])
+    assert state.alerts.due_digests(NEXT_HOUR) == []
+    assert [q.notification.rule for q in waiting(state)] == ["digest"]
+
+
+def test_forgotten_rules_lose_their_progress(state: State) -> None:
+    state.alerts.commit("kept", {}, T0)
+    state.alerts.commit("removed", {}, T0)
+    state.alerts.forget_other_rules({"kept"})
+    assert state.alerts.progress() == {"kept": T0}
+
+
+def test_prune_forgets_notifications_nobody_took(state: State) -> None:
+    state.alerts.queue([Outgoing("hook", note("old", T0 - 10)), Outgoing("hook", note("new"))])
+    state.alerts.prune(T0, HOUR)
+    assert [q.notification.rule for q in waiting(state)] == ["new"]

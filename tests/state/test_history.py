@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from observer.alerts.engine import Row
@@ -32,3 +33,41 @@ def test_rows_keep_only_the_signals_asked_for(tmp_path: Path) -> None:
     assert [(r.trace_id, r.environment, r.query_type) for r in asked if r.trace_id] == [
         (f"t{n}", "production", "howto") for n in range(3)
     ]
+
+
+def test_a_reader_reads_without_the_writers_lock_and_leaves_out_rows_no_rule_reads(
+    tmp_path: Path,
+) -> None:
+    state = State(tmp_path / "s.sqlite")
+    reader = state.history.reader()
+    try:
+        state.history.put_many(
+            [
+                Row(100.0, {"ungrounded": True}, "t0", None, "production", "howto"),
+                Row(101.0, {"confidence": 0.5}, "t1", None, "production", "howto"),
+            ]
+        )
+        state.history.add_samples(100.5, {"lag_s": 3.0})
+        found: list[list[Row]] = []
+        # A writer holds the lock the poll loop, the dispatcher and the judge share.
+        with state._lock:
+            thread = threading.Thread(
+                target=lambda: found.append(reader.rows(0, 1000, {"ungrounded", "lag_s"}))
+            )
+            thread.start()
+            thread.join(5)
+            assert not thread.is_alive(), "the reader waited for the writers' lock"
+        (rows,) = found
+        assert [(r.at, dict(r.values)) for r in rows] == [
+            (100.0, {"ungrounded": True}),
+            (100.5, {"lag_s": 3.0}),
+        ]  # t1 holds none of the signals asked for
+        assert (
+            reader.rows(0, 1000, {"ungrounded"}, samples=False)
+            == state.history.rows(0, 1000, {"ungrounded"}, samples=False)[:1]
+        )
+        assert [r.at for r in reader.rows(0, 1000, traces=False)] == [100.5]
+    finally:
+        reader.close()
+        reader.close()  # idempotent
+        state.close()
