@@ -359,7 +359,7 @@ class Pipeline:
             if self.slow_sdk is None:
                 self.slow_sdk = sdk
                 widened = max(self.overlap, timedelta(seconds=SLOW_INGESTION_BOUND_S))
-                log.warning(
+                log.info(
                     "slow_ingestion_detected",
                     trace_id=trace_id,
                     sdk=sdk,
