@@ -33,8 +33,8 @@ test takes seconds. `SCENARIOS` spells out the minimal sequences, failing and ho
 as plain tests of a few hundred milliseconds each.
 
 The daemon runs with its defaults but for three things that only make the simulation
-cheap: a pass a minute instead of every 30 s, no request budget (it runs on the real
-clock), and a short sink backoff.
+cheap and repeatable: a pass every 45 s instead of 30 s, no request budget (it runs on
+the real clock), and a short sink backoff.
 """
 
 from __future__ import annotations
@@ -236,8 +236,11 @@ def daemon_settings(fake: FakeLangfuse, state: Path) -> Settings:
         "OBSERVER_STATE__PATH": str(state),
         # observer's own request budget runs on the real clock; simulated minutes pass in ms.
         "OBSERVER_SOURCE__REQUESTS_PER_MINUTE": "1000000",
-        # A pass a minute (30 s by default) halves the simulated passes; nothing else moves.
-        "OBSERVER_SOURCE__POLL_INTERVAL_S": "60",
+        # Fewer simulated passes than every 30 s, and never at a multiple of the sweep
+        # interval (60 s), where whether a pass sweeps would hang on milliseconds of real
+        # time (the sweep is timed from the end of the last, on Langfuse's clock as the
+        # daemon measures it): deterministic runs.
+        "OBSERVER_SOURCE__POLL_INTERVAL_S": "45",
         "OBSERVER_SINK__MAX_BACKOFF_S": "0.05",
         "OBSERVER_HTTP__ENABLED": "false",
         "OBSERVER_LOG__LEVEL": "error",
