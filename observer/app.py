@@ -475,9 +475,10 @@ def ingestion_row(settings: Settings, source: LangfuseSource) -> str:
     )
     if not slow:
         return "no trace of the newest page from an SDK on Langfuse's slow path"
+    slow_overlap = SLOW_INGESTION_BOUND_S + settings.source.sweep_interval_s + 120
     return (
         f"traces from {', '.join(slow)}: Langfuse may show them up to 15 minutes late; "
-        f"sweeps re-read {max(settings.source.overlap_s, SLOW_INGESTION_BOUND_S):g} s "
+        f"sweeps re-read {max(settings.source.overlap_s, slow_overlap):g} s "
         "(SDK 5 lands within seconds)"
     )
 

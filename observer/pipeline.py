@@ -59,6 +59,8 @@ tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
 # may "start" just before its root. A trace counts as complete only once the
 # pages are this far below its root.
 CLOCK_SKEW = timedelta(seconds=2)
+# How far past Langfuse's now a daemon pass reads, for traces of apps whose clock is ahead.
+FUTURE_READ = timedelta(days=1)
 
 
 # The citation resolver for a page's new and changed traces: findings per trace, in order
@@ -167,7 +169,11 @@ class Pipeline:
         self.lookback = timedelta(seconds=lookback_s)
         self.lookup = lookup
         self.should_stop = should_stop
-        self.slow_sdk: str | None = None  # an SDK seen whose data may land 15 minutes late
+        # An SDK seen whose data may land 15 minutes late: kept in the state file, so the
+        # sweeps of a restarted daemon still re-read the documented delay.
+        self.slow_sdk = state.noted("slow_sdk")
+        if self.slow_sdk is not None:
+            self.overlap = max(self.overlap, self._slow_overlap())
 
     # -- passes ---------------------------------------------------------------
 
@@ -182,7 +188,7 @@ class Pipeline:
         interval` times over.
         """
         watermark = self.state.watermark()
-        if watermark is not None and watermark > now - self.traces.settle:
+        if watermark is not None and watermark > now - self.traces.settle + CLOCK_SKEW:
             # Written under a clock that ran ahead (this host's before NTP, an older
             # version that trusted it): the watermark never stands past Langfuse's now.
             log.warning(
@@ -199,7 +205,9 @@ class Pipeline:
         else:
             start = watermark - self.overlap if sweep else watermark
         began = time.monotonic()
-        result = self.process_window(start, now, now)
+        # Read past now: a trace from an app whose clock runs ahead is stamped in the
+        # future, and counts as rooted now (DESIGN §9) instead of waiting for its time.
+        result = self.process_window(start, now, now, now + FUTURE_READ)
         result.sweep = sweep
         if sweep:
             # Counted from the sweep's end: when passes last longer than the interval (the
@@ -257,15 +265,16 @@ class Pipeline:
                 fresh = {
                     t for o in page if isinstance(t := o.get("traceId"), str) and t not in flight
                 }
-                known = self.state.root_starts(sorted(fresh)) if fresh else {}
+                known = self.state.trace_marks(sorted(fresh)) if fresh else {}
                 for observation in page:
                     trace_id = observation.get("traceId")
                     if not isinstance(trace_id, str):
                         continue
                     trace = flight.get(trace_id)
                     if trace is None:
+                        root, latest = known.get(trace_id, (None, None))
                         trace = flight[trace_id] = _InFlight(
-                            known=known.get(trace_id), refetch=trace_id in handled
+                            known=root, known_latest=latest, refetch=trace_id in handled
                         )
                     trace.add(observation, limit, now)
                 # An empty page says nothing of how far the listing has come: read on.
@@ -285,6 +294,10 @@ class Pipeline:
                     return result
             rooted = [t for t, f in flight.items() if f.root is not None]
             self._handle(rooted, flight, handled, start, end, now, result)
+            # Rooted before the window: a known trace that shows a newer observation than
+            # when it was last handled changed (a late generation): read whole, handled.
+            changed = [t for t, f in flight.items() if f.newer_than_known]
+            self._handle(changed, flight, handled, start, end, now, result, revisit=True)
             result.partial += len(flight)
         self.notify()
         return result
@@ -300,26 +313,33 @@ class Pipeline:
         end: datetime,
         now: datetime,
         result: PassResult,
+        *,
+        revisit: bool = False,
     ) -> None:
         if not trace_ids:
             return
         known = self.state.fingerprints(trace_ids)
-        handled: list[tuple[str, list[dict[str, Any]], datetime, Prepared]] = []
+        handled: list[tuple[str, list[dict[str, Any]], datetime, Prepared, datetime | None]] = []
         for trace_id in trace_ids:
             trace = flight.pop(trace_id)
             handled_ids.add(trace_id)
             root_start = trace.earliest
-            assert root_start is not None and trace.root is not None
-            if trace.root < start:
-                result.partial += 1  # rooted before the window: handled by an earlier pass
-                continue
-            if trace.root >= end:
-                continue  # read past the end for its neighbours; the next window's own
-            if trace.refetch and not trace.too_large:
+            if not revisit:
+                assert root_start is not None and trace.root is not None
+                if trace.root < start:
+                    result.partial += 1  # rooted before the window: an earlier pass's
+                    continue
+                # Read past the end for its neighbours: the next window's own, unless it
+                # is stamped after now (an app clock ahead), which counts as now.
+                if trace.root >= end and not (trace.root > now and end >= now):
+                    continue
+            if (trace.refetch or revisit) and not trace.too_large:
                 # Another root lies below what this pass reads, or was read before this
                 # part: the trace is read whole, so it stays one record whatever its roots.
                 trace = self._whole(trace_id, trace, now)
                 root_start = trace.earliest or root_start
+            if root_start is None:
+                continue  # seen again without its root: nothing to score it from
             self._note_ingestion(trace_id, trace.observations)
             prepared = self.traces.prepare(
                 trace_id,
@@ -329,22 +349,32 @@ class Pipeline:
                 root_start,
                 too_large=trace.count if trace.too_large else None,
             )
-            handled.append((trace_id, trace.observations, root_start, prepared))
+            handled.append((trace_id, trace.observations, root_start, prepared, trace.news))
         # The new and changed traces of this page: their cited chunks in one lookup.
-        changed = [p for *_, p in handled if p.changed]
+        changed = [p for *_, p, _news in handled if p.changed]
         if self.lookup is not None and changed:
             found = self.lookup([(p.record, p.signals) for p in changed if p.record and p.signals])
             for item, findings in zip(changed, found, strict=True):
                 item.findings = findings
-        for trace_id, observations, root_start, prepared in handled:
+        for trace_id, observations, root_start, prepared, news in handled:
             with tracer.start_as_current_span("observer.trace_scored") as span:
                 outcome = self.traces.record(
-                    trace_id, prepared, root_start, known.get(trace_id), now
+                    trace_id, prepared, root_start, known.get(trace_id), now, news
                 )
                 result.count(outcome, min(root_start, now))
                 if span.is_recording():
                     span.set_attributes(_trace_attributes(trace_id, outcome, observations))
         self.notify()
+
+    def _slow_overlap(self) -> timedelta:
+        """What sweeps re-read once an SDK on the slow path is known: the documented
+        delay, plus a sweep interval and two minutes, so a trace that lands at the
+        bound is still inside the next sweep's window."""
+        return (
+            timedelta(seconds=SLOW_INGESTION_BOUND_S)
+            + self.sweep_interval
+            + timedelta(minutes=2)
+        )
 
     def _note_ingestion(self, trace_id: str, observations: list[dict[str, Any]]) -> None:
         """A trace from an SDK whose data Langfuse may ingest late: counted, said once,
@@ -358,7 +388,8 @@ class Pipeline:
             self.metrics.slow_ingestion_traces.inc()
             if self.slow_sdk is None:
                 self.slow_sdk = sdk
-                widened = max(self.overlap, timedelta(seconds=SLOW_INGESTION_BOUND_S))
+                self.state.note("slow_sdk", sdk)
+                widened = max(self.overlap, self._slow_overlap())
                 log.info(
                     "slow_ingestion_detected",
                     trace_id=trace_id,
@@ -372,7 +403,7 @@ class Pipeline:
     def _whole(self, trace_id: str, part: _InFlight, now: datetime) -> _InFlight:
         """The whole trace, read by its id from a little before its earliest known root."""
         earliest = part.earliest or now
-        whole = _InFlight(known=part.known)
+        whole = _InFlight(known=part.known, known_latest=part.known_latest)
         for page in self.source.pages(earliest - CLOCK_SKEW - self.overlap, now, trace_id):
             for observation in page:
                 if observation.get("traceId") == trace_id:
@@ -390,11 +421,25 @@ class _InFlight:
     """
 
     known: datetime | None = None
+    known_latest: datetime | None = None  # the latest start it showed when last handled
     refetch: bool = False
     observations: list[dict[str, Any]] = field(default_factory=list)
     count: int = 0
-    root: datetime | None = None  # the earliest root read in this pass
+    root: datetime | None = None  # the earliest root read in this pass (as stamped)
+    latest: datetime | None = None  # the latest start read, not after now
     too_large: bool = False
+
+    @property
+    def news(self) -> datetime | None:
+        """The latest start read, when it is later than what the state file remembers."""
+        if self.latest is None or (self.known_latest and self.latest <= self.known_latest):
+            return None
+        return self.latest
+
+    @property
+    def newer_than_known(self) -> bool:
+        """A known trace, read without its root, showing an observation it did not have."""
+        return self.root is None and self.known is not None and self.news is not None
 
     @property
     def earliest(self) -> datetime | None:
@@ -411,11 +456,13 @@ class _InFlight:
             self.observations.clear()
         else:
             self.observations.append(observation)
+        moment = parse_time(observation.get("startTime"))
+        if moment is None:
+            return
+        if moment <= now and (self.latest is None or moment > self.latest):
+            self.latest = moment
         if observation.get("isRootObservation"):
-            moment = parse_time(observation.get("startTime"))
-            if moment is not None:
-                moment = min(moment, now)  # a client clock in the future counts as now
-                self.root = moment if self.root is None else min(self.root, moment)
+            self.root = moment if self.root is None else min(self.root, moment)
 
     def complete_above(self, oldest: datetime, start: datetime) -> bool:
         """All its observations are read once the pages are below its earliest root.

@@ -204,18 +204,24 @@ class TraceRecorder:
         root_start: datetime,
         known: str | None,
         now: datetime,
+        latest: datetime | None = None,
     ) -> Outcome:
-        """Record one prepared trace; what became of it."""
+        """Record one prepared trace; what became of it.
+
+        `latest`: the latest start time among its observations (not after now), kept
+        with the trace so a later observation below its root is known for a change."""
         if prepared.unsettled:
             self.metrics.traces.labels(outcome="unsettled").inc()
             return Outcome("unsettled")
         if prepared.skip is not None:
-            return self._skip(trace_id, prepared.skip, root_start, known, now)
+            return self._skip(trace_id, prepared.skip, root_start, known, now, latest)
         mapped, signals = prepared.record, prepared.signals
         assert mapped is not None and signals is not None
         if self.on_signals is not None:
             self.on_signals(mapped, signals)
         if prepared.fingerprint is None:
+            if latest is not None:
+                self.state.note_latest(trace_id, latest)
             self.metrics.traces.labels(outcome="unchanged").inc()
             return Outcome("unchanged")
         scores = score_events(mapped, signals, self.params)
@@ -239,6 +245,7 @@ class TraceRecorder:
                 history,
                 basis=basis,
                 during=None if reservation is None else reservation.write,
+                latest=latest,
             )
         except OutboxFull as error:
             self.metrics.traces.labels(outcome="deferred").inc()
@@ -276,11 +283,14 @@ class TraceRecorder:
         root_start: datetime,
         known: str | None,
         now: datetime,
+        latest: datetime | None = None,
     ) -> Outcome:
         fingerprint = f"skip:{skip.reason}:{hashlib.sha256(skip.detail.encode()).hexdigest()[:16]}"
         if fingerprint != known:  # else counted and logged when first seen
             self.metrics.traces.labels(outcome="skipped").inc()
             self.metrics.skips.labels(reason=skip.reason).inc()
             log.info("trace_skipped", trace_id=trace_id, reason=skip.reason, detail=skip.detail)
-            self.state.record_trace(trace_id, fingerprint, root_start, (), now)
+            self.state.record_trace(trace_id, fingerprint, root_start, (), now, latest=latest)
+        elif latest is not None:
+            self.state.note_latest(trace_id, latest)
         return Outcome("skipped", reason=skip.reason)

@@ -63,7 +63,11 @@ BEGIN UPDATE counters SET value = value - 1 WHERE name = 'outbox'; END;
 """
 
 # Older state files: the outbox held upserts only.
-_MIGRATIONS = {"outbox": {"op": "ALTER TABLE outbox ADD COLUMN op TEXT NOT NULL DEFAULT 'upsert'"}}
+_MIGRATIONS = {
+    "outbox": {"op": "ALTER TABLE outbox ADD COLUMN op TEXT NOT NULL DEFAULT 'upsert'"},
+    # The latest start time a trace showed when it was last handled (None: not known).
+    "traces": {"latest": "ALTER TABLE traces ADD COLUMN latest TEXT"},
+}
 
 Op = Literal["upsert", "delete"]
 
@@ -141,6 +145,15 @@ class State:
         with self._transaction():
             self._set_meta("watermark", iso(moment))
 
+    def noted(self, key: str) -> str | None:
+        """A fact the daemon keeps across restarts (`note`), or None."""
+        with self._lock:
+            return self._get_meta(f"note:{key}")
+
+    def note(self, key: str, value: str) -> None:
+        with self._transaction():
+            self._set_meta(f"note:{key}", value)
+
     def check_writable(self, now: datetime) -> None:
         """A tiny write; raises StateError when the file cannot take one (disk full, read-only)."""
         with self._transaction():
@@ -170,19 +183,34 @@ class State:
 
     def root_starts(self, trace_ids: Sequence[str]) -> dict[str, datetime]:
         """The earliest root recorded for each known trace, in one query per 500 ids."""
-        found: dict[str, datetime] = {}
+        return {t: root for t, (root, _latest) in self.trace_marks(trace_ids).items()}
+
+    def trace_marks(self, trace_ids: Sequence[str]) -> dict[str, tuple[datetime, datetime | None]]:
+        """(earliest root, latest start seen) of each known trace, one query per 500 ids."""
+        found: dict[str, tuple[datetime, datetime | None]] = {}
         with self._lock:
             for start in range(0, len(trace_ids), 500):
                 chunk = trace_ids[start : start + 500]
                 marks = ",".join("?" * len(chunk))
                 rows = self._db.execute(
-                    f"SELECT trace_id, root_start FROM traces WHERE trace_id IN ({marks})", chunk
+                    f"SELECT trace_id, root_start, latest FROM traces WHERE trace_id IN ({marks})",
+                    chunk,
                 ).fetchall()
-                for trace_id, root_start in rows:
+                for trace_id, root_start, latest in rows:
                     moment = parse_time(root_start)
                     if moment is not None:
-                        found[str(trace_id)] = moment
+                        found[str(trace_id)] = (moment, parse_time(latest))
         return found
+
+    def note_latest(self, trace_id: str, latest: datetime) -> None:
+        """An unchanged trace showed observations up to `latest`: remembered, so a pass
+        that later finds a newer one below the trace's root knows the trace changed."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE traces SET latest = ? WHERE trace_id = ? "
+                "AND (latest IS NULL OR latest < ?)",
+                (iso(latest), trace_id, iso(latest)),
+            )
 
     def record_trace(
         self,
@@ -195,6 +223,7 @@ class State:
         *,
         basis: str | None = None,
         during: Callable[[sqlite3.Connection], None] | None = None,
+        latest: datetime | None = None,
     ) -> int:
         """Store the trace's fingerprint and its score set, atomically; scores deleted.
 
@@ -213,12 +242,13 @@ class State:
                 )
             deleted = self._replace_set(db, trace_id, scores, basis)
             db.execute(
-                "INSERT INTO traces (trace_id, fingerprint, root_start, seen_at) "
-                "VALUES (?, ?, ?, ?) "
+                "INSERT INTO traces (trace_id, fingerprint, root_start, seen_at, latest) "
+                "VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT(trace_id) DO UPDATE SET fingerprint = excluded.fingerprint, "
                 "seen_at = excluded.seen_at, "
-                "root_start = MIN(root_start, excluded.root_start)",
-                (trace_id, fingerprint, iso(root_start), iso(now)),
+                "root_start = MIN(root_start, excluded.root_start), "
+                "latest = MAX(COALESCE(latest, ''), COALESCE(excluded.latest, ''))",
+                (trace_id, fingerprint, iso(root_start), iso(now), latest and iso(latest)),
             )
             if history is not None:
                 write_row(db, history)
