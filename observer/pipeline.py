@@ -371,9 +371,7 @@ class Pipeline:
         delay, plus a sweep interval and two minutes, so a trace that lands at the
         bound is still inside the next sweep's window."""
         return (
-            timedelta(seconds=SLOW_INGESTION_BOUND_S)
-            + self.sweep_interval
-            + timedelta(minutes=2)
+            timedelta(seconds=SLOW_INGESTION_BOUND_S) + self.sweep_interval + timedelta(minutes=2)
         )
 
     def _note_ingestion(self, trace_id: str, observations: list[dict[str, Any]]) -> None:
