@@ -27,6 +27,7 @@ from opentelemetry import trace
 from observer import langfuse_api
 from observer.alerts.delivery import Delivery
 from observer.alerts.engine import AlertEvent, evaluation_points, replay
+from observer.alerts.evaluator import AlertEvaluator
 from observer.alerts.model import Notification
 from observer.alerts.notifiers import Notifier, NotifyError
 from observer.alerts.rules import WindowRule
@@ -251,6 +252,7 @@ class Parts:
     telemetry: Telemetry
     judge: JudgeService | None = None
     resolver: ResolverLookup | None = None
+    evaluator: AlertEvaluator | None = None  # the window rules' thread (the daemon's)
     # "Now" for windows and the watermark: Langfuse's clock when reading Langfuse.
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
@@ -885,21 +887,42 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] | None = None) -> int
     clock = clock or parts.clock
     server = start_http(settings, parts.metrics, parts.health)
     parts.dispatcher.start()
+    # Window rules on their own thread: a catch-up after a gap never holds a pass.
+    evaluator = parts.evaluator = AlertEvaluator(
+        parts.alerts, interval_s=settings.source.poll_interval_s
+    )
+    evaluator.start()
     if parts.judge is not None:
         parts.judge.start()
     busy = threading.Lock()
+    refused: list[str] = []  # why the server cannot be used (too old), once checked
+    checked = not isinstance(parts.source, LangfuseSource)
 
     def poll_tick() -> None:
+        nonlocal checked
         if parts.stop.is_set() or not busy.acquire(blocking=False):
             return
         try:
             parts.health.beat()
+            if not checked:
+                # Batch score posts need v4.59+: refused before anything is read, on the
+                # poll thread, so a hanging health request never outlives a SIGTERM.
+                try:
+                    require_supported_server(settings)
+                except ConfigError as error:
+                    log.error("server_refused", error=str(error))
+                    refused.append(str(error))
+                    parts.stop.set()
+                    return
+                checked = True
             if parts.health.not_ready_because and not state_writable_again():
                 return  # no new traces while nothing can be recorded
             moment = clock()
             result = parts.pipeline.poll(moment)
             parts.health.langfuse_answered()
-            alert_after_pass(parts, moment)
+            watermark = parts.state.watermark()
+            lag = (moment - watermark).total_seconds() if watermark is not None else 0.0
+            evaluator.after_pass(moment, max(0.0, lag))  # a small insert and a nudge
             log.info(
                 "poll_completed",
                 sweep=result.sweep,
@@ -985,16 +1008,19 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] | None = None) -> int
         # In-flight judging gets half of what is left; unjudged samples are not retried.
         _stop_judge(parts, max(0.1, (deadline - time.monotonic()) / 2))
         flushed = parts.dispatcher.shutdown(max(0.5, deadline - time.monotonic()))
+        evaluated = evaluator.shutdown(max(0.1, deadline - time.monotonic()))
         parts.alerts.shutdown(max(0.5, deadline - time.monotonic()))
         parts.telemetry.shutdown(max(0.5, deadline - time.monotonic()))
         left = parts.state.outbox_size()
-        if joined:
+        if joined and evaluated:
             parts.state.close()
             if parts.resolver is not None:
                 parts.resolver.close()
         if server is not None:
             server.stop()
     log.info("observer_stopped", flushed=flushed, outbox_left=left)
+    if refused:
+        raise ConfigError(refused[0])
     return EXIT_OK
 
 

@@ -265,6 +265,12 @@ def run(config_path: str | None, state_path: str | None, once: bool) -> None:
             click.echo(f"observer: {error}", err=True)
             raise SystemExit(app.EXIT_CONFIG) from None
         raise SystemExit(code)
+    try:
+        app.require_supported_server(settings)  # batch score posts need v4.59+
+    except ConfigError as error:
+        parts.state.close()
+        click.echo(f"observer: {error}", err=True)
+        raise SystemExit(app.EXIT_CONFIG) from None
     outcome = app.run_once(parts)
     if outcome.passed is not None:
         _Console().print(_pass_table("observer run --once", outcome.passed, parts, {}))
