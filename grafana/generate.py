@@ -636,7 +636,8 @@ def pipeline_health() -> dict[str, Any]:
         single(
             "observer alerts firing",
             "Alerts of observer's own rules firing now (observer_alerts_active).",
-            query(f"sum(observer_alerts_active{{{alerts_selector}}})"),
+            # A group's series exists only while it fires: none firing is 0, not no data.
+            query(f"sum(observer_alerts_active{{{alerts_selector}}}) or vector(0)"),
             thresholds=steps(GREEN, (1, RED)),
         ),
         single(
@@ -807,7 +808,8 @@ def pipeline_health() -> dict[str, Any]:
         .title("observer's alert rules")
         .description(
             "observer_alerts_active: each of observer's own alert rules per group "
-            "(environment, query type) and severity; red while firing."
+            "(environment, query type) and severity; red while firing. A rule with "
+            "nothing firing shows as one green row."
         )
         .datasource(DATASOURCE)
         .span(24)
@@ -823,7 +825,8 @@ def pipeline_health() -> dict[str, Any]:
         .with_target(
             query(
                 "max by (rule, environment, query_type, severity) "
-                f"(observer_alerts_active{{{alerts_selector}}})",
+                f"(observer_alerts_active{{{alerts_selector}}}) or max by (rule) "
+                f"(observer_alert_evaluations_total{{{PIPELINE}}}) * 0",
                 "{{rule}} {{environment}}/{{query_type}} ({{severity}})",
             )
         ),
