@@ -98,6 +98,7 @@ class JudgeService:
         self._budget_lock = threading.Lock()
         self._idle = threading.Condition()
         self._pending = 0  # queued or being judged
+        self._held: set[tuple[str, str | None]] = set()  # (trace, basis) queued or judged now
         self._started = False
 
     # -- intake -----------------------------------------------------------------
@@ -186,8 +187,12 @@ class JudgeService:
             log.warning("judge_deferred", trace_id=reservation.sample.record.trace_id)
 
     def _enqueue(self, sample: _Sample) -> None:
+        key = (sample.record.trace_id, sample.basis)
         with self._idle:
+            if key in self._held:
+                return  # queued already (a sample this process reserved, then restored)
             self._queue.put_nowait(sample)
+            self._held.add(key)
             self._pending += 1
         self.metrics.judge_pending.set(self.pending())
 
@@ -244,6 +249,7 @@ class JudgeService:
                 log.exception("judge_crashed")
             finally:
                 with self._idle:
+                    self._held.discard((item.record.trace_id, item.basis))
                     self._pending -= 1
                     self._idle.notify_all()
                 self.metrics.judge_pending.set(self.pending())
@@ -362,9 +368,10 @@ class JudgeService:
         kept = 0
         while True:
             try:
-                if self._queue.get_nowait() is not None:
+                if (item := self._queue.get_nowait()) is not None:
                     kept += 1
                     with self._idle:
+                        self._held.discard((item.record.trace_id, item.basis))
                         self._pending -= 1
             except queue.Empty:
                 break

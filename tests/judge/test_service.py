@@ -293,3 +293,89 @@ def test_samples_still_queued_at_shutdown_are_judged_after_the_restart(
         + again.value("observer_judged_traces_total", result="abstained")
         == queued
     )
+
+
+def _one_judged_trace() -> list[dict[str, Any]]:
+    """A demo trace with an answer, as its observations."""
+    by_trace: dict[str, list[dict[str, Any]]] = {}
+    for observation in demo_observations():
+        by_trace.setdefault(observation["traceId"], []).append(observation)
+    return next(
+        [dict(o) for o in observations]
+        for observations in by_trace.values()
+        if {"retrieval", "answer"} <= {o["name"] for o in observations}
+    )
+
+
+def test_a_trace_re_scored_while_its_sample_waits_is_judged_on_the_new_answer(
+    judge_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The sample is keyed by the answer: the waiting one is replaced, judged once, new."""
+    from datetime import timedelta
+
+    from observer.times import iso, parse_time
+
+    trace = _one_judged_trace()
+    answer = next(o for o in trace if o["name"] == "answer")
+    late = dict(answer)
+    late["id"] = "e" * 16
+    moment = parse_time(answer["startTime"])
+    assert moment is not None
+    late["startTime"] = late["endTime"] = iso(moment + timedelta(seconds=5))
+    late["output"] = "The refund window is ninety-one days [1]."
+    with FakeLangfuse() as langfuse:
+        langfuse.add_observations(trace)
+        settings = configure(
+            monkeypatch, langfuse, OBSERVER_JUDGE__ENABLED="true", OBSERVER_JUDGE__RATE="1.0"
+        )
+        now = after(trace)
+        parts = app.build(settings, state_path=tmp_path / "s.sqlite")
+        try:
+            parts.pipeline.poll(now)  # sampled, waiting: the judge is not started yet
+            assert parts.judge is not None and parts.judge.pending() == 1
+            langfuse.add_observations([late])
+            second = parts.pipeline.poll(now + timedelta(seconds=400))
+            assert second.rescored == 1
+            assert parts.state.judge.basis(answer["traceId"])[0]
+            result = app.run_once(parts, now + timedelta(seconds=401))
+            assert result.exit_code == 0, result.error
+        finally:
+            parts.state.close()
+        texts = [str(r) for r in judge_stub.requests]
+        assert any("ninety-one days" in t for t in texts)
+        assert not any(str(answer["output"])[:40] in t for t in texts if "ninety-one" not in t)
+        assert judge_stub.calls == 2  # one judged trace: claims and verdicts, once
+        live = {s["name"]: s for s in langfuse.live_scores(answer["traceId"])}
+        assert live["faithfulness"]["observationId"] == late["id"]
+
+
+def test_a_sample_is_in_the_state_file_with_its_trace_before_any_queue(
+    judge_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A kill right after a trace's commit cannot lose its sample: another process
+    opening the file sees the sample already, before this one queued anything."""
+    from observer.state import State
+
+    with FakeLangfuse() as langfuse:
+        langfuse.add_observations(demo_observations())
+        settings = configure(
+            monkeypatch, langfuse, OBSERVER_JUDGE__ENABLED="true", OBSERVER_JUDGE__RATE="1.0"
+        )
+        parts = app.build(settings, state_path=tmp_path / "s.sqlite")
+        try:
+            parts.pipeline.poll(after(demo_observations()))
+            other = State(tmp_path / "s.sqlite")  # the next process, after a SIGKILL
+            try:
+                waiting = {p.trace_id for p in other.judge.pending()}
+                scored = {
+                    t
+                    for t in waiting
+                    if other.fingerprint(t) is not None
+                    and not other.fingerprint(t).startswith("skip")
+                }
+            finally:
+                other.close()
+        finally:
+            parts.state.close()
+    assert len(waiting) == SCORED
+    assert scored == waiting
