@@ -28,7 +28,7 @@ from opentelemetry import trace
 
 from observer.judge.client import JudgeClient
 from observer.judge.outcome import JudgeResult, judge_score_events
-from observer.judge.sampler import Decision, SamplerParams, decide
+from observer.judge.sampler import SamplerParams, decide
 from observer.model import RagRecord, Signals
 from observer.records import RecordError, record_from_obj
 from observer.resolver.core import ResolverFindings
@@ -37,6 +37,7 @@ from observer.state import OutboxFull, State
 from observer.state.judge import reserve_in
 from observer.telemetry.metrics import Metrics
 from observer.times import iso
+from observer.traces import answer_basis
 
 log = structlog.get_logger("observer.judge")
 tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
@@ -105,39 +106,18 @@ class JudgeService:
 
     def offer(
         self, record: RagRecord, signals: Signals, findings: ResolverFindings | None = None
-    ) -> Decision | str:
-        """Decide and enqueue; never blocks. Returns the decision (or `queue_full`).
+    ) -> bool:
+        """Decide and, when sampled, queue a trace outside a pass; never blocks.
 
-        `findings`: what the resolver found of the trace's cited chunks (missing or
-        stale ones make the trace risky, and the funnel uses them when judging)."""
-        now = self.clock()
-        hour, day = buckets(now)
-        flagged = findings is not None and findings.flagged
-        with self._budget_lock:
-            judged, tokens = self.state.judge.budget(hour, day)
-            expected = self.state.judge.tokens_per_trace()
-            decision = decide(
-                record.trace_id, signals, self.params, judged, tokens, expected, flagged
-            )
-            if decision in ("sampled", "risk"):
-                if self._queue.full():
-                    self.metrics.judge_decisions.labels(decision="queue_full").inc()
-                    log.warning("judge_dropped", trace_id=record.trace_id, reason="queue_full")
-                    return "queue_full"
-                # Reserved before it is queued: queued samples count against both caps.
-                fresh = self.state.judge.reserve(
-                    record.trace_id,
-                    orjson.dumps(record),
-                    hour,
-                    day,
-                    expected,
-                    iso(now),
-                    None if findings is None else orjson.dumps(findings),
-                )
-                if fresh:
-                    self._enqueue(_Sample(record, signals, day, findings))
-        self.metrics.judge_decisions.labels(decision=decision).inc()
-        return decision
+        True when a sample was queued. `findings`: what the resolver found of the
+        trace's cited chunks (missing or stale ones make the trace risky, and the
+        funnel uses them when judging)."""
+        reservation = self.reservation(record, signals, findings, answer_basis(record))
+        if reservation is None:
+            return False
+        self.state.judge.write(reservation.write)
+        self.queued(reservation)
+        return True
 
     def reservation(
         self,

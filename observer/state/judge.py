@@ -16,6 +16,7 @@ the funnel after a restart is the one it was offered with.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from observer.state.db import Database
@@ -95,6 +96,11 @@ class JudgeStore:
         """Queue a sample and count it against the caps; False when it is queued already."""
         with self._file.transaction() as db:
             return reserve_in(db, trace_id, record, hour, day, tokens, queued_at, findings, basis)
+
+    def write(self, step: Callable[[sqlite3.Connection], None]) -> None:
+        """One write of the caller's (a reservation) in a transaction of its own."""
+        with self._file.transaction() as db:
+            step(db)
 
     def basis(self, trace_id: str) -> tuple[bool, str | None]:
         """(a sample of the trace waits, the basis it was taken on)."""
