@@ -119,10 +119,6 @@ class LangfuseSource:
             if not cursor:
                 return
 
-    def trace(self, trace_id: str, start: datetime, end: datetime) -> list[dict[str, Any]]:
-        """Every observation of one trace that starts in [start, end), newest first."""
-        return [o for page in self.pages(start, end, trace_id) for o in page]
-
     def probe(self) -> int:
         """One cheap request that proves reachability and keys; returns observations seen."""
         now = self.clock.now()

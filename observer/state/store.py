@@ -181,10 +181,6 @@ class State:
                 found.update((str(t), str(f)) for t, f in rows)
         return found
 
-    def root_starts(self, trace_ids: Sequence[str]) -> dict[str, datetime]:
-        """The earliest root recorded for each known trace, in one query per 500 ids."""
-        return {t: root for t, (root, _latest) in self.trace_marks(trace_ids).items()}
-
     def trace_marks(self, trace_ids: Sequence[str]) -> dict[str, tuple[datetime, datetime | None]]:
         """(earliest root, latest start seen) of each known trace, one query per 500 ids."""
         found: dict[str, tuple[datetime, datetime | None]] = {}
