@@ -94,14 +94,15 @@ class PassResult:
         for reason, count in other.skip_reasons.items():
             self.skip_reasons[reason] = self.skip_reasons.get(reason, 0) + count
 
-    def count(self, outcome: Outcome, root_start: datetime) -> None:
-        """One trace's outcome; a trace that is not done holds the watermark at its root."""
+    def count(self, outcome: Outcome, at: datetime) -> None:
+        """One trace's outcome; a trace that is not done holds the watermark `at` what
+        this pass read of it (its root in the window, or a late observation's start)."""
         setattr(self, outcome.kind, getattr(self, outcome.kind) + 1)
         self.scores += outcome.scores
         if outcome.reason:
             self.skip_reasons[outcome.reason] = self.skip_reasons.get(outcome.reason, 0) + 1
         if outcome.holds:
-            self.hold = root_start if self.hold is None else min(self.hold, root_start)
+            self.hold = at if self.hold is None else min(self.hold, at)
 
     @property
     def traces(self) -> int:
@@ -319,11 +320,22 @@ class Pipeline:
         if not trace_ids:
             return
         known = self.state.fingerprints(trace_ids)
-        handled: list[tuple[str, list[dict[str, Any]], datetime, Prepared, datetime | None]] = []
+        handled: list[
+            tuple[str, list[dict[str, Any]], datetime, datetime, Prepared, datetime | None]
+        ] = []
         for trace_id in trace_ids:
             trace = flight.pop(trace_id)
             handled_ids.add(trace_id)
             root_start = trace.earliest
+            # Where the watermark waits if the trace is not done. A trace the state file
+            # knows is read whole from its remembered root whenever the next pass meets
+            # one of its roots, so it waits at the last root read, the settling turn's;
+            # waiting at the first turn's would stop it while later turns come and settle.
+            # A new trace waits at its first root, or the next pass would miss that turn.
+            if revisit:
+                hold = trace.latest
+            else:
+                hold = trace.root if trace.known is None else trace.last_root
             if not revisit:
                 assert root_start is not None and trace.root is not None
                 if trace.root < start:
@@ -349,19 +361,21 @@ class Pipeline:
                 root_start,
                 too_large=trace.count if trace.too_large else None,
             )
-            handled.append((trace_id, trace.observations, root_start, prepared, trace.news))
+            handled.append(
+                (trace_id, trace.observations, root_start, hold or root_start, prepared, trace.news)
+            )
         # The new and changed traces of this page: their cited chunks in one lookup.
         changed = [p for *_, p, _news in handled if p.changed]
         if self.lookup is not None and changed:
             found = self.lookup([(p.record, p.signals) for p in changed if p.record and p.signals])
             for item, findings in zip(changed, found, strict=True):
                 item.findings = findings
-        for trace_id, observations, root_start, prepared, news in handled:
+        for trace_id, observations, root_start, hold, prepared, news in handled:
             with tracer.start_as_current_span("observer.trace_scored") as span:
                 outcome = self.traces.record(
                     trace_id, prepared, root_start, known.get(trace_id), now, news
                 )
-                result.count(outcome, min(root_start, now))
+                result.count(outcome, min(hold, now))
                 if span.is_recording():
                     span.set_attributes(_trace_attributes(trace_id, outcome, observations))
         self.notify()
@@ -424,6 +438,7 @@ class _InFlight:
     observations: list[dict[str, Any]] = field(default_factory=list)
     count: int = 0
     root: datetime | None = None  # the earliest root read in this pass (as stamped)
+    last_root: datetime | None = None  # the latest root read in this pass
     latest: datetime | None = None  # the latest start read, not after now
     too_large: bool = False
 
@@ -461,6 +476,7 @@ class _InFlight:
             self.latest = moment
         if observation.get("isRootObservation"):
             self.root = moment if self.root is None else min(self.root, moment)
+            self.last_root = moment if self.last_root is None else max(self.last_root, moment)
 
     def complete_above(self, oldest: datetime, start: datetime) -> bool:
         """All its observations are read once the pages are below its earliest root.

@@ -165,6 +165,40 @@ def test_a_trace_with_two_roots_straddling_a_page_is_one_record(
         assert score["timestamp"].replace("+00:00", "Z").startswith(earliest[:23])
 
 
+def test_a_second_turn_settling_does_not_hold_the_watermark_at_the_first(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """While a later turn settles, the watermark waits at that turn, not at the first
+    turn's root far below it: else it stops as long as second turns keep coming."""
+    trace = answer_trace()
+    trace_id = trace[0]["traceId"]
+    fake.add_observations(trace, delay_s=0)
+    settings = configure(monkeypatch, fake)
+    now = after(trace)
+    assert once(settings, tmp_path / "s.sqlite", now).exit_code == 0
+    state = State(tmp_path / "s.sqlite")
+    first_mark = state.watermark()
+    state.close()
+    assert first_mark is not None
+    root = min(t for o in trace if o.get("isRootObservation") and (t := parse_time(o["startTime"])))
+    turn = second_turn(trace, now + timedelta(seconds=30) - root, "It is 42 days [1].")
+    fake.add_observations(turn, delay_s=0)
+    settling = after(turn, seconds=5)
+    result = once(settings, tmp_path / "s.sqlite", settling)
+    assert result.passed is not None and result.passed.unsettled == 1
+    state = State(tmp_path / "s.sqlite")
+    held = state.watermark()
+    state.close()
+    assert held is not None and held > first_mark
+    turn_root = min(parse_time(o["startTime"]) for o in turn if o.get("isRootObservation"))
+    assert held <= turn_root  # the next pass still reads the settling turn
+    done = once(settings, tmp_path / "s.sqlite", settling + timedelta(seconds=60))
+    assert done.passed is not None and done.passed.rescored == 1
+    answers = {o["id"] for o in turn if o["name"] == "answer"}
+    assert {s["observationId"] for s in fake.live_scores(trace_id)} == answers
+    assert doubles(fake) == []
+
+
 def test_a_late_generation_updates_the_one_score_set_and_deletes_what_no_longer_applies(
     fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
