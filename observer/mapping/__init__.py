@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
-from observer.mapping.convention import MappingRules, Skip, map_trace
+from observer.mapping.convention import (
+    Explained,
+    MappingRules,
+    Skip,
+    Step,
+    explain_trace,
+    map_trace,
+)
 
-__all__ = ["MappingRules", "Skip", "map_trace"]
+__all__ = ["Explained", "MappingRules", "Skip", "Step", "explain_trace", "map_trace"]

@@ -5,10 +5,16 @@ shape the Observations API v2 returns (camelCase keys). `map_trace` turns
 one trace into a RagRecord or a `Skip` with a reason; it never raises on
 strange input. Users whose traces look different change `MappingRules`
 (observation types or names, keys) or name a hook function instead.
+
+`explain_trace` runs the same code with a `Trail`: which observation gave the
+question, the answer and the sources, and by which rule (`observer explain`,
+`observer discover`). Without one, nothing is written down: the daemon's path
+pays for no explanation.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
@@ -24,6 +30,7 @@ from observer.mapping.decode import (
 )
 from observer.model import RagRecord, Source
 from observer.records import RecordError, record_from_obj
+from observer.signals.text import prepare
 from observer.times import iso, parse_time
 
 Observation = Mapping[str, Any]
@@ -80,6 +87,39 @@ class MappingRules:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One rule the mapping applied: which part of the record, from which observation."""
+
+    part: str  # root, question, answer, sources, flags, skip
+    rule: str
+    observation_id: str | None = None
+    name: str | None = None
+    type: str | None = None
+
+
+Trail = list[Step]
+
+
+def _note(
+    trail: Trail | None, part: str, rule: str, observation: Observation | None = None
+) -> None:
+    if trail is None:
+        return
+    if observation is None:
+        trail.append(Step(part, rule))
+        return
+    trail.append(
+        Step(
+            part,
+            rule,
+            as_str(observation.get("id")),
+            as_str(observation.get("name")),
+            as_str(observation.get("type")),
+        )
+    )
+
+
 def _first_key(obj: Mapping[str, Any], keys: Sequence[str]) -> Any:
     for key in keys:
         if key in obj and obj[key] is not None:
@@ -87,24 +127,72 @@ def _first_key(obj: Mapping[str, Any], keys: Sequence[str]) -> Any:
     return None
 
 
-def _question(value: Any, rules: MappingRules) -> str:
-    value = decode(value)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping):
-        found = _first_key(value, rules.question_keys)
-        text = as_str(found)
+def _keyed(obj: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, str] | None:
+    """The first of `keys` holding a string (or number): (key, text)."""
+    for key in keys:
+        text = as_str(obj.get(key))
         if text is not None:
-            return text
+            return key, text
+    return None
+
+
+def question_of(value: Any, rules: MappingRules) -> tuple[str, str]:
+    """The question in a root's input, and where it was found (docs/trace-convention.md)."""
+    value = decode(value)
+    if value is None:
+        return "", "no input"
+    if isinstance(value, str):
+        return value, "input as text"
+    if isinstance(value, Mapping):
+        found = _keyed(value, rules.question_keys)
+        if found is not None:
+            return found[1], f"input.{found[0]}"
+        args, kwargs = value.get("args"), value.get("kwargs")
+        if isinstance(args, list) and isinstance(kwargs, Mapping):
+            # The @observe decorator's record of a call: f(*args, **kwargs).
+            found = _keyed(kwargs, rules.question_keys)
+            if found is not None:
+                return found[1], f"input.kwargs.{found[0]}"
+            for index, arg in enumerate(args):
+                if isinstance(arg, str):
+                    return arg, f"input.args[{index}] (the first string argument)"
+        for component, inner in value.items():
+            # Keyed by component, one level down: {"retriever": {"query": ...}} (Haystack).
+            if isinstance(inner, Mapping):
+                found = _keyed(inner, rules.question_keys)
+                if found is not None:
+                    return found[1], f"input.{component}.{found[0]}"
         messages = value.get("messages")
         if isinstance(messages, list):
-            value = messages
+            text = _last_user_text(messages)
+            if text is not None:
+                return text, "input.messages: the last user message"
+        return "", "input is an object without a question key"
     if isinstance(value, list):
-        # A chat transcript: the last thing the user said.
-        for message in reversed(value):
-            if isinstance(message, Mapping) and message.get("role") == "user":
-                return _content_text(message.get("content")) or ""
-    return ""
+        text = _last_user_text(value)
+        if text is not None:
+            return text, "input is chat messages: the last user message"
+    return "", f"input is a {type(value).__name__} without a question"
+
+
+def _question(value: Any, rules: MappingRules) -> str:
+    return question_of(value, rules)[0]
+
+
+def _last_user_text(messages: list[Any]) -> str | None:
+    """A chat transcript: the last thing the user said."""
+    for message in reversed(messages):
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            return _message_text(message) or ""
+    return None
+
+
+def _message_text(message: Mapping[str, Any]) -> str | None:
+    """A chat message's text: OpenAI `content`, or OTel GenAI text `parts`."""
+    text = _content_text(message.get("content"))
+    if text is not None:
+        return text
+    return _parts_text(message.get("parts"))
 
 
 def _content_text(content: Any) -> str | None:
@@ -118,43 +206,119 @@ def _content_text(content: Any) -> str | None:
     return None
 
 
+def _parts_text(parts: Any) -> str | None:
+    """OTel GenAI message parts: the text parts (`{"type": "text", "content": ...}`) joined."""
+    if not isinstance(parts, list):
+        return None
+    texts = [
+        part["content"]
+        for part in parts
+        if isinstance(part, Mapping)
+        and part.get("type") == "text"
+        and isinstance(part.get("content"), str)
+    ]
+    return "".join(texts) if texts else None
+
+
 def answer_text(output: Any, rules: MappingRules) -> str | None:
     """The answer held by a generation's output (docs/trace-convention.md), or None."""
+    return answer_of(output, rules)[0]
+
+
+def answer_of(output: Any, rules: MappingRules) -> tuple[str | None, str]:
+    """The answer held by a generation's output, and which shape held it."""
     if isinstance(output, str):
         decoded = decode(output)
         # A number or boolean is the raw text itself ("42"); a JSON string is its value.
         if isinstance(decoded, bool | int | float) or decoded is None:
-            return output
+            return output, "output as text"
         if isinstance(decoded, str):
-            return decoded
+            return decoded, "output as a JSON string"
         output = decoded
+    where = "output"
     if isinstance(output, list):
         if not output:
-            return None
-        output = output[0]
+            return None, "output is an empty list"
+        # Several choices (or GenAI output messages): the first one that holds text.
+        for index, item in enumerate(output):
+            text, shape = _answer_in(item, rules)
+            if text is not None:
+                return text, f"output[{index}]: {shape}"
+        return None, "output is a list without a text"
     if isinstance(output, Mapping):
-        choices = output.get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
-            message = choices[0].get("message")
-            if isinstance(message, Mapping):
-                return _content_text(message.get("content"))
-            return as_str(choices[0].get("text"))
-        for key in rules.answer_keys:
-            if key in output:
-                text = _content_text(output[key])
-                if text is not None:
-                    return text
-        return None
-    return as_str(output)
+        text, shape = _answer_in(output, rules)
+        return text, f"{where}: {shape}"
+    text = as_str(output)
+    return text, "output as a number" if text is not None else "no output"
+
+
+def _answer_in(output: Any, rules: MappingRules) -> tuple[str | None, str]:
+    if isinstance(output, str):
+        return output, "text"
+    if not isinstance(output, Mapping):
+        return None, f"a {type(output).__name__}"
+    choices = output.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
+        message = choices[0].get("message")
+        if isinstance(message, Mapping):
+            return _content_text(message.get("content")), "choices[0].message.content"
+        return as_str(choices[0].get("text")), "choices[0].text"
+    for key in rules.answer_keys:
+        if key in output:
+            text = _content_text(output[key])
+            if text is not None:
+                shape = "a chat message's content" if "role" in output else key
+                return text, shape
+    text = _parts_text(output.get("parts"))
+    if text is not None:
+        return text, "a GenAI message's text parts"
+    return None, "an object without a text"
 
 
 def _lookup(item: Mapping[str, Any], keys: Sequence[str]) -> Any:
     found = _first_key(item, keys)
     if found is None:
-        metadata = item.get("metadata")
-        if isinstance(metadata, Mapping):
-            found = _first_key(metadata, keys)
+        for nested in ("metadata", "meta"):  # LangChain documents, Haystack's
+            inner = item.get(nested)
+            if isinstance(inner, Mapping):
+                found = _first_key(inner, keys)
+                if found is not None:
+                    break
     return found
+
+
+def _document_list(output: Any, rules: MappingRules) -> tuple[list[Any] | None, str]:
+    """The list an output holds (itself, or under a sources key), and where."""
+    items = decode(output)
+    if isinstance(items, list):
+        return items, "output"
+    if isinstance(items, Mapping):
+        for key in rules.sources_keys:
+            if isinstance(items.get(key), list):
+                return items[key], f"output.{key}"
+    return None, ""
+
+
+def _is_document(item: Any, rules: MappingRules) -> bool:
+    """An object with a text (a chat message, an object with a `role`, is not one)."""
+    if not isinstance(item, Mapping) or "role" in item:
+        return False
+    return as_str(_lookup(item, rules.text_keys)) is not None
+
+
+def _source(item: Mapping[str, Any], rules: MappingRules) -> Source:
+    origin = as_str(_lookup(item, ("origin",)))
+    text = as_str(_lookup(item, rules.text_keys))
+    assert text is not None
+    return Source(
+        text=text,
+        chunk_id=as_str(_lookup(item, rules.chunk_id_keys)),
+        doc_id=as_str(_lookup(item, ("doc_id",))),
+        title=as_str(_lookup(item, ("title",))),
+        score=as_float(_lookup(item, rules.score_keys)),
+        text_hash=as_str(_lookup(item, ("text_hash",))),
+        origin="web" if origin == "web" else "kb",
+    )
 
 
 def sources_of(output: Any, rules: MappingRules) -> tuple[Source, ...] | Skip:
@@ -162,37 +326,80 @@ def sources_of(output: Any, rules: MappingRules) -> tuple[Source, ...] | Skip:
     items = decode(output)
     if items is None or items == "":
         return ()
-    if isinstance(items, Mapping):
-        for key in rules.sources_keys:
-            if isinstance(items.get(key), list):
-                items = items[key]
-                break
-        else:
+    found, _where = _document_list(items, rules)
+    if found is None:
+        if isinstance(items, Mapping):
             return Skip(
                 "malformed_sources", "retriever output is an object without a list of sources"
             )
-    if not isinstance(items, list):
         return Skip(
             "malformed_sources", f"retriever output is a {type(items).__name__}, not a list"
         )
-    sources: list[Source] = []
-    for index, item in enumerate(items):
+    for index, item in enumerate(found):
         if not isinstance(item, Mapping):
             return Skip(
                 "malformed_sources", f"source {index + 1} is a {type(item).__name__}, not an object"
             )
-        text = as_str(_lookup(item, rules.text_keys))
-        if text is None:
+        if not _is_document(item, rules):
             return Skip("malformed_sources", f"source {index + 1} has no text")
-        origin = as_str(_lookup(item, ("origin",)))
+    return tuple(_source(item, rules) for item in found)
+
+
+# OpenInference's retrieval attributes, as Langfuse keeps them in an observation's
+# metadata (flattened into dotted keys by the Observations API v2, or nested).
+_OPENINFERENCE_RE = re.compile(
+    r"^(?:attributes\.)?retrieval\.documents\.(\d+)\.document\.(id|content|score|metadata)"
+    r"(?:\.(.+))?$"
+)
+
+
+def _flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, inner in value.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(inner, Mapping):
+            flat.update(_flatten(inner, dotted + "."))
+        else:
+            flat[dotted] = inner
+    return flat
+
+
+def openinference_documents(metadata: Mapping[str, Any]) -> tuple[Source, ...]:
+    """The documents of OpenInference retrieval attributes in `metadata`, in index order."""
+    if "attributes" not in metadata and not any("retrieval" in key for key in metadata):
+        return ()
+    documents: dict[int, dict[str, Any]] = {}
+    for key, value in _flatten(metadata).items():
+        match = _OPENINFERENCE_RE.match(key)
+        if match is None:
+            continue
+        document = documents.setdefault(int(match.group(1)), {"metadata": {}})
+        field_name, rest = match.group(2), match.group(3)
+        if field_name == "metadata":
+            if rest is None:
+                decoded = decode(value)
+                if isinstance(decoded, Mapping):
+                    document["metadata"].update(decoded)
+            else:
+                document["metadata"][rest] = decode(value)
+        else:
+            document[field_name] = value
+    sources = []
+    for index in sorted(documents):
+        document = documents[index]
+        text = as_str(document.get("content"))
+        if text is None:
+            continue
+        meta = document["metadata"]
+        origin = as_str(meta.get("origin"))
         sources.append(
             Source(
                 text=text,
-                chunk_id=as_str(_lookup(item, rules.chunk_id_keys)),
-                doc_id=as_str(_lookup(item, ("doc_id",))),
-                title=as_str(_lookup(item, ("title",))),
-                score=as_float(_lookup(item, rules.score_keys)),
-                text_hash=as_str(_lookup(item, ("text_hash",))),
+                chunk_id=as_str(document.get("id")) or as_str(_first_key(meta, ("chunk_id",))),
+                doc_id=as_str(_first_key(meta, ("doc_id", "file_name", "document_id"))),
+                title=as_str(meta.get("title")),
+                score=as_float(document.get("score")),
+                text_hash=as_str(meta.get("text_hash")),
                 origin="web" if origin == "web" else "kb",
             )
         )
@@ -211,6 +418,8 @@ def _is(observation: Observation, types: Sequence[str], names: Sequence[str]) ->
 
 def _metadata(observation: Observation | None) -> Mapping[str, Any]:
     metadata = observation.get("metadata") if observation is not None else None
+    if isinstance(metadata, str):
+        metadata = decode(metadata)
     return metadata if isinstance(metadata, Mapping) else {}
 
 
@@ -224,10 +433,9 @@ def _scope_name(metadata: Mapping[str, Any]) -> Any:
 
 
 def find_root(observations: Sequence[Observation]) -> Observation | None:
-    for observation in observations:
-        if observation.get("isRootObservation"):
-            return observation
-    return None
+    """The trace's earliest root observation (a trace may have several, DESIGN §9)."""
+    roots = [o for o in observations if o.get("isRootObservation")]
+    return min(roots, key=_start) if roots else None
 
 
 def trace_filter(root: Observation, environment: str, rules: MappingRules) -> Skip | None:
@@ -251,10 +459,37 @@ def trace_filter(root: Observation, environment: str, rules: MappingRules) -> Sk
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Explained:
+    """What the mapping made of one trace, and the rules that made it."""
+
+    result: RagRecord | Skip
+    steps: tuple[Step, ...]
+
+
+def explain_trace(
+    trace_id: str, observations: Sequence[Observation], rules: MappingRules
+) -> Explained:
+    """`map_trace`, with the trail of rules it followed."""
+    trail: Trail = []
+    result = _checked(trace_id, observations, rules, trail)
+    if isinstance(result, Skip):
+        _note(
+            trail, "skip", f"{result.reason}: {result.detail}" if result.detail else result.reason
+        )
+    return Explained(result, tuple(trail))
+
+
 def map_trace(
     trace_id: str, observations: Sequence[Observation], rules: MappingRules
 ) -> RagRecord | Skip:
     """One trace in, one RagRecord (or the reason it is skipped) out."""
+    return _checked(trace_id, observations, rules, None)
+
+
+def _checked(
+    trace_id: str, observations: Sequence[Observation], rules: MappingRules, trail: Trail | None
+) -> RagRecord | Skip:
     if len(observations) > rules.max_observations:
         return Skip(
             "too_large",
@@ -262,7 +497,7 @@ def map_trace(
             f"{rules.max_observations})",
         )
     try:
-        mapped = _map(trace_id, observations, rules)
+        mapped = _map(trace_id, observations, rules, trail)
     except Exception as error:  # a strange trace is skipped, never a crash
         return Skip("mapping_error", f"{type(error).__name__}: {error}")
     if isinstance(mapped, Skip):
@@ -296,17 +531,65 @@ def _clean(record: RagRecord) -> RagRecord:
     return RagRecord(**changed)
 
 
+def _find_sources(
+    ordered: Sequence[Observation],
+    generation: Observation,
+    rules: MappingRules,
+    trail: Trail | None,
+) -> tuple[Source, ...] | Skip | None:
+    """The documents the model saw: from the last observation at or before the
+    generation whose output is a list of documents, of whatever type (a retriever, a
+    reranker after it, an untyped function, a tool). A retriever met on the way back
+    decides even when its output is not such a list: an empty one means no evidence
+    (scored), any other a malformed trace. None: no retrieval at all.
+
+    With `retriever_names` configured, only observations of those names count.
+    """
+    generation_start = _start(generation)
+    earlier = [o for o in ordered if o is not generation and _start(o) <= generation_start]
+    named = bool(rules.retriever_names)
+    for observation in reversed(earlier):
+        if named and observation.get("name") not in rules.retriever_names:
+            continue
+        retriever = named or observation.get("type") in rules.retriever_types
+        items, where = _document_list(observation.get("output"), rules)
+        if items and all(_is_document(item, rules) for item in items):
+            _note(trail, "sources", f"{where}: {len(items)} documents", observation)
+            return tuple(_source(item, rules) for item in items)
+        documents = openinference_documents(_metadata(observation))
+        if documents:
+            _note(
+                trail,
+                "sources",
+                f"metadata retrieval.documents.*: {len(documents)} OpenInference documents",
+                observation,
+            )
+            return documents
+        if retriever:
+            found = sources_of(observation.get("output"), rules)
+            if isinstance(found, Skip):
+                _note(trail, "sources", found.detail, observation)
+            else:
+                _note(trail, "sources", "retriever output is empty: no evidence", observation)
+            return found
+    return None
+
+
 def _map(
-    trace_id: str, observations: Sequence[Observation], rules: MappingRules
+    trace_id: str, observations: Sequence[Observation], rules: MappingRules, trail: Trail | None
 ) -> RagRecord | Skip:
     root = find_root(observations)
     if root is None:
         return Skip("no_root", "no observation with isRootObservation")
+    roots = sum(1 for o in observations if o.get("isRootObservation"))
+    which = f"the earliest of {roots} root observations" if roots > 1 else "the root observation"
+    _note(trail, "root", which, root)
     environment = as_str(root.get("environment")) or DEFAULT_ENVIRONMENT
     skip = trace_filter(root, environment, rules)
     if skip is not None:
         return skip
     if rules.hook is not None:
+        _note(trail, "record", "built by the mapping hook")
         return _from_hook(trace_id, observations, rules)
 
     ordered = sorted(observations, key=_start)
@@ -314,34 +597,50 @@ def _map(
     if not generations:
         return Skip("no_generation", "no generation observation")
     generation = generations[-1]
-    generation_start = _start(generation)
-    answer = answer_text(generation.get("output"), rules)
+    answer, shape = answer_of(generation.get("output"), rules)
     if not answer or not answer.strip():
+        _note(trail, "answer", shape, generation)
         return Skip("no_answer_text", "generation output holds no text")
+    which = (
+        f"the latest of {len(generations)} generations"
+        if len(generations) > 1
+        else "the generation"
+    )
+    _note(trail, "answer", f"{which}; {shape}", generation)
 
-    retrievers = [
-        o
-        for o in ordered
-        if _is(o, rules.retriever_types, rules.retriever_names) and _start(o) <= generation_start
-    ]
-    sources: tuple[Source, ...] = ()
-    if retrievers:
-        found = sources_of(retrievers[-1].get("output"), rules)
-        if isinstance(found, Skip):
-            return found
-        sources = found
+    found = _find_sources(ordered, generation, rules, trail)
+    if isinstance(found, Skip):
+        return found
+    if found is None:
+        if prepare(answer).markers:
+            return Skip(
+                "citations_without_sources",
+                "the answer cites [n] but no observation before it holds a list of documents",
+            )
+        _note(trail, "sources", "no retrieval: an answer without sources")
+    sources = found or ()
+
+    question, where = question_of(root.get("input"), rules)
+    _note(trail, "question", where, root)
 
     root_meta, gen_meta = _metadata(root), _metadata(generation)
 
     def meta(key: str) -> Any:
         value = gen_meta.get(key)
-        return value if value is not None else root_meta.get(key)
+        if value is not None:
+            _note(trail, "flags", f"metadata.{key} of the generation", generation)
+            return value
+        value = root_meta.get(key)
+        if value is not None:
+            _note(trail, "flags", f"metadata.{key} of the root", root)
+        return value
 
     generation_id = as_str(generation.get("id"))
     started = parse_time(generation.get("startTime"))
+    context = decode(meta("context"))
     return RagRecord(
         trace_id=trace_id,
-        question=_question(root.get("input"), rules),
+        question=question,
         answer=answer,
         sources=sources,
         observation_id=generation_id,
@@ -351,9 +650,7 @@ def _map(
         needs_fallback=as_bool(meta("needs_fallback")),
         low_confidence=as_bool(meta("low_confidence")),
         query_type=as_str(decode(meta("query_type"))),
-        context=as_str(decode(meta("context")))
-        if isinstance(decode(meta("context")), str)
-        else None,
+        context=context if isinstance(context, str) else None,
         app_crag_grade=as_str(decode(meta("crag_grade"))),
         project_id=as_str(root.get("projectId")),
     )

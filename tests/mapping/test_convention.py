@@ -171,7 +171,208 @@ def test_last_retriever_before_the_generation_gives_the_numbered_sources() -> No
 
 
 def test_no_retriever_is_a_valid_fallback_answer() -> None:
-    assert mapped(trace(sources_output=None)).sources == ()
+    fallback = trace(answer_output="I could not find that in the docs.", sources_output=None)
+    assert mapped(fallback).sources == ()
+
+
+def test_an_answer_citing_n_with_no_retrieval_at_all_is_skipped_not_scored_as_ghosts() -> None:
+    """Most likely observer did not find the sources: never silently wrong."""
+    result = map_trace("t1", trace(answer_output="It is 30 days [1].", sources_output=None), RULES)
+    assert isinstance(result, Skip) and result.reason == "citations_without_sources"
+
+
+def test_a_retrieval_that_found_nothing_makes_its_citations_real_ghosts() -> None:
+    record = mapped(trace(answer_output="It is 30 days [1].", sources_output="[]"))
+    assert record.sources == ()
+
+
+def _with(*extra: dict[str, Any], answer: str = "It is 30 days [1].") -> list[dict[str, Any]]:
+    return trace(answer_output=answer, sources_output=None) + list(extra)
+
+
+DOCS = [{"text": "Refunds take 30 days.", "id": "c1", "score": 0.9}]
+RAW = [{"text": "raw candidate", "id": "r1", "score": 0.2}, {"text": "other", "id": "r2"}]
+
+
+@pytest.mark.parametrize(
+    ("extra", "texts"),
+    [
+        ((obs("fn", "SPAN", "00.600", name="retrieve", output=json.dumps(DOCS)),), ["Refunds"]),
+        ((obs("tool", "TOOL", "00.600", output=json.dumps({"documents": DOCS})),), ["Refunds"]),
+        (
+            (
+                obs("ret", "RETRIEVER", "00.500", output=json.dumps({"documents": RAW})),
+                obs(
+                    "rank", "SPAN", "00.700", name="ranker", output=json.dumps({"documents": DOCS})
+                ),
+            ),
+            ["Refunds"],
+        ),
+        (
+            (
+                obs("ret", "RETRIEVER", "00.500", output=json.dumps(DOCS)),
+                obs("prompt", "SPAN", "00.700", output='{"prompt": "Answer from [1]"}'),
+                obs("msgs", "SPAN", "00.800", output='[{"role": "user", "content": "hi"}]'),
+            ),
+            ["Refunds"],
+        ),
+        (
+            (
+                obs("ret", "RETRIEVER", "00.500", output=json.dumps(DOCS)),
+                obs("after", "SPAN", "02.000", output=json.dumps(RAW)),
+            ),
+            ["Refunds"],
+        ),
+        (
+            (
+                obs(
+                    "hay",
+                    "SPAN",
+                    "00.600",
+                    output=json.dumps({"documents": [{"content": "Refunds", "meta": {"id": "h"}}]}),
+                ),
+            ),
+            ["Refunds"],
+        ),
+    ],
+    ids=[
+        "untyped_function",
+        "tool",
+        "ranker_after_retriever",
+        "later_spans_without_documents",
+        "list_after_the_answer",
+        "haystack_meta",
+    ],
+)
+def test_sources_are_the_last_document_list_before_the_answer_whatever_its_type(
+    extra: tuple[dict[str, Any], ...], texts: list[str]
+) -> None:
+    record = mapped(_with(*extra))
+    assert [s.text.split()[0] for s in record.sources] == texts
+
+
+def test_haystack_documents_read_their_fields_from_meta() -> None:
+    item = {"content": "A", "score": 0.7, "meta": {"chunk_id": "c9", "doc_id": "d", "title": "T"}}
+    record = mapped(_with(obs("rank", "SPAN", "00.600", output=json.dumps({"documents": [item]}))))
+    (source,) = record.sources
+    assert (source.chunk_id, source.doc_id, source.title, source.score) == ("c9", "d", "T", 0.7)
+
+
+OPENINFERENCE = {
+    "attributes.retrieval.documents.1.document.content": "Second chunk.",
+    "attributes.retrieval.documents.1.document.id": "n2",
+    "attributes.retrieval.documents.1.document.score": "0.4",
+    "attributes.retrieval.documents.0.document.content": "First chunk.",
+    "attributes.retrieval.documents.0.document.id": "n1",
+    "attributes.retrieval.documents.0.document.score": 0.8,
+    "attributes.retrieval.documents.0.document.metadata": '{"file_name": "refunds.md"}',
+}
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        OPENINFERENCE,
+        {"attributes": {k.removeprefix("attributes."): v for k, v in OPENINFERENCE.items()}},
+    ],
+    ids=["flattened", "nested"],
+)
+def test_openinference_documents_in_metadata_are_the_sources(metadata: dict[str, Any]) -> None:
+    """LlamaIndex through OpenInference: the output is repr text, the documents are
+    the retrieval attributes, in index order."""
+    retriever = obs(
+        "ret",
+        "RETRIEVER",
+        "00.600",
+        output='{"nodes": "[NodeWithScore(node=TextNode(...)), ...]"}',
+        metadata=metadata,
+    )
+    record = mapped(_with(retriever))
+    assert [(s.text, s.chunk_id, s.score) for s in record.sources] == [
+        ("First chunk.", "n1", 0.8),
+        ("Second chunk.", "n2", 0.4),
+    ]
+    assert record.sources[0].doc_id == "refunds.md"
+
+
+@pytest.mark.parametrize(
+    ("root_input", "question"),
+    [
+        ('{"args": ["What is the refund window?"], "kwargs": {}}', "What is the refund window?"),
+        ('{"args": [], "kwargs": {"query": "From kwargs?"}}', "From kwargs?"),
+        ('{"args": [{"self": 1}, 3, "Third?"], "kwargs": {"top_k": 3}}', "Third?"),
+        ('{"retriever": {"query": "Haystack?"}, "prompt_builder": {}}', "Haystack?"),
+        (
+            '[{"role": "user", "parts": [{"type": "text", "content": "GenAI?"}]}]',
+            "GenAI?",
+        ),
+        ('{"messages": [{"role": "user", "content": "In messages?"}]}', "In messages?"),
+    ],
+    ids=[
+        "observe_args",
+        "observe_kwargs",
+        "observe_first_string",
+        "by_component",
+        "genai",
+        "messages",
+    ],
+)
+def test_question_shapes_of_the_instrumentations(root_input: str, question: str) -> None:
+    assert mapped(trace(root_input=root_input)).question == question
+
+
+def test_the_question_comes_from_the_earliest_root() -> None:
+    observations = trace()
+    later = obs("root2", "SPAN", "00.500", isRootObservation=True, input='{"question": "Later?"}')
+    observations.insert(0, later)
+    assert mapped(observations).question == "Why?"
+
+
+@pytest.mark.parametrize(
+    ("output", "answer"),
+    [
+        (
+            '[{"role": "assistant", "parts": [{"type": "text", "content": "Joined "}, '
+            '{"type": "text", "content": "parts [1]."}]}]',
+            "Joined parts [1].",
+        ),
+        (
+            '[{"role": "assistant", "parts": [{"type": "tool_call", "name": "search"}]}, '
+            '{"role": "assistant", "parts": [{"type": "text", "content": "After the tool."}]}]',
+            "After the tool.",
+        ),
+    ],
+    ids=["genai_text_parts", "genai_after_a_tool_call"],
+)
+def test_genai_output_messages_are_answers(output: str, answer: str) -> None:
+    assert mapped(trace(answer_output=output)).answer == answer
+
+
+def test_explain_names_the_observation_and_rule_behind_each_part() -> None:
+    from observer.mapping import explain_trace
+
+    observations = _with(
+        obs("ret", "RETRIEVER", "00.500", name="bm25", output=json.dumps({"documents": RAW})),
+        obs("rank", "SPAN", "00.700", name="ranker", output=json.dumps({"documents": DOCS})),
+    )
+    explained = explain_trace("t1", observations, RULES)
+    assert isinstance(explained.result, RagRecord)
+    by_part = {step.part: step for step in explained.steps}
+    assert (by_part["sources"].name, by_part["sources"].rule) == (
+        "ranker",
+        "output.documents: 1 documents",
+    )
+    assert (by_part["answer"].observation_id, by_part["question"].rule) == ("gen", "input.question")
+    assert explained.result == map_trace("t1", observations, RULES)
+
+
+def test_explain_says_where_a_skip_stopped() -> None:
+    from observer.mapping import explain_trace
+
+    explained = explain_trace("t1", trace(answer_output='{"tool_calls": []}'), RULES)
+    assert isinstance(explained.result, Skip)
+    assert [s.part for s in explained.steps][-2:] == ["answer", "skip"]
+    assert explained.steps[-2].observation_id == "gen"
 
 
 @pytest.mark.parametrize(
