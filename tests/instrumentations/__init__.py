@@ -1,0 +1,1 @@
+"""Trace fixtures captured from the real instrumentation libraries, and their tests."""
