@@ -1,0 +1,165 @@
+"""Traces from the real instrumentation libraries, scored out of the box (DESIGN §2.1, §3).
+
+The fixtures were captured by ``generate.py`` from small RAG apps traced with each library
+as its Langfuse guide says, and converted to Observations API v2 rows by ``otel_to_v2``.
+These tests need only the fixtures: no instrumentation package, no network.
+
+- the converter turns each raw capture into exactly the committed observations;
+- every answer trace, mapped with the default ``MappingRules()`` and scored with the
+  default ``SignalParams()``, gives what a person reading the trace expects
+  (``expected.json``, from ``scenarios.py``): the question, the generation the scores
+  attach to, the sources in [n] order with their rerank scores, citation coverage, ghost
+  refs, rerank top1, CRAG grade and confidence — one test per value, so a failure names it;
+- a trace that is not an answer (LlamaIndex's indexing run) is skipped, never scored.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from observer.mapping import MappingRules, Skip, map_trace
+from observer.model import RagRecord, Signals
+from observer.signals import SignalParams, compute
+from tests.instrumentations.otel_to_v2 import convert
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE / "fixtures"
+EXPECTED: dict[str, Any] = json.loads((HERE / "expected.json").read_text())
+APPS: list[str] = list(EXPECTED["apps"])
+FIELDS = (
+    "question",
+    "observation_id",
+    "sources",
+    "coverage",
+    "invalid_refs",
+    "rerank_top1",
+    "crag_grade",
+    "confidence",
+)
+
+
+def _load(name: str) -> Any:
+    return json.loads((FIXTURES / name).read_text())
+
+
+@cache
+def observations(app: str) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = _load(f"{app}.observations.json")
+    return result
+
+
+def trace(app: str, trace_id: str) -> list[dict[str, Any]]:
+    return [o for o in observations(app) if o["traceId"] == trace_id]
+
+
+@cache
+def scored(app: str, trace_id: str) -> tuple[RagRecord, Signals] | Skip:
+    record = map_trace(trace_id, trace(app, trace_id), MappingRules())
+    if isinstance(record, Skip):
+        return record
+    return record, compute(record, SignalParams())
+
+
+# What the mapping of observer/mapping/convention.py does not read yet, found by these
+# tests. Strict: once the mapping reads it, the XPASS fails and the entry must go. The
+# expectations themselves are never relaxed to match the mapping.
+KNOWN_GAPS: dict[tuple[str, str | None], str] = {
+    ("llamaindex", None): (
+        "skipped malformed_sources: walking back from the generation, the first RETRIEVER met "
+        "is VectorIndexRetriever._retrieve, whose output is repr strings and whose metadata "
+        "holds no retrieval.documents (its parent VectorIndexRetriever.retrieve has them); and "
+        "the kept chunks are on the reranker SPAN as attributes.reranker.output_documents.<i>"
+        ".document.*, which DESIGN §2.1 does not read (retrieval.documents would give the 5 raw "
+        "candidates)"
+    ),
+    ("pydantic_ai", "question"): (
+        "the root input's last user message is the tool_call_response (no text parts): the "
+        "question is the last user message that has text"
+    ),
+}
+
+
+def _cases() -> list[Any]:
+    cases = []
+    for app in APPS:
+        for expected in EXPECTED["apps"][app]["traces"]:
+            for field in FIELDS:
+                gap = KNOWN_GAPS.get((app, field)) or KNOWN_GAPS.get((app, None))
+                marks = [pytest.mark.xfail(reason=gap, strict=True)] if gap else []
+                cases.append(
+                    pytest.param(
+                        app,
+                        expected,
+                        field,
+                        id=f"{app}-{expected['scenario']}-{field}",
+                        marks=marks,
+                    )
+                )
+    return cases
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_the_converter_gives_the_committed_observations(app: str) -> None:
+    assert convert(_load(f"{app}.otlp.json")) == observations(app)
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_every_scenario_is_one_trace_of_the_fixture(app: str) -> None:
+    expected = EXPECTED["apps"][app]["traces"]
+    trace_ids = {o["traceId"] for o in observations(app)}
+    assert {e["scenario"] for e in expected} == {"refunds", "backups", "support"}
+    assert all(e["trace_id"] in trace_ids for e in expected)
+    ids = {o["id"] for o in observations(app)}
+    assert all(e["observation_id"] in ids for e in expected)
+
+
+def _actual(record: RagRecord, signals: Signals, field: str) -> Any:
+    if field == "question":
+        return record.question
+    if field == "observation_id":
+        return record.observation_id
+    if field == "sources":
+        return [(s.chunk_id, s.score) for s in record.sources]
+    if field == "coverage":
+        return signals.citations.coverage
+    if field == "invalid_refs":
+        return list(signals.citations.invalid_refs)
+    if field == "rerank_top1":
+        return signals.rerank_top1
+    if field == "crag_grade":
+        return signals.crag.grade.value
+    return signals.confidence
+
+
+def _wanted(expected: dict[str, Any], field: str) -> Any:
+    value = expected[field]
+    if field == "sources":
+        return [(s["chunk_id"], pytest.approx(s["score"], abs=1e-9)) for s in value]
+    if isinstance(value, float):
+        return pytest.approx(value, abs=1e-9)
+    return value
+
+
+@pytest.mark.parametrize(("app", "expected", "field"), _cases())
+def test_scored_out_of_the_box_as_a_reader_expects(
+    app: str, expected: dict[str, Any], field: str
+) -> None:
+    result = scored(app, expected["trace_id"])
+    assert not isinstance(result, Skip), f"skipped: {result.reason} ({result.detail})"
+    record, signals = result
+    assert _actual(record, signals, field) == _wanted(expected, field)
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_a_trace_that_is_not_an_answer_is_skipped(app: str) -> None:
+    answers = {e["trace_id"] for e in EXPECTED["apps"][app]["traces"]}
+    others = sorted({o["traceId"] for o in observations(app)} - answers)
+    for trace_id in others:  # LlamaIndex's indexing run: embeddings, no generation
+        result = scored(app, trace_id)
+        assert isinstance(result, Skip), f"{trace_id} was scored"
+        assert result.reason == "no_generation"
