@@ -955,9 +955,10 @@ def _tool_definition_name(tool: Any) -> str | None:
             return None
     if not isinstance(tool, dict):
         return None
-    data = tool.get("function") if isinstance(tool.get("function"), dict) else tool
-    name = data.get("name")
-    return name if _truthy(name) else None
+    function = tool.get("function")
+    data: Any = function if function is not None else tool  # `t.function ?? t`
+    name = data.get("name") if isinstance(data, dict) else None
+    return name if isinstance(name, str) and _truthy(name) else None
 
 
 def _tool_array(
