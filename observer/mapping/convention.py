@@ -180,11 +180,14 @@ def _question(value: Any, rules: MappingRules) -> str:
 
 
 def _last_user_text(messages: list[Any]) -> str | None:
-    """A chat transcript: the last thing the user said."""
-    for message in reversed(messages):
-        if isinstance(message, Mapping) and message.get("role") == "user":
-            return _message_text(message) or ""
-    return None
+    """A chat transcript: the last thing the user said (the last user message with text)."""
+    users = [m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"]
+    for message in reversed(users):
+        # A tool's result comes back as a user message without text (GenAI): passed over.
+        text = _message_text(message)
+        if text:
+            return text
+    return "" if users else None
 
 
 def _message_text(message: Mapping[str, Any]) -> str | None:
@@ -347,9 +350,11 @@ def sources_of(output: Any, rules: MappingRules) -> tuple[Source, ...] | Skip:
 
 # OpenInference's retrieval attributes, as Langfuse keeps them in an observation's
 # metadata (flattened into dotted keys by the Observations API v2, or nested).
+# A reranker span's kept documents (`reranker.output_documents`) are what the model
+# saw; its `input_documents` are the candidates and are not read.
 _OPENINFERENCE_RE = re.compile(
-    r"^(?:attributes\.)?retrieval\.documents\.(\d+)\.document\.(id|content|score|metadata)"
-    r"(?:\.(.+))?$"
+    r"^(?:attributes\.)?(retrieval\.documents|reranker\.output_documents)\.(\d+)\.document\."
+    r"(id|content|score|metadata)(?:\.(.+))?$"
 )
 
 
@@ -365,16 +370,20 @@ def _flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def openinference_documents(metadata: Mapping[str, Any]) -> tuple[Source, ...]:
-    """The documents of OpenInference retrieval attributes in `metadata`, in index order."""
-    if "attributes" not in metadata and not any("retrieval" in key for key in metadata):
+    """The documents of OpenInference retrieval (or reranker output) attributes in
+    `metadata`, in index order."""
+    if "attributes" not in metadata and not any(
+        "retrieval" in key or "reranker" in key for key in metadata
+    ):
         return ()
-    documents: dict[int, dict[str, Any]] = {}
+    found: dict[str, dict[int, dict[str, Any]]] = {}
     for key, value in _flatten(metadata).items():
         match = _OPENINFERENCE_RE.match(key)
         if match is None:
             continue
-        document = documents.setdefault(int(match.group(1)), {"metadata": {}})
-        field_name, rest = match.group(2), match.group(3)
+        kind = found.setdefault(match.group(1), {})
+        document = kind.setdefault(int(match.group(2)), {"metadata": {}})
+        field_name, rest = match.group(3), match.group(4)
         if field_name == "metadata":
             if rest is None:
                 decoded = decode(value)
@@ -384,6 +393,7 @@ def openinference_documents(metadata: Mapping[str, Any]) -> tuple[Source, ...]:
                 document["metadata"][rest] = decode(value)
         else:
             document[field_name] = value
+    documents = found.get("reranker.output_documents") or found.get("retrieval.documents") or {}
     sources = []
     for index in sorted(documents):
         document = documents[index]
@@ -540,14 +550,16 @@ def _find_sources(
     """The documents the model saw: from the last observation at or before the
     generation whose output is a list of documents, of whatever type (a retriever, a
     reranker after it, an untyped function, a tool). A retriever met on the way back
-    decides even when its output is not such a list: an empty one means no evidence
-    (scored), any other a malformed trace. None: no retrieval at all.
+    whose output is empty decides: no evidence (scored). One whose output is not such a
+    list is passed over, and the trace is malformed when no earlier observation holds
+    documents. None: no retrieval at all.
 
     With `retriever_names` configured, only observations of those names count.
     """
     generation_start = _start(generation)
     earlier = [o for o in ordered if o is not generation and _start(o) <= generation_start]
     named = bool(rules.retriever_names)
+    malformed: Skip | None = None
     for observation in reversed(earlier):
         if named and observation.get("name") not in rules.retriever_names:
             continue
@@ -567,12 +579,14 @@ def _find_sources(
             return documents
         if retriever:
             found = sources_of(observation.get("output"), rules)
-            if isinstance(found, Skip):
-                _note(trail, "sources", found.detail, observation)
-            else:
+            if not isinstance(found, Skip):
                 _note(trail, "sources", "retriever output is empty: no evidence", observation)
-            return found
-    return None
+                return found
+            # Nested retrievers (LlamaIndex's retrieve around _retrieve): the outer may
+            # hold the documents the inner only shows as text. Malformed if none does.
+            malformed = malformed or found
+            _note(trail, "sources", f"passed over: {found.detail}", observation)
+    return malformed
 
 
 def _map(

@@ -65,39 +65,17 @@ def scored(app: str, trace_id: str) -> tuple[RagRecord, Signals] | Skip:
     return record, compute(record, SignalParams())
 
 
-# What the mapping of observer/mapping/convention.py does not read yet, found by these
-# tests. Strict: once the mapping reads it, the XPASS fails and the entry must go. The
-# expectations themselves are never relaxed to match the mapping.
-KNOWN_GAPS: dict[tuple[str, str | None], str] = {
-    ("llamaindex", None): (
-        "skipped malformed_sources: walking back from the generation, the first RETRIEVER met "
-        "is VectorIndexRetriever._retrieve, whose output is repr strings and whose metadata "
-        "holds no retrieval.documents (its parent VectorIndexRetriever.retrieve has them); and "
-        "the kept chunks are on the reranker SPAN as attributes.reranker.output_documents.<i>"
-        ".document.*, which DESIGN §2.1 does not read (retrieval.documents would give the 5 raw "
-        "candidates)"
-    ),
-    ("pydantic_ai", "question"): (
-        "the root input's last user message is the tool_call_response (no text parts): the "
-        "question is the last user message that has text"
-    ),
-}
-
-
 def _cases() -> list[Any]:
     cases = []
     for app in APPS:
         for expected in EXPECTED["apps"][app]["traces"]:
             for field in FIELDS:
-                gap = KNOWN_GAPS.get((app, field)) or KNOWN_GAPS.get((app, None))
-                marks = [pytest.mark.xfail(reason=gap, strict=True)] if gap else []
                 cases.append(
                     pytest.param(
                         app,
                         expected,
                         field,
                         id=f"{app}-{expected['scenario']}-{field}",
-                        marks=marks,
                     )
                 )
     return cases

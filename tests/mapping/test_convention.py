@@ -573,3 +573,40 @@ def test_at_the_limits_a_trace_is_scored() -> None:
         answer_output="y" * 50, sources_output=json.dumps([{"text": f"s{i}"} for i in range(3)])
     )
     assert len(mapped(at_limit, SMALL).sources) == 3
+
+
+def test_an_openinference_reranker_gives_its_kept_documents_not_its_candidates() -> None:
+    """LlamaIndex: the retriever's documents are the candidates; the reranker span's
+    `reranker.output_documents` are what the model saw."""
+    candidates = {
+        f"attributes.retrieval.documents.{i}.document.{k}": v
+        for i in range(3)
+        for k, v in (("content", f"Candidate {i}."), ("id", f"c{i}"), ("score", 0.5))
+    }
+    rerank = {
+        "attributes.reranker.input_documents.0.document.content": "Candidate 0.",
+        "attributes.reranker.output_documents.0.document.content": "Kept.",
+        "attributes.reranker.output_documents.0.document.id": "c2",
+        "attributes.reranker.output_documents.0.document.score": 0.91,
+    }
+    outer = obs("ret", "RETRIEVER", "00.300", output='["<NodeWithScore ...>"]', metadata=candidates)
+    inner = obs("inner", "RETRIEVER", "00.400", output='["<NodeWithScore ...>"]')
+    ranker = obs("rank", "SPAN", "00.600", output='["<NodeWithScore ...>"]', metadata=rerank)
+    record = mapped(_with(outer, inner, ranker))
+    assert [(s.text, s.chunk_id, s.score) for s in record.sources] == [("Kept.", "c2", 0.91)]
+    # Without the reranker, the inner retriever's text output is passed over for the
+    # outer one's documents.
+    assert [s.chunk_id for s in mapped(_with(outer, inner)).sources] == ["c0", "c1", "c2"]
+    assert map_trace("t1", _with(inner), RULES) == Skip(
+        "malformed_sources", "source 1 is a str, not an object"
+    )
+
+
+def test_the_question_is_the_last_user_message_with_text() -> None:
+    """pydantic-ai: a tool's result comes back as a user message with no text part."""
+    messages = [
+        {"role": "user", "parts": [{"type": "text", "content": "How long do refunds take?"}]},
+        {"role": "assistant", "parts": [{"type": "tool_call", "name": "search"}]},
+        {"role": "user", "parts": [{"type": "tool_call_response", "result": "..."}]},
+    ]
+    assert mapped(trace(root_input=json.dumps(messages))).question == "How long do refunds take?"
