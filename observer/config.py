@@ -15,7 +15,7 @@ import os
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args, get_origin
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -28,7 +28,12 @@ from pydantic import (
     model_validator,
 )
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from observer.alerts.rules import (
     RuleError,
@@ -440,6 +445,54 @@ def _with_secret_files(environ: Mapping[str, str]) -> dict[str, str]:
     return merged
 
 
+def _scalar_list(annotation: Any) -> bool:
+    """A list of strings or numbers: what a comma-separated variable can stand for."""
+    if get_origin(annotation) is not list:
+        return False
+    (item,) = get_args(annotation) or (Any,)
+    return item in (str, int, float)
+
+
+def _shape(annotation: Any) -> str:
+    origin = get_origin(annotation)
+    if origin is list:
+        return 'a JSON list (for example \'[{"name": "..."}]\')'
+    if origin is dict or annotation is dict:
+        return 'a JSON object (for example \'{"key": "value"}\')'
+    return "JSON"
+
+
+class _Env(EnvSettingsSource):
+    """The OBSERVER_* variables. A list of words may be written comma-separated
+    (`OBSERVER_SOURCE__ENVIRONMENTS=production,staging`) as well as in JSON; any other
+    value that is not the JSON its key needs is a ConfigError naming the variable."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        try:
+            return super().decode_complex_value(field_name, field, value)
+        except ValueError as error:
+            annotation = field.annotation if field is not None else None
+            if _scalar_list(annotation) and not str(value).lstrip().startswith(("[", "{")):
+                return [item.strip() for item in str(value).split(",") if item.strip()]
+            # Not a ValueError: pydantic-settings would bury it under a traceback.
+            names = [
+                name
+                for name, held in os.environ.items()
+                if name.upper().startswith("OBSERVER_")
+                and name.upper().endswith(field_name.upper())
+                and held == value
+            ]
+            variable = names[0] if names else f"the variable for {field_name}"
+            expected = (
+                "a comma-separated list or a JSON list"
+                if _scalar_list(annotation)
+                else _shape(annotation)
+            )
+            raise ConfigError(
+                f"{variable}: not valid JSON ({error}); it must be {expected}"
+            ) from None
+
+
 class _LangfuseEnv(PydanticBaseSettingsSource):
     """Variables the Langfuse SDK and the OpenAI client read themselves, so one set serves both."""
 
@@ -517,7 +570,8 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The file arrives as init values; the environment overrides it.
-        return env_settings, _LangfuseEnv(settings_cls), init_settings
+        del env_settings  # replaced by _Env: the same variables, friendlier lists
+        return _Env(settings_cls), _LangfuseEnv(settings_cls), init_settings
 
     def signal_params(self) -> SignalParams:
         return SignalParams(
@@ -611,6 +665,14 @@ _SDK_VARIABLES = {
 }
 
 
+def _sdk_variable(where: str) -> str:
+    """The variable that set a key: LANGFUSE_HOST when only that one is set."""
+    only_host = not os.environ.get("LANGFUSE_BASE_URL") and os.environ.get("LANGFUSE_HOST")
+    if where == "langfuse.base_url" and only_host:
+        return "LANGFUSE_HOST"
+    return _SDK_VARIABLES[where]
+
+
 def _where(loc: tuple[int | str, ...], data: dict[str, Any]) -> str:
     """`alerts.rules[ungrounded_rate_high].threshold` rather than `alerts.rules.0.threshold`."""
     parts: list[str] = []
@@ -638,7 +700,7 @@ def _describe(error: ValidationError, origin: str, data: dict[str, Any] | None =
         if message.startswith((f"{where}.", f"{where}[")):
             where, message = message.split(": ", 1) if ": " in message else (where, message)
         if where in _SDK_VARIABLES:
-            where = f"{where} ({_SDK_VARIABLES[where]})"
+            where = f"{where} ({_sdk_variable(where)})"
         # Never echo the rejected value of a secret.
         lines.append(f"  {where}: {message}")
     return "\n".join(lines)

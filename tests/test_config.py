@@ -187,3 +187,61 @@ def test_an_unreadable_secret_file_names_the_variable_not_a_secret(
     with pytest.raises(ConfigError, match="LANGFUSE_SECRET_KEY_FILE") as error:
         load_settings()
     assert "No such file" in str(error.value)
+
+
+def _cli(args: list[str]) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from observer.cli import main
+
+    result = CliRunner().invoke(main, args)
+    return result.exit_code, result.output + (result.stderr if result.stderr_bytes else "")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("production", ["production"]),
+        ("production, staging", ["production", "staging"]),
+        ('["production", "staging"]', ["production", "staging"]),
+    ],
+    ids=["one_word", "comma_separated", "json"],
+)
+def test_a_list_variable_may_be_written_comma_separated(
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: list[str]
+) -> None:
+    monkeypatch.setenv("OBSERVER_SOURCE__ENVIRONMENTS", value)
+    code, output = _cli(["config", "show"])
+    assert code == 0, output
+    shown = re.search(r"environments = \[(.*?)\]", output, re.S)
+    assert shown is not None and re.findall(r'"([^"]+)"', shown.group(1)) == expected
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("OBSERVER_ALERTS__RULES", "[{", "it must be a JSON list"),
+        ("OBSERVER_SOURCE__ENVIRONMENTS", '["a"', "a comma-separated list or a JSON list"),
+    ],
+    ids=["rules", "broken_json_list"],
+)
+def test_a_bad_complex_variable_exits_2_naming_it(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, says: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    for args in (["config", "show"], ["check"], ["run", "--once"]):
+        code, output = _cli(args)
+        assert code == 2, (args, output)
+        assert f"observer: {variable}: not valid JSON" in output and says in output
+        assert "Traceback" not in output
+
+
+def test_an_error_in_the_host_names_the_variable_that_was_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("LANGFUSE_BASE_URL", raising=False)
+    monkeypatch.setenv("LANGFUSE_HOST", "localhost:3000")
+    code, output = _cli(["config", "show"])
+    assert code == 2
+    assert "langfuse.base_url (LANGFUSE_HOST): must be an http:// or https:// URL" in output
+    assert "LANGFUSE_BASE_URL" not in output
