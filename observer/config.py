@@ -112,6 +112,12 @@ class LangfuseSettings(_Section):
         parsed = urlsplit(value.strip())
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"must be an http:// or https:// URL with a host, got {value!r}")
+        if "/api/public" in parsed.path:
+            # Every request would be answered 404: the client adds /api/public itself.
+            base = value.strip()[: value.strip().index("/api/public")]
+            raise ValueError(
+                f"must be Langfuse's base URL, without /api/public: {base!r}, not {value!r}"
+            )
         return value.strip().rstrip("/")
 
 

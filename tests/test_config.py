@@ -245,3 +245,15 @@ def test_an_error_in_the_host_names_the_variable_that_was_set(
     assert code == 2
     assert "langfuse.base_url (LANGFUSE_HOST): must be an http:// or https:// URL" in output
     assert "LANGFUSE_BASE_URL" not in output
+
+
+def test_a_base_url_with_the_api_path_says_what_it_must_be(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LANGFUSE_BASE_URL", "https://langfuse.example.com/api/public/")
+    code, output = _cli(["config", "show"])
+    assert code == 2
+    assert (
+        "langfuse.base_url (LANGFUSE_BASE_URL): must be Langfuse's base URL, without "
+        "/api/public: 'https://langfuse.example.com', not" in output
+    )
