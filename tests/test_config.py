@@ -257,3 +257,51 @@ def test_a_base_url_with_the_api_path_says_what_it_must_be(
         "langfuse.base_url (LANGFUSE_BASE_URL): must be Langfuse's base URL, without "
         "/api/public: 'https://langfuse.example.com', not" in output
     )
+
+
+def _documented() -> dict[str, str]:
+    """`section.key` -> the default column of docs/configuration.md's reference tables."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    rows = re.findall(r"^\| `([a-z_]+\.[a-z_0-9]+)` \| (.+?) \|", text, re.M)
+    return dict(rows)
+
+
+def _shown(value: object) -> str:
+    import json
+
+    if value is None:
+        return "unset"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{json.dumps(value, ensure_ascii=False)}`"
+
+
+def test_the_configuration_reference_lists_every_key_with_its_default() -> None:
+    """docs/configuration.md, billed as every key, says what the settings models hold."""
+    from observer.config import Settings
+
+    documented = _documented()
+    settings = Settings()
+    expected: dict[str, str] = {}
+    for section in Settings.model_fields:
+        model = getattr(settings, section)
+        for key in type(model).model_fields:
+            value = getattr(model, key)
+            if isinstance(value, list) and value and not isinstance(value[0], str | int | float):
+                continue  # lists of tables ([[alerts.rules]]) have their own rows
+            if section == "alerts" and key in ("rules", "trace_rules", "notifiers"):
+                continue
+            expected[f"{section}.{key}"] = _shown(
+                value.get_secret_value() if hasattr(value, "get_secret_value") else value
+            )
+    missing = sorted(set(expected) - set(documented))
+    unknown = sorted(set(documented) - set(expected))
+    assert missing == [] and unknown == [], (missing, unknown)
+    # Defaults: as the models have them (a long word list may be abbreviated in the docs).
+    wrong = {
+        key: (documented[key], shown)
+        for key, shown in expected.items()
+        if documented[key].replace(".0`", "`") != shown.replace(".0`", "`")
+        and key not in ("signals.abbreviations", "band.medium")
+    }
+    assert wrong == {}
