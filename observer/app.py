@@ -583,6 +583,7 @@ def recent_answers(settings: Settings, source: LangfuseSource) -> list[tuple[Rag
 class CheckResult:
     rows: list[tuple[str, str]]
     exit_code: int
+    reachable: bool = False  # Langfuse answered and accepted the keys
 
 
 def check(settings: Settings, state_path: Path) -> CheckResult:
@@ -617,14 +618,16 @@ def check(settings: Settings, state_path: Path) -> CheckResult:
     except ConfigError as error:
         rows.append(("server", f"TOO OLD: {error}"))
         code = code or EXIT_CONFIG
+    reachable = False
     try:
         source.probe()
+        reachable = True
         rows.append(("reachable", "yes, keys accepted"))
         rows.append(("ingestion", ingestion_row(settings, source)))
     except RemoteError as error:
         rows.append(("reachable", f"NO: {error}"))
         code = code or exit_code(error)
-    return CheckResult(rows, code)
+    return CheckResult(rows, code, reachable)
 
 
 # -- alerts commands ----------------------------------------------------------------

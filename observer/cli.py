@@ -1,7 +1,8 @@
 """The `observer` command line. Thin: parse arguments, call the core, print.
 
-Exit codes: 0 success; 1 `--strict` and some input was bad; 2 bad usage or
-bad configuration.
+Exit codes: 0 success; 1 `--strict` and some input was bad, or the trace
+`explain` was asked for is not there; 2 bad usage, bad configuration or a bad
+file; 3 Langfuse unreachable; 4 Langfuse rejected the keys.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
@@ -35,9 +37,11 @@ if TYPE_CHECKING:  # each command imports what it needs: `observer --help` stays
     from observer.records import RecordError
     from observer.resolver.core import ResolverFindings
     from observer.signals import SignalParams
+    from observer.sources.langfuse import LangfuseSource
     from observer.summary import Summary
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def _config_option(func: F) -> F:
@@ -382,9 +386,10 @@ def check(config_path: str | None, state_path: str | None) -> None:
     table.add_row("generation", ", ".join(rules.generation_names or rules.generation_types))
     table.add_row(
         "sources",
-        "last "
-        + ", ".join(rules.retriever_names or rules.retriever_types)
-        + " before the generation",
+        "the last output of " + ", ".join(rules.retriever_names) + " before the generation"
+        if rules.retriever_names
+        else "the last list of documents before the generation, of any type "
+        "(a retriever, a reranker, a tool)",
     )
     table.add_row("hook", settings.mapping.hook or "none (default convention)")
     table.add_row(
@@ -405,9 +410,204 @@ def check(config_path: str | None, state_path: str | None) -> None:
     outcome = app.check(settings, Path(state_path or settings.state.path))
     for key, value in outcome.rows:
         table.add_row(key, value)
+    if outcome.reachable:
+        for key, value in _recent_summary(settings):
+            table.add_row(key, value)
     code = outcome.exit_code
     console.print(table)
     raise SystemExit(code)
+
+
+def _recent_summary(settings: Settings) -> list[tuple[str, str]]:
+    """`check`'s lines of `discover` over the last hour (a failed read is a line too)."""
+    from observer import app, discover
+    from observer.errors import RemoteError
+    from observer.telemetry.metrics import Metrics
+
+    try:
+        source = app.build_source(settings, Metrics(), max_attempts=1)
+        end = source.now()
+        sample = discover.read_sample(source, end - timedelta(hours=1), end, CHECK_TRACES)
+    except RemoteError as error:
+        return [("traces read", f"not read: {error}")]
+    rules = settings.mapping_rules()
+    found = discover.discover(sample.traces, rules, discover.rules_from_settings(settings))
+    return discover.check_rows(found, "the last hour" + _at_most(sample.traces, CHECK_TRACES))
+
+
+# How many of the last hour's traces `check` reads for its summary.
+CHECK_TRACES = 200
+
+
+def _at_most(traces: dict[str, Any], limit: int) -> str:
+    return f" (the newest {limit})" if len(traces) >= limit else ""
+
+
+def _langfuse_read(settings: Settings, read: Callable[[LangfuseSource], T]) -> T:
+    """Run `read` on the source `run` would build; exit 2, 3 or 4 as `run --once` does."""
+    from observer import app
+    from observer.config import ConfigError
+    from observer.errors import RemoteError
+    from observer.telemetry.metrics import Metrics
+
+    try:
+        source = app.build_source(
+            settings, Metrics(), max_attempts=min(2, settings.source.max_attempts)
+        )
+        return read(source)
+    except ConfigError as error:
+        click.echo(f"observer: {error}", err=True)
+        raise SystemExit(app.EXIT_CONFIG) from None
+    except RemoteError as error:
+        click.echo(f"observer: Langfuse {settings.langfuse.base_url}: {error}", err=True)
+        raise SystemExit(app.exit_code(error)) from None
+
+
+def _since(text: str, now: datetime) -> datetime:
+    from observer.discover import since_start
+
+    try:
+        return since_start(text, now)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--since") from None
+
+
+_FILE_OPTION = click.option(
+    "--file",
+    "file_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Read observations from this file instead of Langfuse: a JSON list, JSON lines, "
+    "or an object with `observations` or `data`.",
+)
+_JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+
+
+@main.command("explain")
+@click.argument("trace_id")
+@_FILE_OPTION
+@click.option(
+    "--since",
+    default="30d",
+    show_default=True,
+    help="Look this far back in Langfuse (30m, 2d, or an ISO-8601 time).",
+)
+@_JSON_OPTION
+@_config_option
+def explain_command(
+    trace_id: str, file_path: Path | None, since: str, as_json: bool, config_path: str | None
+) -> None:
+    """What observer makes of one trace, and why: rule by rule, then the record, its
+    signals and scores with their comments, or the skip and where it stopped.
+
+    Exit 1 when the trace is not found, 2 for a bad file or configuration, 3 when
+    Langfuse is unreachable, 4 when it rejects the keys.
+    """
+    from observer.explain import (
+        ExplainError,
+        TraceNotFound,
+        explain,
+        explanation_json,
+        explanation_lines,
+        fetch_trace,
+        trace_from_file,
+    )
+
+    settings = _settings(config_path)
+    _quiet_logging(settings)
+
+    def fetch(source: LangfuseSource) -> list[dict[str, Any]]:
+        end = source.now()
+        return fetch_trace(
+            source, trace_id, _since(since, end), end, f"at {settings.langfuse.base_url}"
+        )
+
+    try:
+        if file_path is not None:
+            observations = trace_from_file(file_path, trace_id)
+        else:
+            observations = _langfuse_read(settings, fetch)
+    except ExplainError as error:
+        click.echo(f"observer: {error}", err=True)
+        raise SystemExit(1 if isinstance(error, TraceNotFound) else 2) from None
+    explained = explain(trace_id, observations, settings.mapping_rules(), settings.signal_params())
+    if as_json:
+        click.echo(json.dumps(explanation_json(explained), ensure_ascii=False, indent=2))
+    else:
+        click.echo("\n".join(explanation_lines(explained)))
+
+
+@main.command("discover")
+@click.option(
+    "--since",
+    default=None,
+    help="Traces this far back (1h, 30m, 2d, or an ISO-8601 time) [default: 1h; "
+    "with --file: the whole file].",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="At most this many traces, the newest.",
+)
+@_FILE_OPTION
+@_JSON_OPTION
+@_config_option
+def discover_command(
+    since: str | None,
+    limit: int,
+    file_path: Path | None,
+    as_json: bool,
+    config_path: str | None,
+) -> None:
+    """How observer reads a sample of recent traces, per trace name: answers, scored,
+    skipped and why, where the question, answer and sources were found; and, when
+    the default convention cannot read them, a [mapping] tried on the sample.
+
+    Exit 2 for a bad file or configuration, 3 when Langfuse is unreachable, 4 when
+    it rejects the keys.
+    """
+    from observer import discover
+    from observer.explain import ExplainError
+
+    settings = _settings(config_path)
+    _quiet_logging(settings)
+    if file_path is not None:
+        start = _since(since, datetime.now(UTC)) if since else None
+        try:
+            sample = discover.sample_from_file(file_path, start, limit)
+        except ExplainError as error:
+            click.echo(f"observer: {error}", err=True)
+            raise SystemExit(2) from None
+        window = str(file_path) + (f" since {iso(start)}" if start else "")
+    else:
+
+        def read(source: LangfuseSource) -> tuple[discover.Sample, str]:
+            end = source.now()
+            start = _since(since or "1h", end)
+            if start >= end:
+                raise click.BadParameter("must be in the past", param_hint="--since")
+            found = discover.read_sample(source, start, end, limit)
+            return found, f"{iso(start)} .. {iso(end)}"
+
+        sample, window = _langfuse_read(settings, read)
+    window += _at_most(sample.traces, limit)
+    found = discover.discover(
+        sample.traces, settings.mapping_rules(), discover.rules_from_settings(settings)
+    )
+    found = replace(found, partial=sample.partial)
+    if as_json:
+        click.echo(json.dumps(discover.discovery_json(found, window), ensure_ascii=False, indent=2))
+    else:
+        click.echo("\n".join(discover.discovery_lines(found, window)))
+
+
+def _quiet_logging(settings: Settings) -> None:
+    """Reading commands: their output is the report; the log says only what went wrong."""
+    from observer.telemetry.logging import configure_logging
+
+    configure_logging(settings.log.format, "warning")
 
 
 @main.command()

@@ -1,0 +1,789 @@
+"""`observer discover`: what observer makes of a sample of traces, per trace name.
+
+`discover` is pure: traces (observations grouped by trace id) and the mapping
+rules in, a `Discovery` out. Per trace name: how many traces, how many look
+like answers (they have a generation and are not the judge's, the
+observer's own or filtered out), how many the mapping scores, the skip
+reasons, and where the question, the answer and the sources were found (the
+most common rule of each part, from `explain_trace`'s steps).
+
+When the default convention cannot read a name's answers (`no_generation` on
+traces with an LLM-looking observation, `no_answer_text`,
+`malformed_sources`, `citations_without_sources`), it looks at the
+observations for what would read them (an observation name, a key) and
+proposes `[mapping]` keys, MappingSettings' own. Each proposal is tried:
+`rules_with` builds `MappingRules` from the keys as the config does
+(`rules_from_settings`), the whole sample is mapped again, and the result
+(scored before -> after, traces that scored before and no longer would) is
+part of the Discovery, with the `[mapping]` TOML block to paste.
+`check_rows` is the few lines `observer check` prints of it.
+
+The I/O is `read_sample` (recent traces from Langfuse, a page at a time) and
+`sample_from_file`; the rest reads nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from observer.explain import read_traces_file
+from observer.mapping.convention import (
+    Explained,
+    MappingRules,
+    Skip,
+    Step,
+    answer_of,
+    explain_trace,
+    find_root,
+)
+from observer.mapping.decode import as_str, decode
+from observer.times import parse_duration, parse_time
+
+if TYPE_CHECKING:
+    from observer.config import Settings
+    from observer.sources.langfuse import LangfuseSource
+
+Observation = Mapping[str, Any]
+Traces = Mapping[str, Sequence[Observation]]
+RulesWith = Callable[[Mapping[str, list[str]]], MappingRules]
+
+# The [mapping] keys a suggestion may set (MappingSettings' list keys).
+MAPPING_KEYS = (
+    "generation_types",
+    "generation_names",
+    "retriever_types",
+    "retriever_names",
+    "question_keys",
+    "answer_keys",
+    "sources_keys",
+    "text_keys",
+    "chunk_id_keys",
+    "score_keys",
+)
+# Skips a mapping may cure: the trace has what observer needs, under names it does not read.
+FIXABLE = frozenset(
+    {"no_generation", "no_answer_text", "malformed_sources", "citations_without_sources"}
+)
+# Skips of traces that are no answers of the app's, whatever they hold.
+NOT_APP_ANSWERS = frozenset({"judge_environment", "own_trace", "no_root"})
+PARTS = ("question", "answer", "sources")
+# When the answer-looking traces skipped pass this share, `check` points to `discover`.
+HINT_SKIP_SHARE = 0.2
+
+_LLM_NAME = re.compile(
+    r"llm|chat|complet|generat|openai|anthropic|claude|gpt|gemini|mistral|ollama|model|answer",
+    re.I,
+)
+_MODEL_KEYS = ("model", "gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
+_NOT_LLM_TYPES = frozenset({"RETRIEVER", "EMBEDDING", "EVALUATOR", "GUARDRAIL"})
+_NOT_TEXT_KEYS = frozenset({"role", "type", "id", "model", "object", "finish_reason", "name"})
+_COUNT = re.compile(r"\b\d+ ")
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+
+# -- what one trace tells -------------------------------------------------------------
+
+
+def trace_name(observations: Sequence[Observation]) -> str:
+    """The trace's name: its root's `traceName`, else the root's name."""
+    root = find_root(observations)
+    if root is None:
+        return "(no root observation)"
+    return as_str(root.get("traceName")) or as_str(root.get("name")) or "(unnamed)"
+
+
+def is_generation(observation: Observation, rules: MappingRules) -> bool:
+    """An observation the mapping reads as a generation (names, when set, else types)."""
+    if rules.generation_names:
+        return observation.get("name") in rules.generation_names
+    return observation.get("type") in rules.generation_types
+
+
+def answer_looking(
+    observations: Sequence[Observation], result: Explained, rules: MappingRules
+) -> bool:
+    """It has a generation, and is neither the judge's, the observer's own nor filtered out."""
+    if isinstance(result.result, Skip):
+        reason = result.result.reason
+        if reason in NOT_APP_ANSWERS or reason.startswith("filtered_"):
+            return False
+    return any(is_generation(o, rules) for o in observations)
+
+
+def rule_of(step: Step) -> str:
+    """A step's rule as a per-name summary counts it: counts of things dropped."""
+    return _COUNT.sub("N ", step.rule)
+
+
+def observation_of(step: Step) -> str:
+    """`name (TYPE)` of a step's observation, or `-`."""
+    if step.observation_id is None:
+        return "-"
+    return f"{step.name or '(unnamed)'} ({step.type or '?'})"
+
+
+def _start(observation: Observation) -> datetime:
+    return parse_time(observation.get("startTime")) or _EARLIEST
+
+
+def _by_id(observations: Sequence[Observation], observation_id: str | None) -> Observation | None:
+    for observation in observations:
+        if observation_id is not None and observation.get("id") == observation_id:
+            return observation
+    return None
+
+
+def _step(result: Explained, part: str) -> Step | None:
+    found = [step for step in result.steps if step.part == part]
+    return found[-1] if found else None
+
+
+def _texts(obj: Mapping[str, Any]) -> dict[str, str]:
+    """An object's non-empty strings under text-like keys (not an id, a role or a type)."""
+    return {
+        key: value
+        for key, value in obj.items()
+        if isinstance(key, str)
+        and isinstance(value, str)
+        and value.strip()
+        and key not in _NOT_TEXT_KEYS
+        and not key.lower().endswith("id")
+    }
+
+
+def _strings(obj: Mapping[str, Any]) -> dict[str, str]:
+    """`_texts` of an object and of its `metadata`/`meta` (where the mapping looks too)."""
+    found: dict[str, str] = {}
+    for nested in ("metadata", "meta"):
+        inner = obj.get(nested)
+        if isinstance(inner, Mapping):
+            found.update(_texts(inner))
+    return found | _texts(obj)
+
+
+def text_key(obj: Mapping[str, Any]) -> str | None:
+    """The key of an object's longest text."""
+    candidates = _texts(obj)
+    if not candidates:
+        return None
+    return max(candidates, key=lambda k: len(candidates[k]))
+
+
+def document_text_key(items: Sequence[Any]) -> str | None:
+    """The key holding a text in every item of a list of objects (the longest in total)."""
+    if not items or not all(isinstance(i, Mapping) and "role" not in i for i in items):
+        return None
+    per_item = [_strings(item) for item in items]
+    common = set(per_item[0]).intersection(*per_item[1:])
+    if not common:
+        return None
+    return max(sorted(common), key=lambda k: sum(len(texts[k]) for texts in per_item))
+
+
+def _number_key(items: Sequence[Mapping[str, Any]], suffix: str | None) -> str | None:
+    """A key every item holds: a number in [0, 1] (suffix None), or a string id."""
+    keys: set[str] | None = None
+    for item in items:
+        these = set()
+        for key, value in item.items():
+            if not isinstance(key, str):
+                continue
+            if suffix is None:
+                if (
+                    isinstance(value, int | float)
+                    and not isinstance(value, bool)
+                    and 0 <= value <= 1
+                ):
+                    these.add(key)
+            elif isinstance(value, str) and value and key.lower().endswith(suffix):
+                these.add(key)
+        keys = these if keys is None else keys & these
+    return sorted(keys)[0] if keys else None
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """One [mapping] value that would read what a trace holds, and why."""
+
+    key: str
+    value: str
+    why: str
+
+
+def _list_under_key(output: Mapping[str, Any]) -> tuple[str, list[Any]] | None:
+    """The first key of an object holding a list of document-like objects (not messages)."""
+    for key, value in output.items():
+        if isinstance(value, list) and document_text_key(value) is not None:
+            return str(key), value
+    return None
+
+
+def _document_proposals(observation: Observation, rules: MappingRules) -> list[Proposal]:
+    """Keys that would read an observation's output as documents (None found: [])."""
+    name = as_str(observation.get("name")) or "(unnamed)"
+    output = decode(observation.get("output"))
+    items: Any = None
+    found: list[Proposal] = []
+    if isinstance(output, Mapping):
+        for known in rules.sources_keys:
+            if isinstance(output.get(known), list):
+                items = output[known]
+                break
+        else:
+            under = _list_under_key(output)
+            if under is not None:
+                found.append(
+                    Proposal(
+                        "sources_keys",
+                        under[0],
+                        f"{name!r} holds its documents under output.{under[0]}",
+                    )
+                )
+                items = under[1]
+    elif isinstance(output, list):
+        items = output
+    if not isinstance(items, list) or not items:
+        return found
+    text = document_text_key(items)
+    if text is not None and text not in rules.text_keys:
+        found.append(
+            Proposal("text_keys", text, f"the documents of {name!r} hold their text under {text}")
+        )
+    return found
+
+
+def _llm_looking(observation: Observation, rules: MappingRules) -> bool:
+    if observation.get("type") in _NOT_LLM_TYPES:
+        return False
+    metadata = decode(observation.get("metadata"))
+    modelled = isinstance(metadata, Mapping) and any(k in metadata for k in _MODEL_KEYS)
+    if not modelled and not _LLM_NAME.search(as_str(observation.get("name")) or ""):
+        return False
+    text, _ = answer_of(observation.get("output"), rules)
+    if text and text.strip():
+        return True
+    output = decode(observation.get("output"))
+    return isinstance(output, Mapping) and text_key(output) is not None
+
+
+def _answer_proposal(observation: Observation) -> Proposal | None:
+    output = decode(observation.get("output"))
+    if isinstance(output, list):
+        output = next((item for item in output if isinstance(item, Mapping)), None)
+    if not isinstance(output, Mapping):
+        return None
+    key = text_key(output)
+    if key is None:
+        return None
+    name = as_str(observation.get("name")) or "(unnamed)"
+    return Proposal(
+        "answer_keys", key, f"the generation {name!r} holds its answer under output.{key}"
+    )
+
+
+def proposals(
+    observations: Sequence[Observation], result: Explained, rules: MappingRules
+) -> list[Proposal]:
+    """What [mapping] values would read this trace better (nothing when none would)."""
+    outcome = result.result
+    if isinstance(outcome, Skip):
+        reason = outcome.reason
+        if reason == "no_generation":
+            candidates = [o for o in observations if _llm_looking(o, rules)]
+            if not candidates:
+                return []
+            chosen = max(candidates, key=_start)
+            name = as_str(chosen.get("name"))
+            if name is None:
+                return []
+            return [
+                Proposal(
+                    "generation_names",
+                    name,
+                    f"{name!r} ({chosen.get('type')}) looks like the LLM call but is no GENERATION",
+                )
+            ]
+        if reason == "no_answer_text":
+            step = _step(result, "answer")
+            generation = _by_id(observations, step.observation_id if step else None)
+            answer = _answer_proposal(generation) if generation is not None else None
+            return [answer] if answer is not None and answer.value not in rules.answer_keys else []
+        if reason == "malformed_sources":
+            # Every retriever passed over, the latest first: the first one a key reads.
+            for step in result.steps:
+                observation = _by_id(observations, step.observation_id)
+                if step.part == "sources" and observation is not None:
+                    documents = _document_proposals(observation, rules)
+                    if documents:
+                        return documents
+            return []
+        if reason == "citations_without_sources":
+            step = _step(result, "answer")
+            generation = _by_id(observations, step.observation_id if step else None)
+            if generation is None:
+                return []
+            before = [
+                o for o in observations if o is not generation and _start(o) <= _start(generation)
+            ]
+            for observation in sorted(before, key=_start, reverse=True):
+                documents = _document_proposals(observation, rules)
+                if documents:
+                    return documents
+        return []
+    return _refinements(observations, result, outcome.question, outcome.sources, rules)
+
+
+def _refinements(
+    observations: Sequence[Observation],
+    result: Explained,
+    question: str,
+    sources: Sequence[Any],
+    rules: MappingRules,
+) -> list[Proposal]:
+    """A scored trace read short: an empty question, sources without scores or ids."""
+    found: list[Proposal] = []
+    question_step = _step(result, "question")
+    root = _by_id(observations, question_step.observation_id if question_step else None)
+    if not question.strip() and root is not None:
+        value = decode(root.get("input"))
+        key = text_key(value) if isinstance(value, Mapping) else None
+        if key is not None and key not in rules.question_keys:
+            found.append(
+                Proposal("question_keys", key, f"the root holds its question under input.{key}")
+            )
+    sources_step = _step(result, "sources")
+    retriever = _by_id(observations, sources_step.observation_id if sources_step else None)
+    if retriever is None or not sources:
+        return found
+    output = decode(retriever.get("output"))
+    items = output
+    if isinstance(output, Mapping):
+        items = next(
+            (output[k] for k in rules.sources_keys if isinstance(output.get(k), list)), None
+        )
+    if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
+        return found
+    name = as_str(retriever.get("name")) or "(unnamed)"
+    if all(s.score is None for s in sources):
+        key = _number_key(items, None)
+        if key is not None and key not in rules.score_keys:
+            found.append(
+                Proposal("score_keys", key, f"the documents of {name!r} hold a score under {key}")
+            )
+    if all(s.chunk_id is None for s in sources):
+        key = _number_key(items, "id")
+        if key is not None and key not in rules.chunk_id_keys:
+            found.append(
+                Proposal("chunk_id_keys", key, f"the documents of {name!r} hold an id under {key}")
+            )
+    return found
+
+
+# -- the sample, per name ---------------------------------------------------------------
+
+
+@dataclass
+class NameReport:
+    """One trace name of the sample."""
+
+    name: str
+    traces: int = 0
+    answers: int = 0
+    scored: int = 0
+    skips: Counter[str] = field(default_factory=Counter)
+    found: dict[str, Counter[str]] = field(default_factory=dict)  # part -> rule -> traces
+    # (part, rule) -> `name (TYPE)` of the observation it read -> traces
+    found_at: dict[tuple[str, str], Counter[str]] = field(default_factory=dict)
+    proposals: list[Proposal] = field(default_factory=list)
+    notes: Counter[str] = field(default_factory=Counter)  # skips no mapping key cures
+    scored_after: int | None = None  # with the suggestion
+
+    @property
+    def skipped(self) -> int:
+        return sum(self.skips.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    """A [mapping] that reads more of the sample, tried on it."""
+
+    mapping: dict[str, list[str]]  # the keys it changes, each its whole new list
+    proposals: tuple[Proposal, ...]
+    scored_before: int
+    scored_after: int
+    lost: tuple[str, ...]  # trace ids scored before and not with it
+    toml: str  # the [mapping] block to paste (every key that differs from the default)
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    traces: int
+    names: tuple[NameReport, ...]
+    suggestion: Suggestion | None
+    partial: int = 0  # traces left out: their root was not in the window read
+    hook: bool = False  # a mapping hook builds the records: the convention is not used
+
+    @property
+    def answers(self) -> int:
+        return sum(n.answers for n in self.names)
+
+    @property
+    def scored(self) -> int:
+        return sum(n.scored for n in self.names)
+
+    @property
+    def skips(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for report in self.names:
+            total.update(report.skips)
+        return total
+
+    @property
+    def answers_skipped(self) -> int:
+        return sum(n.answers - n.scored for n in self.names)
+
+
+def _explain_all(traces: Traces, rules: MappingRules) -> dict[str, Explained]:
+    return {trace_id: explain_trace(trace_id, obs, rules) for trace_id, obs in traces.items()}
+
+
+def _scored(results: Mapping[str, Explained]) -> set[str]:
+    return {t for t, r in results.items() if not isinstance(r.result, Skip)}
+
+
+def _with(
+    mapping: dict[str, list[str]],
+    additions: Iterable[Proposal],
+    rules: MappingRules,
+    generation_names: Sequence[str],
+) -> bool:
+    """Add proposals to `mapping` (whole lists, from `rules`); whether anything changed."""
+    changed = False
+    for proposal in additions:
+        if proposal.key not in mapping:
+            current = list(getattr(rules, proposal.key))
+            if proposal.key == "generation_names" and not current:
+                # Names replace types: the generations read today must stay generations.
+                current = list(generation_names)
+            mapping[proposal.key] = current
+        if proposal.value not in mapping[proposal.key]:
+            mapping[proposal.key].append(proposal.value)
+            changed = True
+    return changed
+
+
+def _most_common(found: Iterable[Proposal]) -> list[Proposal]:
+    """Per key, the value most traces asked for (ties: the first seen)."""
+    counted = Counter((p.key, p.value) for p in found)
+    best: dict[str, tuple[str, int]] = {}
+    why: dict[tuple[str, str], str] = {}
+    for proposal in found:
+        why.setdefault((proposal.key, proposal.value), proposal.why)
+    for (key, value), count in counted.items():
+        if key not in best or count > best[key][1]:
+            best[key] = (value, count)
+    return [Proposal(key, value, why[(key, value)]) for key, (value, _) in best.items()]
+
+
+def mapping_toml(rules: MappingRules) -> str:
+    """The `[mapping]` block giving `rules`: every list key that differs from the default,
+    one line each (a JSON array of strings is a TOML array of basic strings)."""
+    default = MappingRules()
+    lines = ["[mapping]"]
+    for key in MAPPING_KEYS:
+        if getattr(rules, key) != getattr(default, key):
+            lines.append(f"{key} = {json.dumps(list(getattr(rules, key)), ensure_ascii=False)}")
+    return "\n".join(lines) + "\n"
+
+
+def discover(traces: Traces, rules: MappingRules, rules_with: RulesWith) -> Discovery:
+    """The sample per trace name, and a [mapping] suggestion tried on it (or None)."""
+    results = _explain_all(traces, rules)
+    reports: dict[str, NameReport] = {}
+    generation_names: list[str] = []
+    for trace_id, observations in traces.items():
+        result = results[trace_id]
+        report = reports.setdefault(trace_name(observations), NameReport(trace_name(observations)))
+        report.traces += 1
+        looks = answer_looking(observations, result, rules)
+        report.answers += looks
+        for observation in observations if looks else ():
+            name = as_str(observation.get("name"))
+            if name and is_generation(observation, rules) and name not in generation_names:
+                generation_names.append(name)
+        if isinstance(result.result, Skip):
+            report.skips[result.result.reason] += 1
+        else:
+            report.scored += 1
+        for part in PARTS:
+            step = _step(result, part)
+            if step is not None:
+                rule = rule_of(step)
+                report.found.setdefault(part, Counter())[rule] += 1
+                report.found_at.setdefault((part, rule), Counter())[observation_of(step)] += 1
+    if rules.hook is not None:
+        return Discovery(len(traces), _ordered(reports), None, hook=True)
+
+    merged: dict[str, list[str]] = {}
+    chosen: list[Proposal] = []
+    for name, report in reports.items():
+        group = {t: o for t, o in traces.items() if trace_name(o) == name}
+        mapping: dict[str, list[str]] = {}
+        group_results = {t: results[t] for t in group}
+        for _round in range(4):  # one key may uncover the next (a name, then its answer key)
+            current = rules_with(mapping) if mapping else rules
+            found = [
+                p
+                for t, observations in group.items()
+                for p in proposals(observations, group_results[t], current)
+            ]
+            best = _most_common(found)
+            if not _with(mapping, best, current, generation_names):
+                break
+            report.proposals += [p for p in best if p not in report.proposals]
+            group_results = _explain_all(group, rules_with(mapping))
+        for result in group_results.values():
+            if isinstance(result.result, Skip) and result.result.reason in FIXABLE:
+                report.notes[f"{result.result.reason}: {result.result.detail}"] += 1
+        if report.proposals:
+            _with(merged, report.proposals, rules, generation_names)
+            chosen += report.proposals
+    if not merged:
+        return Discovery(len(traces), _ordered(reports), None)
+    after_rules = rules_with(merged)
+    after = _explain_all(traces, after_rules)
+    for name, report in reports.items():
+        report.scored_after = sum(
+            1
+            for t, o in traces.items()
+            if trace_name(o) == name and not isinstance(after[t].result, Skip)
+        )
+    before_ids, after_ids = _scored(results), _scored(after)
+    suggestion = Suggestion(
+        mapping=merged,
+        proposals=tuple(chosen),
+        scored_before=len(before_ids),
+        scored_after=len(after_ids),
+        lost=tuple(sorted(before_ids - after_ids)),
+        toml=mapping_toml(after_rules),
+    )
+    return Discovery(len(traces), _ordered(reports), suggestion)
+
+
+def _ordered(reports: Mapping[str, NameReport]) -> tuple[NameReport, ...]:
+    return tuple(sorted(reports.values(), key=lambda r: (-r.traces, r.name)))
+
+
+def rules_from_settings(settings: Settings) -> RulesWith:
+    """MappingRules from [mapping] keys the way the config builds them (validated)."""
+    from observer.config import MappingSettings
+
+    def rules_with(mapping: Mapping[str, list[str]]) -> MappingRules:
+        section = MappingSettings(**{**settings.mapping.model_dump(), **mapping})
+        return settings.model_copy(update={"mapping": section}).mapping_rules()
+
+    return rules_with
+
+
+# -- rendering ----------------------------------------------------------------------------
+
+
+def _reasons(skips: Counter[str], top: int | None = None) -> str:
+    return ", ".join(f"{reason} {count}" for reason, count in skips.most_common(top))
+
+
+def discovery_lines(discovery: Discovery, window: str) -> list[str]:
+    """The discovery for a person reading a terminal."""
+    d = discovery
+    lines = [
+        f"observer discover: {d.traces} traces ({window}), {d.answers} answers, "
+        f"{d.scored} scored"
+        + (f", {sum(d.skips.values())} skipped ({_reasons(d.skips)})" if d.skips else "")
+    ]
+    if d.partial:
+        lines.append(
+            f"  {d.partial} traces left out: their root observation was not in the window read"
+        )
+    if d.hook:
+        lines.append("  mapping.hook builds the records: the default convention is not used")
+    for report in d.names:
+        lines += [
+            "",
+            f"{report.name}: {report.traces} traces, {report.answers} answers, "
+            f"{report.scored} scored"
+            + (f", {report.skipped} skipped ({_reasons(report.skips)})" if report.skips else ""),
+        ]
+        for part in PARTS:
+            counted = report.found.get(part)
+            for rank, (rule, count) in enumerate((counted or Counter()).most_common(2)):
+                label = part if rank == 0 else ""
+                at = report.found_at[(part, rule)]
+                source = at.most_common(1)[0][0]
+                others = f" and {len(at) - 1} more" if len(at) > 1 else ""
+                lines.append(
+                    f"  {label:<9} {rule}  [{count}/{report.traces}, from {source}{others}]"
+                )
+            if counted and len(counted) > 2:
+                lines.append(f"  {'':<9} ... and {len(counted) - 2} other rules")
+        for proposal in report.proposals:
+            lines.append(f"  suggest   {proposal.key} + {proposal.value!r}: {proposal.why}")
+        if report.scored_after is not None and report.proposals:
+            lines.append(f"  tried     scored {report.scored} -> {report.scored_after}")
+        for note, count in report.notes.most_common(3):
+            lines.append(f"  no mapping key reads {count}: {note} (a mapping.hook can)")
+    suggestion = d.suggestion
+    if suggestion is None:
+        if not d.hook:
+            lines += ["", "no [mapping] suggestion: the default convention reads what it can here"]
+        return lines
+    lines += [
+        "",
+        f"suggested [mapping], tried on this sample: scored {suggestion.scored_before} -> "
+        f"{suggestion.scored_after} of {d.traces} traces",
+    ]
+    if suggestion.lost:
+        lines.append(
+            f"  careful: {len(suggestion.lost)} traces scored before no longer would: "
+            + ", ".join(suggestion.lost[:5])
+        )
+    lines += [
+        "paste it into your config file (in place of its [mapping] section, if it has one):",
+        "",
+        suggestion.toml.rstrip("\n"),
+    ]
+    return lines
+
+
+def discovery_json(discovery: Discovery, window: str) -> dict[str, Any]:
+    """The discovery as one JSON object (`observer discover --json`)."""
+    suggestion = discovery.suggestion
+    return {
+        "window": window,
+        "traces": discovery.traces,
+        "answers": discovery.answers,
+        "scored": discovery.scored,
+        "skips": dict(discovery.skips.most_common()),
+        "partial": discovery.partial,
+        "hook": discovery.hook,
+        "names": [
+            {
+                "name": r.name,
+                "traces": r.traces,
+                "answers": r.answers,
+                "scored": r.scored,
+                "skipped": r.skipped,
+                "skips": dict(r.skips.most_common()),
+                "found": {
+                    part: [
+                        {
+                            "rule": rule,
+                            "traces": count,
+                            "observations": dict(r.found_at[(part, rule)].most_common()),
+                        }
+                        for rule, count in counted.most_common()
+                    ]
+                    for part, counted in r.found.items()
+                },
+                "proposals": [{"key": p.key, "value": p.value, "why": p.why} for p in r.proposals],
+                "unreadable": dict(r.notes.most_common()),
+                "scored_after": r.scored_after,
+            }
+            for r in discovery.names
+        ],
+        "suggestion": None
+        if suggestion is None
+        else {
+            "mapping": suggestion.mapping,
+            "scored_before": suggestion.scored_before,
+            "scored_after": suggestion.scored_after,
+            "lost": list(suggestion.lost),
+            "toml": suggestion.toml,
+        },
+    }
+
+
+def check_rows(discovery: Discovery, window: str) -> list[tuple[str, str]]:
+    """`observer check`'s few lines of it: traces, answers, scored, skips, the hint."""
+    d = discovery
+    rows = [
+        (
+            "traces read",
+            f"{d.traces:,} traces in {window}, {d.answers:,} answers, {d.scored:,} scored",
+        )
+    ]
+    if d.skips:
+        rows.append(("skipped", f"{sum(d.skips.values()):,} ({_reasons(d.skips, 4)})"))
+    share = d.answers_skipped / d.answers if d.answers else 0.0
+    if d.suggestion is not None or share > HINT_SKIP_SHARE:
+        rows.append(
+            (
+                "hint",
+                f"{d.answers_skipped:,} of {d.answers:,} answers skipped: run `observer discover` "
+                "to see why, and the [mapping] that reads them",
+            )
+        )
+    return rows
+
+
+# -- reading the sample ----------------------------------------------------------------
+
+
+def since_start(text: str, now: datetime) -> datetime:
+    """`--since`: a duration back from `now` (`1h`, `30m`, `2d`) or an ISO-8601 time."""
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        moment = parse_time(text)
+        if moment is None:
+            raise ValueError(
+                f"not a duration or an ISO-8601 time: {text!r} (use e.g. 30m, 1h, 2d, "
+                "2026-11-28T00:00:00Z)"
+            ) from None
+        return moment
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    traces: dict[str, list[dict[str, Any]]]
+    partial: int = 0
+
+
+def read_sample(source: LangfuseSource, start: datetime, end: datetime, limit: int) -> Sample:
+    """The newest `limit` traces with their root in [start, end), a page at a time.
+
+    Pages come newest first, so a trace is complete once its root has been read;
+    reading stops after the page where the `limit`-th root showed. Traces whose
+    root was not read (it started before the window) are left out, counted."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    rooted: list[str] = []
+    for page in source.pages(start, end):
+        for observation in page:
+            trace_id = str(observation.get("traceId"))
+            found.setdefault(trace_id, []).append(observation)
+            if observation.get("isRootObservation") and trace_id not in rooted:
+                rooted.append(trace_id)
+        if len(rooted) >= limit:
+            break
+    kept = rooted[:limit]
+    return Sample({t: found[t] for t in kept}, partial=len(set(found) - set(rooted)))
+
+
+def sample_from_file(path: Path, start: datetime | None, limit: int) -> Sample:
+    """The newest `limit` traces of a file of observations (root at or after `start`)."""
+    traces = read_traces_file(path)
+
+    def root_start(observations: Sequence[Observation]) -> datetime | None:
+        root = find_root(observations)
+        return parse_time(root.get("startTime")) if root is not None else None
+
+    starts = {t: root_start(o) for t, o in traces.items()}
+    kept = [t for t in traces if start is None or ((s := starts[t]) is not None and s >= start)]
+    kept.sort(key=lambda t: starts[t] or _EARLIEST, reverse=True)
+    return Sample({t: traces[t] for t in kept[:limit]})
