@@ -411,8 +411,10 @@ def check(config_path: str | None, state_path: str | None) -> None:
     for key, value in outcome.rows:
         table.add_row(key, value)
     if outcome.reachable:
+        from rich.markup import escape
+
         for key, value in _recent_summary(settings):
-            table.add_row(key, value)
+            table.add_row(key, escape(value))
     code = outcome.exit_code
     console.print(table)
     raise SystemExit(code)
@@ -440,7 +442,7 @@ CHECK_TRACES = 200
 
 
 def _at_most(traces: dict[str, Any], limit: int) -> str:
-    return f" (the newest {limit})" if len(traces) >= limit else ""
+    return f", the newest {limit}" if len(traces) >= limit else ""
 
 
 def _langfuse_read(settings: Settings, read: Callable[[LangfuseSource], T]) -> T:

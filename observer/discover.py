@@ -403,6 +403,7 @@ class NameReport:
     found_at: dict[tuple[str, str], Counter[str]] = field(default_factory=dict)
     proposals: list[Proposal] = field(default_factory=list)
     notes: Counter[str] = field(default_factory=Counter)  # skips no mapping key cures
+    examples: dict[str, str] = field(default_factory=dict)  # skip reason -> a trace id
     scored_after: int | None = None  # with the suggestion
 
     @property
@@ -520,6 +521,7 @@ def discover(traces: Traces, rules: MappingRules, rules_with: RulesWith) -> Disc
                 generation_names.append(name)
         if isinstance(result.result, Skip):
             report.skips[result.result.reason] += 1
+            report.examples.setdefault(result.result.reason, trace_id)
         else:
             report.scored += 1
         for part in PARTS:
@@ -636,6 +638,8 @@ def discovery_lines(discovery: Discovery, window: str) -> list[str]:
             lines.append(f"  suggest   {proposal.key} + {proposal.value!r}: {proposal.why}")
         if report.scored_after is not None and report.proposals:
             lines.append(f"  tried     scored {report.scored} -> {report.scored_after}")
+        for reason, trace_id in report.examples.items():
+            lines.append(f"  see       observer explain {trace_id}  (a {reason} skip)")
         for note, count in report.notes.most_common(3):
             lines.append(f"  no mapping key reads {count}: {note} (a mapping.hook can)")
     suggestion = d.suggestion
@@ -693,6 +697,7 @@ def discovery_json(discovery: Discovery, window: str) -> dict[str, Any]:
                 },
                 "proposals": [{"key": p.key, "value": p.value, "why": p.why} for p in r.proposals],
                 "unreadable": dict(r.notes.most_common()),
+                "examples": r.examples,
                 "scored_after": r.scored_after,
             }
             for r in discovery.names

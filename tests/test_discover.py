@@ -333,6 +333,7 @@ def test_discover_reads_the_last_hour_and_its_printed_block_works_pasted(
     assert "reply-bot: 3 traces, 3 answers, 0 scored, 3 skipped (no_answer_text 3)" in out
     assert "suggest   answer_keys + 'reply': the generation 'llm' holds its answer" in out
     assert "tried     scored 0 -> 3" in out
+    assert re.search(r"see       observer explain reply-bot-\d  \(a no_answer_text skip\)", out)
     assert f"scored 4 -> {ANSWERS} of {TRACES} traces" in out
     assert "rag-query" not in out  # the demo's traces are days old
     config = tmp_path / "observer.toml"
@@ -404,7 +405,7 @@ def test_check_prints_the_last_hours_summary_and_the_hint(
     assert re.search(
         r"skipped\s+│ 11 \(malformed_sources 3, no_answer_text 3, no_generation 3", out
     )
-    assert "run `observer discover` to see why" in out
+    assert "run `observer discover` to see why, and the [mapping] that reads them" in out
     assert "the last list of documents before the generation, of any type" in out
 
 
