@@ -17,12 +17,17 @@ Per rule and group, a state machine::
 
 Fewer than `min_samples` samples in the window is no verdict: the state is
 held as it is and never pages.
+
+A signal with a detail (`skipped`, whose rows name their `skip_reason`) has
+its most frequent detail among the window's true samples told with every
+event and firing group (`Top`): what a person must look at first.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -66,6 +71,15 @@ class Example:
 
 
 @dataclass(frozen=True, slots=True)
+class Top:
+    """The most frequent detail among a window's true samples: `count` of `of` of them."""
+
+    value: str
+    count: int
+    of: int
+
+
+@dataclass(frozen=True, slots=True)
 class AlertState:
     """What survives between evaluations (and restarts) for one rule and group."""
 
@@ -93,6 +107,7 @@ class AlertEvent:
     samples: int
     since: float  # when the alert started (for a resolve: when it had started firing)
     examples: tuple[Example, ...] = ()
+    top: Top | None = None  # the window's most frequent detail (the top skip reason)
 
     @property
     def notify(self) -> bool:
@@ -106,6 +121,8 @@ class Evaluation:
     capped: int = 0  # groups left out by max_groups
     # The worst traces of every firing group (alerts re-posted while firing link them too).
     examples: dict[GroupKey, tuple[Example, ...]] = field(default_factory=dict)
+    # The most frequent detail of every firing group, for a signal with one.
+    tops: dict[GroupKey, Top] = field(default_factory=dict)
 
 
 def aggregate(name: str, values: Sequence[float]) -> float:
@@ -175,11 +192,16 @@ def evaluate(
         found = samples.get(group, [])
         state, transition = step(rule, states.get(group, AlertState()), found, at)
         result.states[group] = state
+        top = (
+            top_detail(rule, found) if transition is not None or state.status == "firing" else None
+        )
         if state.status == "firing":
             result.examples[group] = worst(rule, found)
+            if top is not None:
+                result.tops[group] = top
         if transition is not None:
             examples = result.examples.get(group) or worst(rule, found)
-            result.events.append(make_event(rule, group, state, transition, at, examples))
+            result.events.append(make_event(rule, group, state, transition, at, examples, top))
     return result
 
 
@@ -201,6 +223,7 @@ def make_event(
     transition: tuple[Transition, str, str | None, float],
     at: float,
     examples: tuple[Example, ...],
+    top: Top | None = None,
 ) -> AlertEvent:
     """The event of a transition `step` (or `decide`) returned, in the state it left."""
     kind, severity, previous, since = transition
@@ -215,7 +238,29 @@ def make_event(
         samples=state.samples,
         since=since,
         examples=examples,
+        top=top,
     )
+
+
+def top_detail(rule: WindowRule, found: Sequence[tuple[float, Row]]) -> Top | None:
+    """The most frequent detail (`SignalInfo.detail`) among the true samples, ties by name;
+    None for a signal without one, or when no true sample names one."""
+    detail = rule.expression.info.detail
+    if detail is None or not rule.expression.is_flag:
+        return None
+    counts: Counter[str] = Counter()
+    flagged = 0
+    for value, row in found:
+        if value != 1.0:
+            continue
+        flagged += 1
+        told = row.values.get(detail)
+        if isinstance(told, str):
+            counts[told] += 1
+    if not counts:
+        return None
+    named, count = min(counts.items(), key=lambda item: (-item[1], item[0]))
+    return Top(named, count, flagged)
 
 
 def worst(rule: WindowRule, found: Sequence[tuple[float, Row]]) -> tuple[Example, ...]:
@@ -393,5 +438,6 @@ def replay(
         total.states = step_result.states
         total.events.extend(step_result.events)
         total.examples = step_result.examples
+        total.tops = step_result.tops
         total.capped = step_result.capped
     return total

@@ -3,12 +3,21 @@
 One row per scored trace: the event time (the answer generation's start),
 ids, environment, query type, and every signal value alert rules can read.
 The judge's values are merged into the same row when they arrive.
+
+An answer-looking trace that was skipped (it has a generation, but the
+mapping could not read it: `no_answer_text`, `malformed_sources`, ...) gets a
+row too, holding only `skipped = true` and its `skip_reason`: no rule on a
+signal of answers finds a sample in it, and `skipped` is the share of such
+traces among scored and skipped ones (`skip_rate_high`, mapping drift).
+Traces that are not answers (`no_generation`, `no_root`, the judge's, the
+observer's own, those filtered out) get none.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Final
 
 from observer.alerts.engine import Row
 from observer.alerts.rules import Value
@@ -18,11 +27,24 @@ from observer.resolver.core import ResolverFindings
 from observer.telemetry.metrics import NO_QUERY_TYPE
 from observer.times import parse_time
 
+# Skip reasons of traces that are not answers: no history row, never a sample of `skipped`.
+NOT_ANSWERS: Final = frozenset({"no_root", "no_generation", "own_trace", "judge_environment"})
+
+
+def answer_looking(reason: str) -> bool:
+    """A trace skipped for `reason` had a generation: an answer observer could not read.
+
+    Every reason counts but those of traces without an answer (`NOT_ANSWERS`) and the
+    ones a filter left out (`filtered_*`): a new reason of the mapping counts by default.
+    """
+    return reason not in NOT_ANSWERS and not reason.startswith("filtered_")
+
 
 def signal_values(signals: Signals) -> dict[str, Value]:
     cites = signals.citations
     numeric = signals.numeric
     return {
+        "skipped": False,
         "confidence": signals.confidence,
         "citation_coverage": cites.coverage,
         "rerank_top1": signals.rerank_top1,
@@ -72,4 +94,24 @@ def trace_row(record: RagRecord, values: Mapping[str, Value], fallback_time: dat
         project_id=record.project_id,
         environment=record.environment or "default",
         query_type=record.query_type or NO_QUERY_TYPE,
+    )
+
+
+def skip_row(
+    trace_id: str,
+    reason: str,
+    at: datetime,
+    environment: str | None,
+    project_id: str | None = None,
+) -> Row | None:
+    """The row of a skipped trace (at its root's start), or None when it is no answer."""
+    if not answer_looking(reason):
+        return None
+    return Row(
+        at=at.timestamp(),
+        values={"skipped": True, "skip_reason": reason},
+        trace_id=trace_id,
+        project_id=project_id,
+        environment=environment or "default",
+        query_type=NO_QUERY_TYPE,
     )

@@ -6,10 +6,19 @@ import hashlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from observer.alerts.engine import AlertEvent, Example, GroupKey, Row
+from observer.alerts.engine import AlertEvent, Example, GroupKey, Row, Top
 from observer.alerts.model import Notification, NotificationKind, NotificationState, Severity
 from observer.alerts.rules import TraceRule, WindowRule
 from observer.times import format_duration, iso
+
+# What to do first, by the signal a firing rule watches.
+ADVICE: dict[str, str] = {
+    "skipped": (
+        "The traces may have changed shape (an instrumentation upgrade?): run "
+        "`observer discover` to see what observer finds in them and the [mapping] "
+        "that reads them; `observer explain TRACE_ID` shows one trace."
+    ),
+}
 
 
 def dedup_key(rule: str, group: GroupKey) -> str:
@@ -43,6 +52,15 @@ def _moment(at: float) -> datetime:
 
 def _number(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4g}"
+
+
+def _detail(rule: WindowRule) -> str:
+    return (rule.expression.info.detail or "").replace("_", " ")
+
+
+def top_text(rule: WindowRule, top: Top) -> str:
+    """`top skip reason no_answer_text (41 of 52)`: the window's most frequent detail."""
+    return f"top {_detail(rule)} {top.value} ({top.count} of {top.of})"
 
 
 def window_notification(
@@ -88,6 +106,16 @@ def window_notification(
             f"({event.samples} samples); page {rule.op} {rule.threshold:g}{warn}. "
             f"Severity {level} since {iso(_moment(event.since))}."
         )
+        if event.top is not None:
+            top = event.top
+            summary += f", {top_text(rule, top)}"
+            description += (
+                f" Top {_detail(rule)}: {top.value}, {top.count} of the {top.of} "
+                f"{rule.expression.signal} traces in the window."
+            )
+        advice = ADVICE.get(rule.expression.signal)
+        if advice is not None:
+            description += f" {advice}"
     key = dedup_key(rule.name, event.group)
     transition = state or event.transition
     return Notification(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
@@ -30,6 +30,9 @@ class SignalInfo:
     kind: Kind
     categories: tuple[str, ...] = ()
     pipeline: bool = False  # a sample of the daemon itself, not of a trace
+    # A row value beside the signal that says what is behind a true flag (the skip
+    # reason of a skipped trace): a message names the most frequent one in the window.
+    detail: str | None = None
 
 
 SIGNALS: Mapping[str, SignalInfo] = {
@@ -51,6 +54,9 @@ SIGNALS: Mapping[str, SignalInfo] = {
     "missing_chunks": SignalInfo(Kind.NUMBER),
     "stale_citations": SignalInfo(Kind.NUMBER),
     "citation_concentration": SignalInfo(Kind.NUMBER),
+    # An answer-looking trace (it has a generation) that was skipped: true on a skip row,
+    # false on every scored trace's row (mapping drift, DESIGN §6).
+    "skipped": SignalInfo(Kind.FLAG, detail="skip_reason"),
     "lag_s": SignalInfo(Kind.NUMBER, pipeline=True),
     "scores_dropped": SignalInfo(Kind.NUMBER, pipeline=True),
 }
@@ -68,6 +74,17 @@ Aggregate = Literal["mean", "rate", "count", "p50", "p95", "min", "max"]
 AGGREGATES: tuple[str, ...] = ("mean", "rate", "count", "p50", "p95", "min", "max")
 NoData = Literal["keep", "ok", "alert"]
 GROUP_LABELS = ("environment", "query_type")
+
+
+def row_keys(signals: Collection[str]) -> set[str]:
+    """The row values a read of `signals` needs: each signal, and the detail beside it."""
+    keys = set(signals)
+    for name in signals:
+        info = SIGNALS.get(name)
+        if info is not None and info.detail is not None:
+            keys.add(info.detail)
+    return keys
+
 
 _EXPRESSION = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(?:(>=|<=|==|!=|>|<)\s*(\S+)\s*)?$")
 
@@ -279,6 +296,7 @@ def _window(
     window_s: float,
     min_samples: int,
     for_s: float = 120.0,
+    group_by: tuple[str, ...] = GROUP_LABELS,
 ) -> WindowRule:
     return WindowRule(
         name=name,
@@ -290,11 +308,14 @@ def _window(
         window_s=window_s,
         min_samples=min_samples,
         for_s=for_s,
+        group_by=group_by,
     )
 
 
 def default_window_rules() -> tuple[WindowRule, ...]:
-    """The rules that apply when none is configured (all per environment and query type)."""
+    """The rules that apply when none is configured (per environment and query type; the
+    share of answer-looking traces skipped per environment: a change of trace shape shows
+    in every query type at once, and a skipped trace has none)."""
     return (
         _window("faithfulness_low", "faithfulness", "mean", "<", 0.80, 0.85, 1800, 20),
         _window("ungrounded_rate_high", "ungrounded", "rate", ">", 0.05, 0.03, 900, 50),
@@ -307,6 +328,17 @@ def default_window_rules() -> tuple[WindowRule, ...]:
         _window("judge_error_rate_high", "judge_error", "rate", ">", 0.20, 0.10, 1800, 10),
         _window("scores_dropped", "scores_dropped", "count", ">", 0, None, 900, 1, for_s=0),
         _window("stale_citation_rate", "stale_citations > 0", "rate", ">", 0.05, 0.02, 1800, 50),
+        _window(
+            "skip_rate_high",
+            "skipped",
+            "rate",
+            ">",
+            0.50,
+            0.20,
+            1800,
+            50,
+            group_by=("environment",),
+        ),
     )
 
 

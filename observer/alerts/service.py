@@ -468,6 +468,7 @@ class AlertService:
                 samples=state.samples,
                 since=state.since or now.timestamp(),
                 examples=result.examples.get(group, ()),
+                top=result.tops.get(group),
             )
             notification = window_notification(rule, event, self.base_url, now)
             # Only the latest re-post of a group is worth sending: it replaces one waiting.

@@ -22,6 +22,10 @@ leave, never recomputed over the window:
 - min, max, and the bounds a mean is clamped to: monotonic deques;
 - p50, p95: a sorted list (bisect), read by rank as `quantile` reads one.
 
+The examples and the top detail (`engine.top_detail`) are looked for only
+where they are told: in an event, and for the groups firing after the last
+point.
+
 Pure: no clock, no I/O.
 """
 
@@ -38,11 +42,13 @@ from observer.alerts.engine import (
     Example,
     GroupKey,
     Row,
+    Top,
     decide,
     in_scope,
     make_event,
     quantile,
     ranked,
+    top_detail,
     worst,
 )
 from observer.alerts.rules import WindowRule
@@ -313,6 +319,7 @@ def _point(
     ordered = ranked(groups, states, {g: len(w) for g, w in windows.items()})
     fresh: dict[GroupKey, AlertState] = {}
     examples: dict[GroupKey, tuple[Example, ...]] = {}
+    tops: dict[GroupKey, Top] = {}
     for group in ordered[:max_groups]:
         window = windows.get(group)
         if window is None:
@@ -324,12 +331,17 @@ def _point(
         # The worst traces are only looked for where they are told: in an event, and for
         # the groups firing after the last point.
         if transition is not None or (final and state.status == "firing"):
-            found = worst(rule, list(window.found) if window is not None else [])
+            held = list(window.found) if window is not None else []
+            found = worst(rule, held)
+            top = top_detail(rule, held)
             if transition is not None:
-                total.events.append(make_event(rule, group, state, transition, at, found))
+                total.events.append(make_event(rule, group, state, transition, at, found, top))
             if final and state.status == "firing":
                 examples[group] = found
+                if top is not None:
+                    tops[group] = top
     total.states = fresh
     if final:
         total.examples = examples
+        total.tops = tops
         total.capped = max(0, len(ordered) - max_groups)

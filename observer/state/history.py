@@ -1,5 +1,10 @@
 """The signal history: one row per scored trace, and the daemon's own samples.
 
+A trace that looks like an answer but was skipped has a row too, with only
+`skipped` and its `skip_reason` (`observer.alerts.history.skip_row`): no
+rule on a signal of answers finds a sample there. A read of `skipped` keeps
+`skip_reason` beside it (a signal's detail, `rules.row_keys`).
+
 What every alert window, `observer alerts status` and `observer alerts
 backtest` read, so they agree with each other and survive restarts. A
 re-scored trace replaces its row; the judge's values are merged into it.
@@ -21,7 +26,7 @@ from typing import Any
 import orjson
 
 from observer.alerts.engine import Row
-from observer.alerts.rules import Value
+from observer.alerts.rules import Value, row_keys
 from observer.state.db import Database
 
 HISTORY_SCHEMA = """
@@ -92,7 +97,8 @@ class History:
                 write_row(db, row)
 
     def merge(self, trace_id: str, values: Mapping[str, Value]) -> Row | None:
-        """Add values (the judge's) to a trace's row; the updated row, or None if unknown."""
+        """Add values (the judge's) to a trace's row; the updated row, or None if unknown
+        or skipped since (a judge result of a trace no longer scored is no answer's)."""
         with self._file.transaction() as db:
             found = db.execute(
                 "SELECT trace_id, at, project_id, environment, query_type, signals "
@@ -102,6 +108,8 @@ class History:
             if found is None:
                 return None
             row = _row(found, None, {})
+            if row.values.get("skipped") is True:
+                return None
             merged = {**row.values, **{k: v for k, v in values.items() if v is not None}}
             updated = Row(
                 row.at, merged, row.trace_id, row.project_id, row.environment, row.query_type
@@ -172,6 +180,8 @@ def read_rows(
     skip_empty: bool = False,
 ) -> list[Row]:
     """`History.rows` on `db`; `skip_empty` leaves out trace rows with none of `keys`."""
+    if keys is not None:
+        keys = row_keys(keys)
     labels: dict[str, str] = {}
     rows: list[Row] = []
     if traces:

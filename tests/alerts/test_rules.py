@@ -448,6 +448,8 @@ DEFAULTS = [
     ("scores_dropped", "scores_dropped", "count", ">", 0, None, 900, 1, 0),
     # With a citation resolver: the share of looked-up traces citing a re-written chunk.
     ("stale_citation_rate", "stale_citations > 0", "rate", ">", 0.05, 0.02, 1800, 50, 120),
+    # Mapping drift: the share of answer-looking traces skipped (per environment only).
+    ("skip_rate_high", "skipped", "rate", ">", 0.50, 0.20, 1800, 50, 120),
 ]
 
 
@@ -477,6 +479,8 @@ def test_default_window_rule(
     )
     assert (found.window_s, found.min_samples, found.for_s) == (window_s, min_samples, for_s)
     assert (found.repeat_s, found.no_data, found.notify) == (4 * 3600, "keep", ())
+    groups = ("environment",) if name == "skip_rate_high" else ("environment", "query_type")
+    assert found.group_by == groups
     assert check_window_rule(found) is found
 
 

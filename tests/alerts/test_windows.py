@@ -3,10 +3,10 @@
 `replay` (evaluate every point over its whole window) is the reference; the
 property below draws histories with every kind of value a rule reads (flags,
 categories, numbers that do not add up exactly in floating point, values
-missing), rules of every aggregate, expression, grouping and filter, states
-left by an earlier evaluation, and evaluation points (in order, repeated,
-sometimes going back), and demands the same events, states, examples and
-capped count.
+missing, the rows of skipped traces with their reasons), rules of every
+aggregate, expression, grouping and filter, states left by an earlier
+evaluation, and evaluation points (in order, repeated, sometimes going back),
+and demands the same events, states, examples, top details and capped count.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ T0 = 1_764_000_000.0
 ENVIRONMENTS = ("production", "staging")
 QUERY_TYPES = ("billing", "howto", "none")
 # Values whose float sums depend on the order of additions, and plain ones.
+REASONS = ("no_answer_text", "malformed_sources", "too_large")
 TRICKY = (0.1, 0.2, 0.3, 0.7, 0.8, 1 / 3, 2 / 3, 1e-9, 1e9, 0.0, 1.0, 0.5, 0.85, 0.95)
 
 numbers = st.one_of(
@@ -40,14 +41,20 @@ def trace_rows(draw: st.DrawFn, count: int) -> list[Row]:
     rows = []
     for i in range(count):
         values: dict[str, float | str | bool | None] = {}
-        if draw(st.booleans()):
-            values["ungrounded"] = draw(st.booleans())
-        if draw(st.integers(0, 3)):
-            values["faithfulness"] = draw(numbers)
-        if draw(st.booleans()):
-            values["confidence_band"] = draw(st.sampled_from(["HIGH", "MEDIUM", "LOW"]))
-        if draw(st.booleans()):
-            values["invalid_citations"] = float(draw(st.integers(0, 3)))
+        if draw(st.integers(0, 3)) == 0:
+            # An answer-looking trace skipped: its row holds the flag and its reason only.
+            values = {"skipped": True, "skip_reason": draw(st.sampled_from(REASONS))}
+        else:
+            if draw(st.booleans()):
+                values["skipped"] = False
+            if draw(st.booleans()):
+                values["ungrounded"] = draw(st.booleans())
+            if draw(st.integers(0, 3)):
+                values["faithfulness"] = draw(numbers)
+            if draw(st.booleans()):
+                values["confidence_band"] = draw(st.sampled_from(["HIGH", "MEDIUM", "LOW"]))
+            if draw(st.booleans()):
+                values["invalid_citations"] = float(draw(st.integers(0, 3)))
         rows.append(
             Row(
                 at=T0 + draw(st.integers(0, 3600)) + draw(st.sampled_from([0.0, 0.5, 0.25])),
@@ -72,7 +79,13 @@ def histories(draw: st.DrawFn) -> list[Row]:
 
 
 EXPRESSIONS = {
-    "rate": ["ungrounded", "confidence_band == LOW", "invalid_citations > 0", "faithfulness < 0.5"],
+    "rate": [
+        "ungrounded",
+        "confidence_band == LOW",
+        "invalid_citations > 0",
+        "faithfulness < 0.5",
+        "skipped",
+    ],
     "number": ["faithfulness", "invalid_citations", "lag_s"],
 }
 
@@ -140,6 +153,7 @@ def check_same(
     assert got.events == expected.events
     assert got.states == expected.states
     assert got.examples == expected.examples
+    assert got.tops == expected.tops
     assert got.capped == expected.capped
 
 

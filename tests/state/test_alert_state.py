@@ -90,6 +90,43 @@ def test_merge_into_an_unknown_trace_is_none(state: State) -> None:
     assert state.history.rows(0, math.inf) == []
 
 
+def skipped(trace_id: str, at: float, reason: str = "no_answer_text") -> Row:
+    return Row(
+        at=at,
+        values={"skipped": True, "skip_reason": reason},
+        trace_id=trace_id,
+        project_id="proj",
+        environment="production",
+        query_type="none",
+    )
+
+
+def test_a_read_of_skipped_keeps_its_reason_and_other_reads_leave_skip_rows_out(
+    state: State,
+) -> None:
+    scored = trace("t1", T0 + 10, ungrounded=True, skipped=False)
+    state.history.put_many([scored, skipped("t2", T0 + 20)])
+    assert state.history.rows(T0, T0 + 100, {"skipped"}) == [
+        trace("t1", T0 + 10, skipped=False),
+        skipped("t2", T0 + 20),
+    ]
+    reader = state.history.reader()
+    try:
+        # The evaluator's reads: a rule on a signal of answers never sees a skip row.
+        assert reader.rows(T0, T0 + 100, {"ungrounded"}, samples=False) == [
+            trace("t1", T0 + 10, ungrounded=True)
+        ]
+        assert [r.trace_id for r in reader.rows(T0, T0 + 100, {"skipped"})] == ["t1", "t2"]
+    finally:
+        reader.close()
+
+
+def test_the_judge_merges_nothing_into_a_trace_skipped_since(state: State) -> None:
+    state.history.put(skipped("t1", T0 + 10))
+    assert state.history.merge("t1", {"faithfulness": 0.2, "judge_error": False}) is None
+    assert state.history.rows(T0, T0 + 100) == [skipped("t1", T0 + 10)]
+
+
 @pytest.mark.parametrize(
     ("start", "end", "expected"),
     [
