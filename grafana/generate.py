@@ -733,6 +733,31 @@ def pipeline_health() -> dict[str, Any]:
             "Failed pushes, retried later: rate_limited (429), auth (401/403), unreachable.",
             [query(rate_by("observer_score_push_errors_total", "kind"), "{{kind}}")],
         ),
+        graph(
+            "Trace to score",
+            "From a trace's last activity (its latest observation) to Langfuse's "
+            "acknowledgement of its scores (observer_trace_to_score_seconds): p50, p95 and the "
+            "mean. Normal is about source.settle_s + source.poll_interval_s (50 s by default); "
+            "minutes mean a backlog in the outbox or a Langfuse outage.",
+            [
+                query(
+                    quantile(0.5, "observer_trace_to_score_seconds", selector=PIPELINE), "p50", "A"
+                ),
+                query(
+                    quantile(0.95, "observer_trace_to_score_seconds", selector=PIPELINE),
+                    "p95",
+                    "B",
+                ),
+                query(
+                    f"sum(rate(observer_trace_to_score_seconds_sum{{{PIPELINE}}}[{RATE}]))\n"
+                    f"/ sum(rate(observer_trace_to_score_seconds_count{{{PIPELINE}}}[{RATE}]))",
+                    "mean",
+                    "C",
+                ),
+            ],
+            unit="s",
+            width=24,
+        ),
     ]
     langfuse: list[PanelBuilder] = [
         graph(

@@ -4,9 +4,12 @@
 I/O, so a page's new and changed traces can go to the citation resolver
 together before any is recorded. `record` then writes what changed: a trace
 still changing waits (and holds the watermark at its root), a skip is
-recorded once with its reason, an unchanged trace pushes nothing, and a new
-or changed one gets its scores, fingerprint and signal-history row in one
-transaction. It returns the `Outcome` the pass counts.
+recorded once with its reason (and, when it looked like an answer, a
+signal-history row saying so, for `skip_rate_high`), an unchanged trace
+pushes nothing, and a new or changed one gets its scores (with its last
+activity, for `observer_trace_to_score_seconds`), fingerprint and
+signal-history row in one transaction. It returns the `Outcome` the pass
+counts.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import orjson
 import structlog
 
-from observer.alerts.history import resolver_values, signal_values, trace_row
-from observer.mapping.convention import MappingRules, Skip, map_trace
+from observer.alerts.history import resolver_values, signal_values, skip_row, trace_row
+from observer.mapping.convention import MappingRules, Skip, find_root, map_trace
 from observer.model import RagRecord, Signals
 from observer.resolver.core import ResolverFindings
 from observer.resolver.scores import resolver_score_events
@@ -111,6 +114,9 @@ class Prepared:
     signals: Signals | None = None
     fingerprint: str | None = None  # None: unchanged since the last pass
     findings: ResolverFindings | None = None
+    last_activity: datetime | None = None  # the latest time the trace shows (not after now)
+    environment: str | None = None  # a skipped trace's, from its root
+    project_id: str | None = None  # a skipped trace's, from its root
 
     @property
     def changed(self) -> bool:
@@ -186,7 +192,10 @@ class TraceRecorder:
             return Prepared(unsettled=True)
         mapped = map_trace(trace_id, observations, self.rules)
         if isinstance(mapped, Skip):
-            return Prepared(skip=mapped)
+            environment, project_id = _root_labels(observations)
+            return Prepared(
+                skip=mapped, last_activity=last, environment=environment, project_id=project_id
+            )
         if root_start is not None:
             mapped = replace(mapped, timestamp=iso(root_start))
         signals = compute(mapped, self.params)
@@ -194,8 +203,8 @@ class TraceRecorder:
             orjson.dumps(mapped) + self._params_digest.encode()
         ).hexdigest()
         if fingerprint == known:
-            return Prepared(record=mapped, signals=signals)
-        return Prepared(record=mapped, signals=signals, fingerprint=fingerprint)
+            return Prepared(record=mapped, signals=signals, last_activity=last)
+        return Prepared(record=mapped, signals=signals, fingerprint=fingerprint, last_activity=last)
 
     def record(
         self,
@@ -214,7 +223,7 @@ class TraceRecorder:
             self.metrics.traces.labels(outcome="unsettled").inc()
             return Outcome("unsettled")
         if prepared.skip is not None:
-            return self._skip(trace_id, prepared.skip, root_start, known, now, latest)
+            return self._skip(trace_id, prepared, root_start, known, now, latest)
         mapped, signals = prepared.record, prepared.signals
         assert mapped is not None and signals is not None
         if self.on_signals is not None:
@@ -246,6 +255,7 @@ class TraceRecorder:
                 basis=basis,
                 during=None if reservation is None else reservation.write,
                 latest=latest,
+                activity=prepared.last_activity,
             )
         except OutboxFull as error:
             self.metrics.traces.labels(outcome="deferred").inc()
@@ -279,18 +289,36 @@ class TraceRecorder:
     def _skip(
         self,
         trace_id: str,
-        skip: Skip,
+        prepared: Prepared,
         root_start: datetime,
         known: str | None,
         now: datetime,
         latest: datetime | None = None,
     ) -> Outcome:
+        """A skip, recorded once: counted, logged, its scores (if it had any) deleted, and
+        its history row (an answer-looking trace's) replacing the one it had."""
+        skip = prepared.skip
+        assert skip is not None
         fingerprint = f"skip:{skip.reason}:{hashlib.sha256(skip.detail.encode()).hexdigest()[:16]}"
         if fingerprint != known:  # else counted and logged when first seen
             self.metrics.traces.labels(outcome="skipped").inc()
             self.metrics.skips.labels(reason=skip.reason).inc()
             log.info("trace_skipped", trace_id=trace_id, reason=skip.reason, detail=skip.detail)
-            self.state.record_trace(trace_id, fingerprint, root_start, (), now, latest=latest)
+            row = skip_row(
+                trace_id, skip.reason, root_start, prepared.environment, prepared.project_id
+            )
+            self.state.record_trace(trace_id, fingerprint, root_start, (), now, row, latest=latest)
         elif latest is not None:
             self.state.note_latest(trace_id, latest)
         return Outcome("skipped", reason=skip.reason)
+
+
+def _root_labels(observations: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+    """(environment, project id) of a trace's root, as the mapping reads them; a trace
+    without a root has its first observation's."""
+    root = find_root(observations) or (observations[0] if observations else {})
+    environment, project_id = root.get("environment"), root.get("projectId")
+    return (
+        environment if isinstance(environment, str) and environment else None,
+        project_id if isinstance(project_id, str) and project_id else None,
+    )

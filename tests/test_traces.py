@@ -15,7 +15,7 @@ from observer.signals import SignalParams
 from observer.state import State
 from observer.telemetry.metrics import Metrics
 from observer.times import parse_time
-from observer.traces import Outcome, TraceRecorder
+from observer.traces import Outcome, TraceRecorder, last_activity
 from tests.daemon_helpers import demo_observations
 
 NOW = datetime(2026, 11, 29, tzinfo=UTC)
@@ -110,3 +110,84 @@ def test_a_pass_counts_every_outcome(outcome: Outcome, counted: dict[str, int], 
         assert getattr(result, name) == counted.get(name, 0), name
     assert result.hold == (root if held else None)
     assert result.skip_reasons == ({outcome.reason: 1} if outcome.reason else {})
+
+
+def answer_trace() -> tuple[str, list[dict[str, Any]]]:
+    return next((t, o) for t, o in demo_traces().items() if any(x["name"] == "answer" for x in o))
+
+
+def unreadable(observations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same trace after an instrumentation upgrade: an answer the mapping cannot read."""
+    return [
+        {**o, "output": {"parts": [{"kind": "text"}]}} if o.get("type") == "GENERATION" else o
+        for o in observations
+    ]
+
+
+def test_an_answer_looking_skip_gets_a_history_row_with_its_reason(tmp_path: Path) -> None:
+    state, metrics = State(tmp_path / "s.sqlite"), Metrics()
+    traces = recorder(state, metrics)
+    trace_id, observations = answer_trace()
+    root = root_start(observations)
+    try:
+        prepared = traces.prepare(trace_id, unreadable(observations), None, NOW, root)
+        outcome = traces.record(trace_id, prepared, root, None, NOW)
+        (row,) = state.history.rows(0, NOW.timestamp())
+    finally:
+        state.close()
+    assert outcome == Outcome("skipped", reason="no_answer_text")
+    assert row.values == {"skipped": True, "skip_reason": "no_answer_text"}
+    assert (row.trace_id, row.at, row.query_type) == (trace_id, root.timestamp(), "none")
+    root_observation = next(o for o in observations if o.get("isRootObservation"))
+    assert row.environment == root_observation.get("environment", "default")
+    assert row.project_id == root_observation.get("projectId")
+
+
+def test_a_skip_that_is_no_answer_gets_no_row(tmp_path: Path) -> None:
+    state = State(tmp_path / "s.sqlite")
+    traces = recorder(state, Metrics())
+    observations = [
+        {"traceId": "t" * 32, "id": "r", "isRootObservation": True, "type": "SPAN",
+         "startTime": "2026-11-28T10:00:00Z"}
+    ]  # fmt: skip
+    try:
+        prepared = traces.prepare("t" * 32, observations, None, NOW)
+        assert traces.record("t" * 32, prepared, NOW, None, NOW).reason == "no_generation"
+        assert state.history.rows(0, NOW.timestamp() + 1) == []
+    finally:
+        state.close()
+
+
+def test_a_scored_row_says_not_skipped_and_a_later_skip_replaces_it(tmp_path: Path) -> None:
+    state = State(tmp_path / "s.sqlite")
+    traces = recorder(state, Metrics())
+    trace_id, observations = answer_trace()
+    root = root_start(observations)
+    try:
+        prepared = traces.prepare(trace_id, observations, None, NOW, root)
+        traces.record(trace_id, prepared, root, None, NOW)
+        (scored,) = state.history.rows(0, NOW.timestamp())
+        known = state.fingerprint(trace_id)
+        changed = traces.prepare(trace_id, unreadable(observations), known, NOW, root)
+        traces.record(trace_id, changed, root, known, NOW)
+        (skipped,) = state.history.rows(0, NOW.timestamp())
+    finally:
+        state.close()
+    assert scored.values["skipped"] is False and "ungrounded" in scored.values
+    assert skipped.values == {"skipped": True, "skip_reason": "no_answer_text"}
+
+
+def test_the_scores_carry_the_traces_last_activity_to_the_outbox(tmp_path: Path) -> None:
+    state = State(tmp_path / "s.sqlite")
+    traces = recorder(state, Metrics())
+    trace_id, observations = answer_trace()
+    root = root_start(observations)
+    try:
+        prepared = traces.prepare(trace_id, observations, None, NOW, root)
+        assert prepared.last_activity == last_activity(observations, NOW)
+        assert prepared.last_activity is not None
+        traces.record(trace_id, prepared, root, None, NOW)
+        queued = [p.score for p in state.due(NOW.timestamp(), 1000)]
+        assert state.acknowledge(queued) == [(trace_id, prepared.last_activity.timestamp())]
+    finally:
+        state.close()

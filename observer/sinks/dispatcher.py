@@ -8,8 +8,11 @@ errors and 5xx back off exponentially (with jitter), a batch Langfuse refuses
 as a whole (400) is split to find the bad score, which alone is dropped and
 counted. The outbox also holds deletions (scores that no longer apply to their
 trace, DESIGN §4): sent as DELETEs, whose own rate limit holds only them.
-`flush(timeout_s)` sends what is due now; `shutdown(timeout_s)` is
-idempotent. The loop shape is `while not stop.wait(interval): tick()`.
+When Langfuse acknowledges the last of a trace's scores, the time from the
+trace's last activity (kept with them in the outbox) to that moment is
+observed once (`observer_trace_to_score_seconds`); scores dropped on the way
+are not an acknowledgement. `flush(timeout_s)` sends what is due now;
+`shutdown(timeout_s)` is idempotent. The loop shape is `while not stop.wait(interval): tick()`.
 """
 
 from __future__ import annotations
@@ -230,7 +233,11 @@ class Dispatcher:
             return None
         self.auth_failed = False
         self.last_error = None
-        self._state.acknowledge(batch, op)
+        delivered = self._state.acknowledge(batch, op)
+        now = self._clock()
+        for _trace_id, activity in delivered:
+            # A clock behind the trace's (Langfuse's, or the app's) is no negative latency.
+            self._metrics.trace_to_score.observe(max(0.0, now - activity))
         if op == "delete":
             self._metrics.scores_deleted.inc(result.accepted)
             log.info("scores_deleted", count=result.accepted, reason="no longer apply")

@@ -4,7 +4,10 @@ The outbox is what makes pushing fire-and-forget without losing anything: a
 trace's scores and its fingerprint are written in one transaction, the
 dispatcher posts from the outbox and deletes a score only once Langfuse has
 acknowledged it. A crash at any point leaves either the old state or the new
-one; a restart re-sends what was not acknowledged under the same ids.
+one; a restart re-sends what was not acknowledged under the same ids. A
+trace's scores carry its last activity (unix seconds) in the outbox, so the
+acknowledgement of the last of them tells how long the trace took from its
+last observation to its scores in Langfuse (`acknowledge`).
 
 The signal history (`history`) and the alert rules' state (`alerts`) live in
 the same file, in stores of their own.
@@ -48,6 +51,7 @@ CREATE TABLE IF NOT EXISTS outbox (
     last_error TEXT
 );
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_attempt, seq);
+CREATE INDEX IF NOT EXISTS outbox_trace ON outbox (trace_id);
 CREATE TABLE IF NOT EXISTS trace_scores (
     trace_id TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -64,7 +68,11 @@ BEGIN UPDATE counters SET value = value - 1 WHERE name = 'outbox'; END;
 
 # Older state files: the outbox held upserts only.
 _MIGRATIONS = {
-    "outbox": {"op": "ALTER TABLE outbox ADD COLUMN op TEXT NOT NULL DEFAULT 'upsert'"},
+    "outbox": {
+        "op": "ALTER TABLE outbox ADD COLUMN op TEXT NOT NULL DEFAULT 'upsert'",
+        # The trace's last activity (unix s) with the scores a pass wrote; NULL otherwise.
+        "activity": "ALTER TABLE outbox ADD COLUMN activity REAL",
+    },
     # The latest start time a trace showed when it was last handled (None: not known).
     "traces": {"latest": "ALTER TABLE traces ADD COLUMN latest TEXT"},
 }
@@ -220,6 +228,7 @@ class State:
         basis: str | None = None,
         during: Callable[[sqlite3.Connection], None] | None = None,
         latest: datetime | None = None,
+        activity: datetime | None = None,
     ) -> int:
         """Store the trace's fingerprint and its score set, atomically; scores deleted.
 
@@ -236,7 +245,7 @@ class State:
                 raise OutboxFull(
                     f"outbox holds {self._outbox_count(db)} scores (max {self.max_outbox})"
                 )
-            deleted = self._replace_set(db, trace_id, scores, basis)
+            deleted = self._replace_set(db, trace_id, scores, basis, activity)
             db.execute(
                 "INSERT INTO traces (trace_id, fingerprint, root_start, seen_at, latest) "
                 "VALUES (?, ?, ?, ?, ?) "
@@ -258,6 +267,7 @@ class State:
         trace_id: str,
         scores: Sequence[ScoreEvent],
         basis: str | None,
+        activity: datetime | None = None,
     ) -> int:
         names = {score.name for score in scores}
         stale = [
@@ -272,7 +282,7 @@ class State:
                 "DELETE FROM trace_scores WHERE trace_id = ? AND name = ?", (trace_id, score.name)
             )
         self._queue(db, stale, "delete")
-        self._queue(db, scores)
+        self._queue(db, scores, activity=activity)
         db.executemany(
             "INSERT INTO trace_scores (trace_id, name, payload, basis) VALUES (?, ?, ?, NULL) "
             "ON CONFLICT(trace_id, name) DO UPDATE SET payload = excluded.payload, basis = NULL",
@@ -285,7 +295,12 @@ class State:
         return int(row[0]) if row else 0
 
     def _queue(
-        self, db: sqlite3.Connection, scores: Sequence[ScoreEvent], op: Op = "upsert"
+        self,
+        db: sqlite3.Connection,
+        scores: Sequence[ScoreEvent],
+        op: Op = "upsert",
+        *,
+        activity: datetime | None = None,
     ) -> None:
         """Queue scores (or their deletion), each replacing what is queued under its id.
 
@@ -294,12 +309,15 @@ class State:
         if not scores:
             return
         seq = int(db.execute("SELECT COALESCE(MAX(seq), 0) FROM outbox").fetchone()[0])
+        moment = None if activity is None else activity.timestamp()
         db.executemany(
-            "INSERT INTO outbox (score_id, seq, trace_id, payload, op) VALUES (?, ?, ?, ?, ?) "
+            "INSERT INTO outbox (score_id, seq, trace_id, payload, op, activity) "
+            "VALUES (?, ?, ?, ?, ?, ?) "
             "ON CONFLICT(score_id) DO UPDATE SET payload = excluded.payload, "
-            "seq = excluded.seq, op = excluded.op, attempts = 0, next_attempt = 0",
+            "seq = excluded.seq, op = excluded.op, activity = excluded.activity, "
+            "attempts = 0, next_attempt = 0",
             [
-                (score.id, seq + index, score.trace_id, _payload(score), op)
+                (score.id, seq + index, score.trace_id, _payload(score), op, moment)
                 for index, score in enumerate(scores, start=1)
             ],
         )
@@ -367,14 +385,42 @@ class State:
             row = self._db.execute("SELECT MIN(next_attempt) FROM outbox").fetchone()
         return float(row[0]) if row and row[0] is not None else None
 
-    def acknowledge(self, scores: Sequence[ScoreEvent], op: Op = "upsert") -> None:
+    def acknowledge(
+        self, scores: Sequence[ScoreEvent], op: Op = "upsert"
+    ) -> list[tuple[str, float]]:
         """Langfuse has the scores (or deleted them): remove them from the outbox, unless
-        re-queued since with a newer value or another intent."""
+        re-queued since with a newer value or another intent.
+
+        Returns (trace id, last activity in unix seconds) of each trace whose scores a
+        pass queued are now all acknowledged, these among them: once per trace and
+        score set, however many batches carried it (none for deletions and for the
+        judge's scores, which carry no activity).
+        """
+        rows = [(score.id, _payload(score), op) for score in scores]
         with self._transaction() as db:
-            db.executemany(
-                "DELETE FROM outbox WHERE score_id = ? AND payload = ? AND op = ?",
-                [(score.id, _payload(score), op) for score in scores],
-            )
+            ended: dict[str, float] = {}
+            for row in rows:
+                found = db.execute(
+                    "SELECT trace_id, activity FROM outbox "
+                    "WHERE score_id = ? AND payload = ? AND op = ?",
+                    row,
+                ).fetchone()
+                if found is None:
+                    continue  # re-queued since, or acknowledged already
+                db.execute("DELETE FROM outbox WHERE score_id = ? AND payload = ? AND op = ?", row)
+                if found[1] is not None:
+                    trace_id, moment = str(found[0]), float(found[1])
+                    ended[trace_id] = max(moment, ended.get(trace_id, moment))
+            done = [
+                (trace_id, moment)
+                for trace_id, moment in ended.items()
+                if db.execute(
+                    "SELECT 1 FROM outbox WHERE trace_id = ? AND activity IS NOT NULL LIMIT 1",
+                    (trace_id,),
+                ).fetchone()
+                is None
+            ]
+        return done
 
     def retry_later(self, scores: Sequence[ScoreEvent], at_ts: float, error: str) -> None:
         with self._transaction() as db:

@@ -23,6 +23,9 @@ from observer import __version__
 from observer.model import Band, Grade, RagRecord, Signals
 
 RATIO_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
+# From a trace's last activity to its scores in Langfuse: the settle delay (20 s) plus a
+# poll interval (30 s) is the normal case; minutes mean a backlog, an hour an outage.
+TRACE_TO_SCORE_BUCKETS = (5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600)
 OTHER = "other"
 NO_QUERY_TYPE = "none"
 
@@ -36,12 +39,13 @@ SKIP_REASONS = (
     "own_trace",
     "filtered_environment",
     "filtered_name",
-    "filtered_tag",
+    "filtered_tags",
     "hook_error",
     "hook_skipped",
     "hook_invalid",
     "mapping_error",
     "too_large",
+    "citations_without_sources",
 )
 REQUEST_RESULTS = ("ok", "rate_limited", "unreachable", "auth_rejected", "rejected")
 DROP_REASONS = ("rejected", "outbox_full")
@@ -207,6 +211,13 @@ class Metrics:
         self._watermark: float | None = None
         self._clock: Callable[[], float] = time.time
         self.watermark_lag.set_function(self._lag)
+        self.trace_to_score = Histogram(
+            "observer_trace_to_score_seconds",
+            "From a trace's last activity (its latest observation time) to Langfuse's "
+            "acknowledgement of its scores",
+            buckets=TRACE_TO_SCORE_BUCKETS,
+            registry=r,
+        )
         self.pass_duration = Histogram(
             "observer_pass_duration_seconds",
             "Duration of one poll pass",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
+import sqlite3
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,47 @@ def test_requeued_score_is_not_lost_by_an_older_acknowledgement(tmp_path: Path) 
     state.record_trace("t1", "fp2", NOW, [score("a", 0.9)], NOW)  # changed while in flight
     state.acknowledge(sent)
     assert [p.score.value for p in state.due(0, 10)] == [0.9]
+
+
+def test_the_last_acknowledged_score_of_a_trace_tells_its_activity_once(tmp_path: Path) -> None:
+    state = State(tmp_path / "s.sqlite")
+    active = NOW - timedelta(seconds=42)
+    state.record_trace("t1", "fp", NOW, [score("a"), score("b")], NOW, activity=active)
+    state.record_trace("t2", "fp", NOW, [score("a", trace="t2")], NOW)  # no activity known
+    first, second = (p.score for p in state.due(0, 10) if p.score.trace_id == "t1")
+    assert state.acknowledge([first]) == []  # t1's b is still queued
+    assert state.acknowledge([second, score("a", trace="t2")]) == [("t1", active.timestamp())]
+    assert state.acknowledge([second]) == []  # already acknowledged: not told again
+    state.close()
+
+
+def test_a_rescore_in_flight_keeps_the_trace_open_until_its_new_scores_land(
+    tmp_path: Path,
+) -> None:
+    state = State(tmp_path / "s.sqlite")
+    state.record_trace("t1", "fp1", NOW, [score("a", 0.1)], NOW, activity=NOW)
+    sent = [p.score for p in state.due(0, 10)]
+    later = NOW + timedelta(seconds=60)
+    state.record_trace("t1", "fp2", NOW, [score("a", 0.9)], later, activity=later)
+    assert state.acknowledge(sent) == []  # the old value: the new one still waits
+    assert state.acknowledge([score("a", 0.9)]) == [("t1", later.timestamp())]
+    state.close()
+
+
+def test_an_outbox_of_an_older_version_gets_the_activity_column(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    state = State(path)
+    state.record_trace("t1", "fp", NOW, [score("a")], NOW, activity=NOW)
+    state.close()
+    with sqlite3.connect(path) as db:
+        db.execute("DROP INDEX outbox_trace")
+        db.execute("ALTER TABLE outbox DROP COLUMN activity")
+    again = State(path)
+    assert [p.score for p in again.due(0, 10)] == [score("a")]
+    assert again.acknowledge([score("a")]) == []  # queued before: no activity known
+    again.record_trace("t1", "fp2", NOW, [score("a", 0.7)], NOW, activity=NOW)
+    assert again.acknowledge([score("a", 0.7)]) == [("t1", NOW.timestamp())]
+    again.close()
 
 
 def test_retry_later_hides_scores_until_due(tmp_path: Path) -> None:
