@@ -2,10 +2,11 @@
 
 `discover` is pure: traces (observations grouped by trace id) and the mapping
 rules in, a `Discovery` out. Per trace name: how many traces, how many look
-like answers (they have a generation and are not the judge's, the
-observer's own or filtered out), how many the mapping scores, the skip
-reasons, and where the question, the answer and the sources were found (the
-most common rule of each part, from `explain_trace`'s steps).
+like answers (scored, or skipped with a generation: the traces
+`skip_rate_high` counts, `alerts.history.answer_looking`), how many the
+mapping scores, the skip reasons, and where the question, the answer and
+the sources were found (the most common rule of each part, from
+`explain_trace`'s steps).
 
 When the default convention cannot read a name's answers (`no_generation` on
 traces with an LLM-looking observation, `no_answer_text`,
@@ -33,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from observer.alerts.history import answer_looking as skipped_answer
 from observer.explain import read_traces_file
 from observer.mapping.convention import (
     Explained,
@@ -71,8 +73,6 @@ MAPPING_KEYS = (
 FIXABLE = frozenset(
     {"no_generation", "no_answer_text", "malformed_sources", "citations_without_sources"}
 )
-# Skips of traces that are no answers of the app's, whatever they hold.
-NOT_APP_ANSWERS = frozenset({"judge_environment", "own_trace", "no_root"})
 PARTS = ("question", "answer", "sources")
 # When the answer-looking traces skipped pass this share, `check` points to `discover`.
 HINT_SKIP_SHARE = 0.2
@@ -106,15 +106,11 @@ def is_generation(observation: Observation, rules: MappingRules) -> bool:
     return observation.get("type") in rules.generation_types
 
 
-def answer_looking(
-    observations: Sequence[Observation], result: Explained, rules: MappingRules
-) -> bool:
-    """It has a generation, and is neither the judge's, the observer's own nor filtered out."""
-    if isinstance(result.result, Skip):
-        reason = result.result.reason
-        if reason in NOT_APP_ANSWERS or reason.startswith("filtered_"):
-            return False
-    return any(is_generation(o, rules) for o in observations)
+def is_answer(result: Explained) -> bool:
+    """Scored, or skipped as a trace that had a generation: the answers `skip_rate_high`
+    counts (alerts.history.answer_looking), so discover's share is the alert's."""
+    outcome = result.result
+    return not isinstance(outcome, Skip) or skipped_answer(outcome.reason)
 
 
 def rule_of(step: Step) -> str:
@@ -513,7 +509,7 @@ def discover(traces: Traces, rules: MappingRules, rules_with: RulesWith) -> Disc
         result = results[trace_id]
         report = reports.setdefault(trace_name(observations), NameReport(trace_name(observations)))
         report.traces += 1
-        looks = answer_looking(observations, result, rules)
+        looks = is_answer(result)
         report.answers += looks
         for observation in observations if looks else ():
             name = as_str(observation.get("name"))
