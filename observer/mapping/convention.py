@@ -551,8 +551,8 @@ def _find_sources(
     generation whose output is a list of documents, of whatever type (a retriever, a
     reranker after it, an untyped function, a tool). A retriever met on the way back
     whose output is empty decides: no evidence (scored). One whose output is not such a
-    list is passed over, and the trace is malformed when no earlier observation holds
-    documents. None: no retrieval at all.
+    list is passed over for a retriever it is nested in that holds documents; the trace
+    is malformed when none does. None: no retrieval at all.
 
     With `retriever_names` configured, only observations of those names count.
     """
@@ -560,15 +560,21 @@ def _find_sources(
     earlier = [o for o in ordered if o is not generation and _start(o) <= generation_start]
     named = bool(rules.retriever_names)
     malformed: Skip | None = None
+    enclosing: set[str] = set()  # the ancestors of the malformed retriever
     for observation in reversed(earlier):
         if named and observation.get("name") not in rules.retriever_names:
             continue
         retriever = named or observation.get("type") in rules.retriever_types
         items, where = _document_list(observation.get("output"), rules)
-        if items and all(_is_document(item, rules) for item in items):
+        found_list = bool(items) and all(_is_document(item, rules) for item in items or ())
+        documents = () if found_list else openinference_documents(_metadata(observation))
+        nested = observation.get("id") in enclosing
+        if malformed is not None and (found_list or documents) and not nested:
+            return malformed  # an earlier step's documents, not what the model saw
+        if found_list:
+            assert items is not None
             _note(trail, "sources", f"{where}: {len(items)} documents", observation)
             return tuple(_source(item, rules) for item in items)
-        documents = openinference_documents(_metadata(observation))
         if documents:
             _note(
                 trail,
@@ -582,11 +588,28 @@ def _find_sources(
             if not isinstance(found, Skip):
                 _note(trail, "sources", "retriever output is empty: no evidence", observation)
                 return found
-            # Nested retrievers (LlamaIndex's retrieve around _retrieve): the outer may
-            # hold the documents the inner only shows as text. Malformed if none does.
-            malformed = malformed or found
+            if malformed is None:
+                # Nested retrievers (LlamaIndex's retrieve around _retrieve): the outer
+                # may hold the documents the inner only shows as text. Only a retriever
+                # it is nested in may stand in for it; else the trace is malformed.
+                malformed = found
+                enclosing = _ancestors(observation, ordered)
             _note(trail, "sources", f"passed over: {found.detail}", observation)
     return malformed
+
+
+def _ancestors(observation: Observation, observations: Sequence[Observation]) -> set[str]:
+    parents = {
+        o.get("id"): o.get("parentObservationId")
+        for o in observations
+        if isinstance(o.get("id"), str)
+    }
+    found: set[str] = set()
+    parent = observation.get("parentObservationId")
+    while isinstance(parent, str) and parent not in found:
+        found.add(parent)
+        parent = parents.get(parent)
+    return found
 
 
 def _map(

@@ -590,13 +590,19 @@ def test_an_openinference_reranker_gives_its_kept_documents_not_its_candidates()
         "attributes.reranker.output_documents.0.document.score": 0.91,
     }
     outer = obs("ret", "RETRIEVER", "00.300", output='["<NodeWithScore ...>"]', metadata=candidates)
-    inner = obs("inner", "RETRIEVER", "00.400", output='["<NodeWithScore ...>"]')
+    inner = obs(
+        "inner", "RETRIEVER", "00.400", output='["<NodeWithScore ...>"]', parentObservationId="ret"
+    )
     ranker = obs("rank", "SPAN", "00.600", output='["<NodeWithScore ...>"]', metadata=rerank)
     record = mapped(_with(outer, inner, ranker))
     assert [(s.text, s.chunk_id, s.score) for s in record.sources] == [("Kept.", "c2", 0.91)]
     # Without the reranker, the inner retriever's text output is passed over for the
-    # outer one's documents.
+    # documents of the outer one it is nested in; never for a step before it.
     assert [s.chunk_id for s in mapped(_with(outer, inner)).sources] == ["c0", "c1", "c2"]
+    sibling = dict(inner, parentObservationId=None)
+    assert map_trace("t1", _with(outer, sibling), RULES) == Skip(
+        "malformed_sources", "source 1 is a str, not an object"
+    )
     assert map_trace("t1", _with(inner), RULES) == Skip(
         "malformed_sources", "source 1 is a str, not an object"
     )
