@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import tempfile
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
@@ -789,11 +789,19 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
         disable=not show,
     )
 
+    judged = tokens = 0
+    errors: Counter[str] = Counter()
+
     def emit_first() -> None:
-        nonlocal failed
+        nonlocal failed, judged, tokens
         scored, findings, future = window.popleft()
         result = future.result()
-        failed += result.error is not None
+        tokens += result.tokens
+        if result.error is None:
+            judged += 1
+        else:
+            failed += 1
+            errors[result.error.split(":", 1)[0]] += 1
         out.write(dumps_line(judge_json(scored, result, findings)))
         progress.advance(task)
 
@@ -826,6 +834,19 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
     if resolver is not None:
         resolver.close()
     out.flush()
+    # The output lines say it per record; this says it at once, where a person looks.
+    summary = f"observer judge: {judged + failed} records, {judged} judged"
+    if failed:
+        reasons = ", ".join(f"{reason} {count}" for reason, count in errors.most_common())
+        summary += f", {failed} not judged ({reasons})"
+    summary += f", {tokens:,} tokens"
+    if bad:
+        summary += f", {bad} bad lines"
+    click.echo(summary, err=True)
+    if failed and not judged and set(errors) == {"unreachable"}:
+        endpoint = settings.judge.base_url or "the OpenAI API"
+        click.echo(f"observer: the judge endpoint could not be reached ({endpoint})", err=True)
+        raise SystemExit(app.EXIT_UNREACHABLE)
     if strict and (bad or failed):
         raise SystemExit(1)
 

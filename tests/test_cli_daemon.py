@@ -243,3 +243,39 @@ def test_judge_command_with_a_resolver_applies_the_funnel(
         assert decided and all(v["supported"] is None for v in decided)
         assert all(deleted in v["reason"] for v in decided)
     assert all(o["missing_chunks"] == [] for o in out.values() if o not in flagged)
+
+
+def test_judge_command_says_what_it_judged_on_stderr(
+    judge_stub: OpenAIStub, tmp_path: Path
+) -> None:
+    lines = (Path(__file__).parent.parent / "examples" / "records.jsonl").read_text()
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines.splitlines()[:5]) + "\nnot a record\n")
+    result = run(["judge", str(source)])
+    assert result.exit_code == 0, result.output
+    summary = result.stderr.strip().splitlines()[-1]
+    assert summary.startswith("observer judge: 5 records, 5 judged, ")
+    assert summary.endswith(" tokens, 1 bad lines") and " 0 tokens" not in summary
+
+
+def test_judge_command_against_an_unreachable_endpoint_exits_3_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OBSERVER_JUDGE_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    monkeypatch.setenv("OBSERVER_JUDGE_MODEL", "stub-judge")
+    monkeypatch.setenv("OBSERVER_JUDGE__MAX_RETRIES", "0")
+    lines = (Path(__file__).parent.parent / "examples" / "records.jsonl").read_text()
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(lines.splitlines()[:3]) + "\n")
+    for args in (["judge", str(source)], ["judge", "--strict", str(source)]):
+        result = run(args)
+        assert result.exit_code == 3, result.output
+        assert "observer judge: 3 records, 0 judged, 3 not judged (unreachable 3)" in result.stderr
+        assert f"could not be reached (http://127.0.0.1:{port}/v1)" in result.stderr
+        assert all(json.loads(line)["judge_error"] for line in result.stdout.splitlines())
