@@ -230,10 +230,29 @@ def _pass_table(title: str, result: PassResult, parts: app.Parts, extra: dict[st
     table.add_row("traces skipped", f"{result.skipped:,}" + (f" ({reasons})" if reasons else ""))
     if result.deferred:
         table.add_row("traces deferred (outbox full)", f"{result.deferred:,}")
+    metrics = parts.metrics
     table.add_row("scores queued", f"{result.scores:,}")
-    table.add_row(
-        "scores delivered", f"{int(parts.metrics.value('observer_scores_pushed_total')):,}"
-    )
+    if parts.judge is not None:
+        from observer.judge.outcome import JUDGE_SCORE_NAMES
+
+        judged = sum(
+            int(metrics.value("observer_judged_traces_total", result=result))
+            for result in ("judged", "abstained")
+        )
+        errors = int(metrics.value("observer_judged_traces_total", result="error"))
+        table.add_row(
+            "traces judged", f"{judged:,}" + (f" ({errors:,} judge errors)" if errors else "")
+        )
+        # Labelled `name`: Metrics.value's own first parameter, so asked of the registry.
+        judge_scores = sum(
+            metrics.registry.get_sample_value("observer_scores_enqueued_total", {"name": n}) or 0.0
+            for n in JUDGE_SCORE_NAMES
+        )
+        table.add_row("judge scores queued", f"{int(judge_scores):,}")
+    # Delivered counts the judge's scores, and any the outbox held from an earlier run.
+    delivered = int(metrics.value("observer_scores_pushed_total"))
+    note = " (the judge's included)" if parts.judge is not None else ""
+    table.add_row("scores delivered", f"{delivered:,}{note}")
     dropped = sum(
         parts.metrics.value("observer_scores_dropped_total", reason=r) for r in ("rejected",)
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -80,6 +81,27 @@ def test_run_once_scores_and_reports(fake: FakeLangfuse, tmp_path: Path) -> None
     assert result.exit_code == 0, result.output
     assert "traces scored" in result.stdout
     assert len(fake.scores) == DEMO.scores
+
+
+def test_run_once_with_the_judge_says_what_was_judged_and_what_was_delivered(
+    fake: FakeLangfuse, judge_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("OBSERVER_JUDGE__ENABLED", "true")
+    monkeypatch.setenv("OBSERVER_JUDGE__RATE", "1")
+    result = run(["run", "--once", "--state", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 0, result.output
+    rows = {
+        match.group(1): match.group(2)
+        for line in result.stdout.splitlines()
+        if (match := re.match(r"│ (\S.*?)\s*│ (.*?)\s*│$", line))
+    }
+    queued = int(rows["scores queued"].replace(",", ""))
+    judge_scores = int(rows["judge scores queued"].replace(",", ""))
+    judged = int(rows["traces judged"].split()[0])
+    assert judged > 0 and judge_scores > 0
+    # A fresh state file: everything delivered was queued by this run, the judge's too.
+    assert rows["scores delivered"] == f"{queued + judge_scores:,} (the judge's included)"
+    assert len(fake.live_scores()) == queued + judge_scores
 
 
 def test_run_once_without_keys_says_which_variables(

@@ -290,6 +290,8 @@ class JudgeService:
         scores = judge_score_events(record, result)
         try:
             self.state.enqueue(scores, basis)
+            for score in scores:  # counted as the pass counts its own
+                self.metrics.scores_enqueued.labels(name=score.name).inc()
         except OutboxFull:
             self.metrics.scores_dropped.labels(reason="outbox_full").inc(len(scores))
             log.error(
