@@ -920,23 +920,21 @@ def _when(at: float | None) -> str:
 @alerts.command("status")
 @_config_option
 @_state_option
-def alerts_status(config_path: str | None, state_path: str | None) -> None:
-    """Each rule and group: value, samples, state, severity and since when.
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def alerts_status(config_path: str | None, state_path: str | None, as_json: bool) -> None:
+    """Every rule and group: value, samples, state, severity and since when.
 
     Evaluated now over the stored signal history, from the state the daemon
-    saved; nothing is sent and nothing is saved.
+    saved; nothing is sent and nothing is saved. A rule with no data is listed
+    as such. Not on a terminal, the columns are plain and never wrap.
     """
-    from rich.table import Table
-
     _, service = _alert_service(config_path, state_path)
     try:
         statuses = service.status()
         watermark = service.state.watermark()
     finally:
         service.state.close()
-    table = Table(title="observer alerts status")
-    for column in ("rule", "group", "value", "samples", "state", "severity", "since"):
-        table.add_column(column, overflow="fold")
+    rows: list[dict[str, Any]] = []
     for item in statuses:
         s = item.state
         state: str = s.status
@@ -944,21 +942,79 @@ def alerts_status(config_path: str | None, state_path: str | None) -> None:
             state += " (no data)"
         elif s.samples < item.rule.min_samples:
             state += f" (under {item.rule.min_samples} samples)"
-        table.add_row(
-            item.rule.name,
-            _group(item.group),
-            "-" if s.value is None else f"{s.value:.4g}",
-            str(s.samples),
-            state,
-            s.severity or "-",
-            _when(s.since),
+        rows.append(
+            {
+                "rule": item.rule.name,
+                "group": dict(item.group),
+                "value": s.value,
+                "samples": s.samples,
+                "state": state,
+                "severity": s.severity,
+                "since": _when(s.since) if s.since is not None else None,
+            }
         )
+    listed = {row["rule"] for row in rows}
+    for rule in service.rules:  # no data is a state too
+        if rule.name not in listed:
+            rows.append(
+                {
+                    "rule": rule.name,
+                    "group": {},
+                    "value": None,
+                    "samples": 0,
+                    "state": "no data",
+                    "severity": None,
+                    "since": None,
+                }
+            )
+    ends = _when(watermark.timestamp()) if watermark else None
+    if as_json:
+        document = {
+            "window_rules": len(service.rules),
+            "trace_rules": len(service.trace_rules),
+            "watermark": ends,
+            "rules": rows,
+        }
+        click.echo(json.dumps(document, indent=2))
+        return
+    header = ("rule", "group", "value", "samples", "state", "severity", "since")
+    cells = [
+        (
+            row["rule"],
+            _group(tuple(row["group"].items())),
+            "-" if row["value"] is None else f"{row['value']:.4g}",
+            str(row["samples"]),
+            row["state"],
+            row["severity"] or "-",
+            row["since"] or "-",
+        )
+        for row in rows
+    ]
+    footer = (
+        f"{len(service.rules)} window rules, {len(service.trace_rules)} trace rules; "
+        f"windows end at the watermark {ends or '(none)'}"
+    )
+    if not sys.stdout.isatty():
+        # For grep and scripts: aligned columns, one row a line, never wrapped.
+        widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
+        for line in [header, *cells]:
+            click.echo(
+                "  ".join(
+                    cell.ljust(width) for cell, width in zip(line, widths, strict=True)
+                ).rstrip()
+            )
+        click.echo(footer)
+        return
+    from rich.table import Table
+
+    table = Table(title="observer alerts status")
+    for column in header:
+        table.add_column(column, overflow="fold")
+    for line in cells:
+        table.add_row(*line)
     console = _Console()
     console.print(table)
-    console.print(
-        f"{len(service.rules)} window rules, {len(service.trace_rules)} trace rules; "
-        f"windows end at the watermark {_when(watermark.timestamp()) if watermark else '(none)'}"
-    )
+    console.print(footer)
 
 
 @alerts.command("test")

@@ -206,6 +206,41 @@ def test_status_and_backtest_read_the_same_history(
     assert unknown.exit_code == 2 and "no window rule named 'x'" in unknown.output
 
 
+def test_status_lists_every_rule_in_plain_columns_and_as_json(
+    monkeypatch: pytest.MonkeyPatch, langfuse: FakeLangfuse, tmp_path: Path
+) -> None:
+    """A rule with no data is listed as such; piped, rows never wrap; --json for scripts."""
+    import json
+
+    from observer.alerts.rules import default_window_rules
+
+    start = stream_start()
+    langfuse.add_observations(packed_traces(start, spacing_s=5))
+    configure(monkeypatch, langfuse, OBSERVER_SOURCE__LOOKBACK_S="3600")  # the default rules
+    monkeypatch.setenv("COLUMNS", "80")
+    state = tmp_path / "s.sqlite"
+    cli = CliRunner()
+    assert cli.invoke(main, ["run", "--once", "--state", str(state)]).exit_code == 0
+    names = {rule.name for rule in default_window_rules()}
+    status = cli.invoke(main, ["alerts", "status", "--state", str(state)])
+    assert status.exit_code == 0, status.output
+    lines = status.stdout.splitlines()
+    assert lines[0].split() == ["rule", "group", "value", "samples", "state", "severity", "since"]
+    listed = {line.split()[0] for line in lines[1:-1]}
+    assert listed == names  # every rule, with data or not
+    assert any("no data" in line for line in lines[1:-1])
+    assert "│" not in status.stdout
+    assert all(line.split()[0] in names for line in lines[1:-1])  # nothing wrapped
+    document = json.loads(
+        cli.invoke(main, ["alerts", "status", "--json", "--state", str(state)]).stdout
+    )
+    assert document["window_rules"] == len(names)
+    assert {row["rule"] for row in document["rules"]} == names
+    with_data = [row for row in document["rules"] if row["samples"]]
+    assert with_data
+    assert any(row["group"].get("environment") == "production" for row in with_data)
+
+
 def test_alerts_test_sends_through_each_notifier_and_fails_on_a_dead_one(
     monkeypatch: pytest.MonkeyPatch, receiver: Receiver, tmp_path: Path
 ) -> None:
