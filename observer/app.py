@@ -30,6 +30,7 @@ from observer.alerts.engine import AlertEvent, evaluation_points, replay
 from observer.alerts.evaluator import AlertEvaluator
 from observer.alerts.model import Notification
 from observer.alerts.notifiers import Notifier, NotifyError
+from observer.alerts.notifiers.trial import TestOutcome, send_test
 from observer.alerts.rules import WindowRule
 from observer.alerts.service import AlertService
 from observer.config import ConfigError, Settings
@@ -683,20 +684,26 @@ def test_notification(sent_at: datetime) -> Notification:
     )
 
 
-def test_notifiers(settings: Settings, name: str | None = None) -> list[tuple[str, str | None]]:
-    """A test alert through each notifier (or the one named): (name, error or None)."""
+def test_notifiers(
+    settings: Settings, name: str | None = None, *, resolve_after_s: float | None = None
+) -> list[TestOutcome]:
+    """A test alert through each notifier (or the one named), ended as each notifier's
+    test ends (observer.alerts.notifiers.trial): per notifier `(name, error or None)`,
+    with `.sent` saying what it received (`sent, resolved`)."""
     notifiers = build_notifiers(settings)
     if name is not None and name not in notifiers:
         known = ", ".join(notifiers) or "none"
         raise ConfigError(f"no notifier named {name!r} (configured: {known})")
     delivery = Delivery(notifiers, Metrics(), max_attempts=2, base_s=0.5)
     try:
-        sent_at = now_utc()
-        return [
-            (each, delivery.send_now(each, test_notification(sent_at)))
-            for each in notifiers
-            if name is None or each == name
-        ]
+        return send_test(
+            delivery.send_now,
+            notifiers,
+            [each for each in notifiers if name is None or each == name],
+            test_notification(now_utc()),
+            now=now_utc,
+            resolve_after_s=resolve_after_s,
+        )
     finally:
         delivery.shutdown(1.0)
 

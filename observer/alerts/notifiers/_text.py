@@ -55,4 +55,8 @@ def group_text(notification: Notification) -> str:
 
 
 def state_word(notification: Notification) -> str:
-    return "RESOLVED" if notification.state == "resolved" else "FIRING"
+    """`FIRING` or `RESOLVED`; `TEST` (`TEST RESOLVED`) for `observer alerts test`'s alert."""
+    word = "RESOLVED" if notification.state == "resolved" else "FIRING"
+    if notification.kind == "test":
+        return "TEST" if notification.state == "firing" else "TEST RESOLVED"
+    return word

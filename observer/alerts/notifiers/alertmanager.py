@@ -15,6 +15,12 @@ does not leave an alert firing for ever once observer is gone; a watchdog on
 observer's own metrics is the way to learn that observer is down. A resolve
 is posted with `endsAt = ended_at` (in the past), which resolves it at once.
 
+The test alert (`observer alerts test`, kind `test`) carries the extra label
+`test="true"` and ends by itself: `endsAt = sent_at + test_ttl_s` (5 s), so
+it shows in Alertmanager for a few seconds and nothing stays open. The
+shipped deploy/alertmanager/alertmanager.yml routes `test="true"` to a
+receiver that delivers nowhere (`observer-test`), not to the tickets.
+
 Annotations: `summary`, `description`, `runbook_url` (when set) and
 `langfuse_url` (the first example trace, when any); `generatorURL` is the
 configured `generator_url`, else that first trace (Alertmanager's "Source").
@@ -26,18 +32,21 @@ import base64
 import json
 import re
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from observer.alerts.model import Notification
-from observer.alerts.notifiers import _http
+from observer.alerts.notifiers import TestEnd, _http
 from observer.alerts.notifiers._text import iso
 
 _LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DEFAULT_FIRING_TTL_S = 3600.0
+TEST_TTL_S = 5.0
+TEST_LABEL = ("test", "true")
 
 
 class AlertmanagerNotifier:
     kind = "alertmanager"
+    test_end: ClassVar[TestEnd] = "expires"
 
     def __init__(
         self,
@@ -49,14 +58,15 @@ class AlertmanagerNotifier:
         timeout_s: float = 10.0,
         firing_ttl_s: float = DEFAULT_FIRING_TTL_S,
         generator_url: str | None = None,
+        test_ttl_s: float = TEST_TTL_S,
     ) -> None:
         """`url` is Alertmanager's base URL (`http://alertmanager:9093`). `secret`, when set,
         is the basic-auth password of `username` (Alertmanager's own `--web.config.file`),
         or without a username a bearer token (an Alertmanager behind an auth proxy)."""
         self.name = name
         self._what = f"alertmanager notifier {name!r}"
-        if firing_ttl_s <= 0:
-            raise ValueError(f"{self._what}: firing_ttl_s must be positive")
+        if firing_ttl_s <= 0 or test_ttl_s <= 0:
+            raise ValueError(f"{self._what}: firing_ttl_s and test_ttl_s must be positive")
         self._endpoint = _http.check_url(self._what, url) + "/api/v2/alerts"
         self._secret = secret
         self._authorization: str | None = None
@@ -66,6 +76,7 @@ class AlertmanagerNotifier:
         elif secret:
             self._authorization = f"Bearer {secret}"
         self._firing_ttl = timedelta(seconds=firing_ttl_s)
+        self.test_ttl_s = test_ttl_s
         self._generator_url = generator_url
         self._client = _http.make_client(timeout_s)
 
@@ -95,6 +106,9 @@ class AlertmanagerNotifier:
             if value and _LABEL_NAME.fullmatch(key) and key not in labels:
                 labels[key] = value
         labels["service"] = "observer"
+        test = n.kind == "test"
+        if test:
+            labels[TEST_LABEL[0]] = TEST_LABEL[1]
 
         annotations = {"summary": n.summary, "description": n.description}
         if n.runbook_url:
@@ -103,7 +117,8 @@ class AlertmanagerNotifier:
             annotations["langfuse_url"] = n.trace_urls[0]
 
         resolved = n.state == "resolved"
-        ends = (n.ended_at or n.sent_at) if resolved else n.sent_at + self._firing_ttl
+        ttl = timedelta(seconds=self.test_ttl_s) if test else self._firing_ttl
+        ends = (n.ended_at or n.sent_at) if resolved else n.sent_at + ttl
         ends = max(ends, n.started_at)  # Alertmanager refuses an end before the start
 
         alert: dict[str, Any] = {

@@ -4,6 +4,8 @@ The incident is keyed by `dedup_key` = the notification's, stable for a rule
 and group, so re-triggers while firing update one incident and the resolve
 closes it. Severity: `page` -> `critical`, `warn` -> `warning`. The secret is
 the integration's routing key (sent in the body, as the API wants).
+The test alert (`observer alerts test`) is a `warning` trigger followed by
+its resolve (`test_end = "resolve"`): the incident opens and closes.
 
 The event has the shape the `pagerduty` package's `EventsApiV2Client`
 builds (`trigger(summary, source, dedup_key, severity, payload,
@@ -19,10 +21,10 @@ from, and stack under, observer's own retry policy.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from observer.alerts.model import Notification
-from observer.alerts.notifiers import _http
+from observer.alerts.notifiers import TestEnd, _http
 from observer.alerts.notifiers._text import condition, finite, group_text, iso
 
 DEFAULT_URL = (
@@ -34,6 +36,7 @@ _SUMMARY_CHARS = 1024  # the API refuses a longer payload.summary
 
 class PagerDutyNotifier:
     kind = "pagerduty"
+    test_end: ClassVar[TestEnd] = "resolve"
 
     def __init__(
         self,

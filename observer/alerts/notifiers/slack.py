@@ -9,6 +9,10 @@ The message is Block Kit: a header with state, severity and rule, the summary
 and description, fields (group, the measured value against the threshold,
 samples, window), links to up to five example traces and the runbook; plus
 a plain `text` for notifications and clients that show no blocks.
+
+The test alert (`observer alerts test`) is one message headed `🧪 TEST`,
+saying nothing is wrong; no resolved message follows (`test_end =
+"nothing"`): a channel keeps no open alert to close.
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ from __future__ import annotations
 import logging
 import math
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from slack_sdk.webhook import WebhookClient
 
 from observer.alerts.model import Notification
-from observer.alerts.notifiers import _http
+from observer.alerts.notifiers import TestEnd, _http
 from observer.alerts.notifiers._text import condition, duration, group_text, iso, state_word
 
 MAX_TRACE_LINKS = 5
@@ -37,6 +41,7 @@ _sdk_log.propagate = False
 
 class SlackNotifier:
     kind = "slack"
+    test_end: ClassVar[TestEnd] = "nothing"
 
     def __init__(self, name: str, secret: str, *, timeout_s: float = 10.0) -> None:
         """`secret` is the incoming webhook URL (`https://hooks.slack.com/services/...`)."""
@@ -80,7 +85,12 @@ def text(notification: Notification) -> str:
 def blocks(notification: Notification) -> list[dict[str, Any]]:
     """The Block Kit message (a list of block objects)."""
     n = notification
-    icon = "✅" if n.state == "resolved" else ("🔴" if n.severity == "page" else "🟠")
+    if n.kind == "test":
+        icon = "🧪"
+    elif n.state == "resolved":
+        icon = "✅"
+    else:
+        icon = "🔴" if n.severity == "page" else "🟠"
     header = f"{icon} {state_word(n)} · {n.severity} · {n.rule}"
     result: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": header[:_HEADER_CHARS]}},

@@ -19,6 +19,10 @@ Anything else is refused when the notifier is built, rather than signing
 with a key other implementations would derive differently. Without a secret
 the message goes out unsigned (id and timestamp headers only), for receivers
 that cannot verify.
+
+The test alert (`observer alerts test`) is a message of kind `test`, firing,
+then its resolved message with the same `dedup_key` (`test_end =
+"resolve"`): a receiver that opens something per dedup_key closes it again.
 """
 
 from __future__ import annotations
@@ -29,12 +33,12 @@ import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from standardwebhooks import Webhook
 
 from observer.alerts.model import Notification
-from observer.alerts.notifiers import _http
+from observer.alerts.notifiers import TestEnd, _http
 from observer.alerts.notifiers._text import finite, iso
 
 SECRET_PREFIX = "whsec_"
@@ -56,6 +60,7 @@ def signing_key(what: str, secret: str) -> bytes:
 
 class WebhookNotifier:
     kind = "webhook"
+    test_end: ClassVar[TestEnd] = "resolve"
 
     def __init__(
         self,
