@@ -11,7 +11,6 @@ import io
 import json
 import os
 import sys
-import tempfile
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -181,6 +180,9 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
         )
     if strict and summary.bad_lines:
         raise SystemExit(1)
+
+
+DEMO_STATE = "observer-demo.sqlite"
 
 
 def _state_option(func: F) -> F:
@@ -639,14 +641,21 @@ def _quiet_logging(settings: Settings) -> None:
     show_default=True,
     help="Where the scores are written (JSON lines).",
 )
-@_state_option
+@click.option(
+    "--state",
+    "state_path",
+    type=click.Path(dir_okay=False),
+    default=DEMO_STATE,
+    show_default=True,
+    help="The demo's own state file, apart from a real daemon's state.path.",
+)
 @_config_option
 @click.option(
     "--serve",
     is_flag=True,
     help="Then serve /metrics, /healthz and /readyz on the [http] port until Ctrl-C.",
 )
-def demo(out: str, state_path: str | None, config_path: str | None, serve: bool) -> None:
+def demo(out: str, state_path: str, config_path: str | None, serve: bool) -> None:
     """The daemon on bundled example traces: no Langfuse account or key needed.
 
     Runs the real pipeline (mapping, signals, dispatcher, state) over example
@@ -663,63 +672,85 @@ def demo(out: str, state_path: str | None, config_path: str | None, serve: bool)
 
     settings = _settings(config_path)
     configure_logging(settings.log.format, "warning")
-    with tempfile.TemporaryDirectory(prefix="observer-demo-") as scratch:
-        state = Path(state_path) if state_path else Path(scratch) / "demo.sqlite"
+    state = Path(state_path)
+    try:
+        outcome, parts = app.demo(settings, Path(out), state)
+    except (ConfigError, StateError) as error:
+        click.echo(f"observer: {error}", err=True)
+        raise SystemExit(app.EXIT_CONFIG) from None
+    console = _Console()
+    sink = parts.dispatcher.sink
+    written = sink.written if isinstance(sink, JsonlScoreSink) else 0
+    if outcome.passed is not None:
+        if written:
+            extra = {"scores written to": f"{out} ({written:,} scores)"}
+        else:
+            extra = {
+                "scores written": "none: every trace is unchanged since the last run on "
+                f"this state, which wrote its scores ({out} left as it was)"
+            }
+        console.print(
+            _pass_table("observer demo: bundled Langfuse traces", outcome.passed, parts, extra)
+        )
+    console.print(
+        summary_table(
+            parts.summary, title=f"signals of the {parts.summary.records} answer traces read"
+        )
+    )
+    console.print(_demo_next_steps(out, state_path))
+    if serve and outcome.exit_code == app.EXIT_OK:
         try:
-            outcome, parts = app.demo(settings, Path(out), state)
-        except (ConfigError, StateError) as error:
+            app.serve_until_stopped(
+                parts,
+                lambda url: console.print(
+                    f"\nserving {url}/metrics, /healthz, /readyz (Ctrl-C to stop)"
+                ),
+            )
+        except ConfigError as error:
+            parts.state.close()
             click.echo(f"observer: {error}", err=True)
             raise SystemExit(app.EXIT_CONFIG) from None
-        console = _Console()
-        sink = parts.dispatcher.sink
-        written = sink.written if isinstance(sink, JsonlScoreSink) else 0
-        if outcome.passed is not None:
-            if written:
-                extra = {"scores written to": f"{out} ({written:,} scores)"}
-            else:
-                extra = {
-                    "scores written": "none: every trace is unchanged since the last run on "
-                    f"this state, which wrote its scores ({out} left as it was)"
-                }
-            console.print(
-                _pass_table("observer demo: bundled Langfuse traces", outcome.passed, parts, extra)
-            )
-        console.print(
-            summary_table(
-                parts.summary, title=f"signals of the {parts.summary.records} answer traces read"
-            )
-        )
-        console.print(_demo_next_steps(out))
-        if serve and outcome.exit_code == app.EXIT_OK:
-            try:
-                app.serve_until_stopped(
-                    parts,
-                    lambda url: console.print(
-                        f"\nserving {url}/metrics, /healthz, /readyz (Ctrl-C to stop)"
-                    ),
-                )
-            except ConfigError as error:
-                parts.state.close()
-                click.echo(f"observer: {error}", err=True)
-                raise SystemExit(app.EXIT_CONFIG) from None
-        parts.state.close()
+    parts.state.close()
     if outcome.error:
         click.echo(f"observer: {outcome.error}", err=True)
     raise SystemExit(outcome.exit_code)
 
 
-def _demo_next_steps(out: str) -> str:
+def _self_command() -> str:
+    """How to run observer again, as this process was run: `observer` when that is on
+    PATH, else the path it was started by (`.venv/bin/observer` from the checkout)."""
+    import shutil
+
+    started = Path(sys.argv[0])
+    if started.name in ("__main__.py", "-m"):
+        return f"{_shown_path(Path(sys.executable))} -m observer"
+    on_path = shutil.which(started.name)
+    if on_path and Path(on_path).resolve() == started.resolve():
+        return started.name
+    return _shown_path(started)
+
+
+def _shown_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _demo_next_steps(out: str, state: str) -> str:
+    observer = _self_command()
     return "\n".join(
         [
             "",
             "[bold]Next[/bold]",
             f"  the scores Langfuse would get:  head -3 {out}",
-            "  score records of your own:      .venv/bin/observer score FILE.jsonl --summary",
+            f"  the alerts on the demo's history: {observer} alerts status --state {state}",
+            f"  score records of your own:      {observer} score FILE.jsonl --summary",
             "  then your own Langfuse:",
             "    export LANGFUSE_PUBLIC_KEY=pk-lf-... LANGFUSE_SECRET_KEY=sk-lf-...",
             "    export LANGFUSE_BASE_URL=https://cloud.langfuse.com",
-            "    .venv/bin/observer check",
-            "    .venv/bin/observer run --once",
+            f"    {observer} check",
+            f"    {observer} run --once",
             "  and in Langfuse, open a trace: the scores sit on its answer generation",
             "  (confidence, citation_coverage, crag_grade, ungrounded ...).",
         ]
@@ -962,7 +993,7 @@ def alerts_status(config_path: str | None, state_path: str | None, as_json: bool
                     "group": {},
                     "value": None,
                     "samples": 0,
-                    "state": "no data",
+                    "state": "ok (no data)",
                     "severity": None,
                     "since": None,
                 }

@@ -33,7 +33,10 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLangfuse]:
         yield server
 
 
-def test_demo_needs_no_account_and_writes_the_scores(tmp_path: Path) -> None:
+def test_demo_needs_no_account_and_writes_the_scores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # its state file lands in the current directory
     out = tmp_path / "scores.jsonl"
     result = run(["demo", "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -44,6 +47,30 @@ def test_demo_needs_no_account_and_writes_the_scores(tmp_path: Path) -> None:
     assert {s["name"] for s in scores} >= {"confidence", "crag_grade", "ungrounded"}
     assert len({s["id"] for s in scores}) == len(scores)
     assert "observer check" in result.stdout and "run --once" in result.stdout  # what next
+
+
+def test_the_demo_keeps_its_state_where_the_next_commands_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's commands after the Quickstart run as written on the demo's state."""
+    monkeypatch.chdir(tmp_path)
+    help_text = run(["demo", "--help"]).stdout
+    assert "observer-demo.sqlite" in help_text
+    result = run(["demo"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "observer-demo.sqlite").exists()
+    assert "alerts status --state observer-demo.sqlite" in " ".join(result.stdout.split())
+    status = run(["alerts", "status", "--state", "observer-demo.sqlite"])
+    assert status.exit_code == 0, status.output
+    assert "ungrounded_rate_high" in status.stdout
+    backtest = run(
+        ["alerts", "backtest", "--state", "observer-demo.sqlite", "--from", "2026-11-20T00:00:00Z"]
+    )
+    assert backtest.exit_code == 0, backtest.output
+    # A real daemon's state is never the demo's, even when the variable names one.
+    monkeypatch.setenv("OBSERVER_STATE__PATH", str(tmp_path / "real.sqlite"))
+    assert run(["demo"]).exit_code == 0
+    assert not (tmp_path / "real.sqlite").exists()
 
 
 def test_demo_rerun_on_one_state_reports_every_trace_unchanged(tmp_path: Path) -> None:

@@ -228,7 +228,7 @@ def test_status_lists_every_rule_in_plain_columns_and_as_json(
     assert lines[0].split() == ["rule", "group", "value", "samples", "state", "severity", "since"]
     listed = {line.split()[0] for line in lines[1:-1]}
     assert listed == names  # every rule, with data or not
-    assert any("no data" in line for line in lines[1:-1])
+    assert any("ok (no data)" in line for line in lines[1:-1])
     assert "│" not in status.stdout
     assert all(line.split()[0] in names for line in lines[1:-1])  # nothing wrapped
     document = json.loads(
