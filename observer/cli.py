@@ -156,7 +156,8 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
     """Compute the signals of RagRecord JSON lines (one object per line).
 
     Writes one JSON object per record to stdout, in input order. A line that is
-    not a valid record is reported on stderr as {"line": N, "error": "..."}
+    not a valid record is reported on stderr as {"line": N, "column": C,
+    "error": "..."} (column only when the error has one, such as broken JSON)
     and skipped.
     """
     from observer.output import dumps_line
@@ -381,13 +382,14 @@ def backfill(
 @_state_option
 def check(config_path: str | None, state_path: str | None) -> None:
     """Check the config, reach Langfuse, prove the keys, and show what will be read."""
+    # The configuration first: a bad one exits 2 before the Langfuse client is loaded.
+    settings = _settings(config_path)
     from rich.table import Table
 
     from observer import app
     from observer.scores import SIGNAL_SCORE_NAMES
     from observer.sources.langfuse import FIELDS
 
-    settings = _settings(config_path)
     rules = settings.mapping_rules()
     src = settings.source
     console = _Console()

@@ -33,3 +33,13 @@ def test_light_commands_load_no_client(args: list[str]) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == ""  # none of them was imported
+
+
+def test_check_with_a_bad_configuration_exits_before_loading_the_client() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OBSERVER_", "LANGFUSE_"))}
+    env["LANGFUSE_BASE_URL"] = "localhost:3000"
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, "check"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert "langfuse.base_url (LANGFUSE_BASE_URL)" in done.stderr
+    assert done.stdout.splitlines()[-1] == ""
