@@ -1037,16 +1037,26 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] | None = None) -> int
 # -- the demo -------------------------------------------------------------------
 
 
-def serve_until_stopped(parts: Parts, started: Callable[[str], None]) -> None:
-    """Serve the HTTP port of a finished run until SIGTERM/SIGINT (`demo --serve`)."""
-    parts.health.stale_after_s = None  # no poll loop to watch
-    parts.health.langfuse_answered()
-    server = start_http(parts.settings, parts.metrics, parts.health)
+def serve_until_stopped(
+    parts: Parts, started: Callable[[str], None], *, beat_s: float = 5.0
+) -> None:
+    """Serve the HTTP port of a finished run until SIGTERM/SIGINT (`demo --serve`).
+
+    The run read no Langfuse, so /readyz does not ask for it (ready: the run is done,
+    its lag and outbox judged as always); /healthz watches this serving loop, which
+    beats every `beat_s` while it serves (stale, as the daemon's, after three poll
+    intervals, at least 60 s)."""
+    health = parts.health
+    health.heartbeat_of = "the demo's serving loop"
+    health.langfuse_not_used = "not used: the demo read its bundled traces, and its run is done"
+    health.beat()
+    server = start_http(parts.settings, parts.metrics, health)
     if server is None:
         raise ConfigError("http.enabled is false: nothing to serve")
     started(server.url)
     with signals_set(parts.stop):
-        parts.stop.wait()
+        while not parts.stop.wait(beat_s):
+            health.beat()
     server.stop()
 
 

@@ -8,6 +8,11 @@
   and the outbox is not full; 503 with a JSON body naming every reason
   otherwise (do not count on my numbers yet).
 
+`observer demo --serve` serves a finished run that reads no Langfuse: there
+`heartbeat_of` names the serving loop, which beats while it serves, and
+`langfuse_not_used` says why readiness does not ask for Langfuse (the body's
+`langfuse` key); lag and outbox are judged as always.
+
 Served from a daemon thread; `stop()` closes the port. No body text holds a
 question, an answer or a secret.
 """
@@ -43,7 +48,11 @@ class Health:
         outbox: Callable[[], int],
         max_outbox: int,
         clock: Callable[[], float] = time.monotonic,
+        heartbeat_of: str = "the poll loop",
+        langfuse_not_used: str | None = None,
     ) -> None:
+        """`stale_after_s` None: never stale; `langfuse_within_s` None or
+        `langfuse_not_used` set: readiness does not ask for Langfuse."""
         self.stale_after_s = stale_after_s
         self.langfuse_within_s = langfuse_within_s
         self.max_lag_s = max_lag_s
@@ -51,12 +60,14 @@ class Health:
         self.outbox = outbox
         self.max_outbox = max_outbox
         self.clock = clock
+        self.heartbeat_of = heartbeat_of
+        self.langfuse_not_used = langfuse_not_used
         self._beat = clock()
         self._langfuse: float | None = None
         self.not_ready_because: str | None = None  # set by the daemon (e.g. disk full)
 
     def beat(self) -> None:
-        """The poll loop is alive (called per pass and per page)."""
+        """The loop `heartbeat_of` names is alive (the poll loop: per pass and per page)."""
         self._beat = self.clock()
 
     def langfuse_answered(self) -> None:
@@ -68,16 +79,19 @@ class Health:
         body: dict[str, Any] = {
             "status": "ok" if fresh else "stale",
             "heartbeat_age_s": round(age, 1),
+            "heartbeat_of": self.heartbeat_of,
         }
         if not fresh:
-            body["reason"] = f"the poll loop has not beaten for {age:.0f} s"
+            body["reason"] = f"{self.heartbeat_of} has not beaten for {age:.0f} s"
         return fresh, body
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
         reasons: list[str] = []
         now = self.clock()
         body: dict[str, Any] = {}
-        if self.langfuse_within_s is not None:
+        if self.langfuse_not_used is not None:
+            body["langfuse"] = self.langfuse_not_used
+        elif self.langfuse_within_s is not None:
             if self._langfuse is None:
                 reasons.append("Langfuse has not answered yet")
             else:
