@@ -328,3 +328,33 @@ def test_judge_command_against_an_unreachable_endpoint_exits_3_and_says_so(
         assert "observer judge: 3 records, 0 judged, 3 not judged (unreachable 3)" in result.stderr
         assert f"could not be reached (http://127.0.0.1:{port}/v1)" in result.stderr
         assert all(json.loads(line)["judge_error"] for line in result.stdout.splitlines())
+
+
+def test_run_once_on_a_terminal_shows_a_progress_line(fake: FakeLangfuse, tmp_path: Path) -> None:
+    """Minutes on a real first pass: a line on stderr says how far it has come."""
+    import pty
+
+    primary, secondary = pty.openpty()
+    env = {**os.environ, "COLUMNS": "200", "OBSERVER_SOURCE__PAGE_LIMIT": "20"}
+    with subprocess.Popen(
+        [sys.executable, "-m", "observer", "run", "--once", "--state", str(tmp_path / "s.sqlite")],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=secondary,
+    ) as process:
+        os.close(secondary)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # the other end closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert process.wait(timeout=120) == 0
+    os.close(primary)
+    text = seen.decode("utf-8", "replace")
+    assert "run --once" in text
+    assert re.search(r"\d+ pages, [\d,]+ observations, [\d,]+ traces, [\d,]+ scores queued", text)
