@@ -13,6 +13,17 @@ trace's last activity (kept with them in the outbox) to that moment is
 observed once (`observer_trace_to_score_seconds`); scores dropped on the way
 are not an acknowledgement. `flush(timeout_s)` sends what is due now;
 `shutdown(timeout_s)` is idempotent. The loop shape is `while not stop.wait(interval): tick()`.
+
+A failed push is logged (`score_push_failed`) and counted
+(`observer_score_push_errors_total{kind}`) by what happened, `status` logged
+when Langfuse answered:
+
+    rate_limited   429                          waits for Retry-After
+    auth           401/403                      waits at least 60 s
+    server_error   5xx (or 408/409: try again)  backs off exponentially
+    unreachable    no answer (refused, timeout) backs off exponentially
+
+`server_error` and `unreachable` are retried alike; only the name differs.
 """
 
 from __future__ import annotations
@@ -30,9 +41,21 @@ from observer.retry import backoff_s
 from observer.sinks import ScoreSink
 from observer.state import State, StateError
 from observer.state.store import Op
-from observer.telemetry.metrics import Metrics
+from observer.telemetry.metrics import PUSH_ERROR_KINDS, Metrics
 
 log = structlog.get_logger("observer.dispatcher")
+
+# Every kind `_defer` counts (the module docstring's table), at 0 from the start.
+KINDS = tuple(dict.fromkeys((*PUSH_ERROR_KINDS, "server_error", "unreachable")))
+
+
+def push_error_kind(error: RemoteError) -> str:
+    """`server_error` when Langfuse answered (a status: 5xx, 408, 409), else `unreachable`.
+
+    For the errors left once 429, 401/403 and the other 4xx were told apart."""
+    return "server_error" if error.status is not None else "unreachable"
+
+
 tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
 
 
@@ -72,6 +95,8 @@ class Dispatcher:
         self._state_error_logged = -1e9
         self._resume_at = 0.0  # clock time before which nothing is sent
         self._metrics.outbox.set(state.outbox_size())
+        for kind in KINDS:
+            self._metrics.push_errors.labels(kind=kind)
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -204,13 +229,13 @@ class Dispatcher:
             if op == "delete":
                 # Deletes have a bucket of their own (50 a day on Hobby): its Retry-After
                 # holds only the deletes, scheduled in the outbox; posts go on.
-                self._defer(batch, wait, "rate_limited", str(error), pause_all=False)
+                self._defer(batch, wait, "rate_limited", error, pause_all=False)
                 return 0
-            self._defer(batch, wait, "rate_limited", str(error))
+            self._defer(batch, wait, "rate_limited", error)
             return None
         except AuthRejected as error:
             self.auth_failed = True
-            self._defer(batch, max(60.0, self._backoff(attempts)), "auth", str(error))
+            self._defer(batch, max(60.0, self._backoff(attempts)), "auth", error)
             return None
         except Rejected as error:
             if len(batch) > 1:
@@ -229,7 +254,7 @@ class Dispatcher:
             )
             return 0
         except RemoteError as error:
-            self._defer(batch, self._backoff(attempts), "unreachable", str(error))
+            self._defer(batch, self._backoff(attempts), push_error_kind(error), error)
             return None
         self.auth_failed = False
         self.last_error = None
@@ -260,11 +285,11 @@ class Dispatcher:
         batch: Sequence[ScoreEvent],
         wait_s: float,
         kind: str,
-        error: str,
+        error: RemoteError,
         *,
         pause_all: bool = True,
     ) -> None:
-        self._state.retry_later(batch, self._clock() + wait_s, error)
+        self._state.retry_later(batch, self._clock() + wait_s, str(error))
         # The whole sink waits, not only this batch: a 429's Retry-After, or a backoff after
         # an outage, holds every batch (no burst of failing posts, on shutdown neither).
         if pause_all:
@@ -272,11 +297,13 @@ class Dispatcher:
         _pushed(kind, failed=True)
         self._metrics.push_errors.labels(kind=kind).inc()
         self._metrics.scores_retried.inc(len(batch))
-        self.last_error = error
+        self.last_error = str(error)
+        answered = {} if error.status is None else {"status": error.status}
         log.warning(
             "score_push_failed",
             kind=kind,
+            **answered,
             scores=len(batch),
             retry_in_s=round(wait_s, 1),
-            error=error,
+            error=str(error),
         )
