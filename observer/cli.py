@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # each command imports what it needs: `observer --help` stays
     from observer.records import RecordError
     from observer.resolver.core import ResolverFindings
     from observer.signals import SignalParams
+    from observer.sinks.jsonl import JsonlScoreSink
     from observer.sources.langfuse import LangfuseSource
     from observer.summary import Summary
     from observer.telemetry.metrics import Metrics
@@ -272,7 +273,16 @@ def _pass_table(title: str, result: PassResult, parts: app.Parts, extra: dict[st
 @_config_option
 @_state_option
 @click.option("--once", is_flag=True, help="One pass up to now, push, flush, exit.")
-def run(config_path: str | None, state_path: str | None, once: bool) -> None:
+@click.option(
+    "--dry-run",
+    "dry_run",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default=None,
+    metavar="FILE",
+    help="With --once: score as usual but write the scores to FILE (JSON lines; - for "
+    "stdout) instead of Langfuse, on a copy of the state file.",
+)
+def run(config_path: str | None, state_path: str | None, once: bool, dry_run: str | None) -> None:
     """Run the daemon: poll Langfuse, score every RAG trace, push scores.
 
     With --once: poll until caught up with every trace older than the settle
@@ -282,8 +292,14 @@ def run(config_path: str | None, state_path: str | None, once: bool) -> None:
     from observer import app
     from observer.config import ConfigError
 
+    if dry_run is not None and not once:
+        raise click.UsageError("--dry-run needs --once (or use backfill --dry-run)")
     settings = _settings(config_path)
     _logging(settings)
+    if dry_run is not None:  # no score post, so no server version to require
+        with _dry_run(settings, state_path, dry_run) as (scratch, sink):
+            parts = _build(settings, str(scratch), sink=sink)
+            _run_once_command(parts, dry_run)
     parts = _build(settings, state_path)
     if not once:
         try:
@@ -299,14 +315,50 @@ def run(config_path: str | None, state_path: str | None, once: bool) -> None:
         parts.state.close()
         click.echo(f"observer: {error}", err=True)
         raise SystemExit(app.EXIT_CONFIG) from None
+    _run_once_command(parts, None)
+
+
+def _run_once_command(parts: app.Parts, dry_run: str | None) -> NoReturn:
+    from observer import app
+
     with _progress_line("run --once", parts.metrics):
         outcome = app.run_once(parts)
     if outcome.passed is not None:
-        _Console().print(_pass_table("observer run --once", outcome.passed, parts, {}))
+        extra = {} if dry_run is None else _dry_run_rows(parts, dry_run)
+        title = "observer run --once" + (" --dry-run" if dry_run is not None else "")
+        # With the scores on stdout, the table goes to stderr.
+        console = _Console(stderr=dry_run == "-")
+        console.print(_pass_table(title, outcome.passed, parts, extra))
     parts.state.close()
     if outcome.error:
         click.echo(f"observer: {outcome.error}", err=True)
     raise SystemExit(outcome.exit_code)
+
+
+@contextmanager
+def _dry_run(
+    settings: Settings, state_path: str | None, target: str
+) -> Iterator[tuple[Path, JsonlScoreSink]]:
+    """A copy of the state file in a scratch directory, and the sink writing to `target`."""
+    import tempfile
+
+    from observer.dryrun import scores_sink, scratch_state
+
+    real = Path(state_path or settings.state.path)
+    with tempfile.TemporaryDirectory(prefix="observer-dry-run-") as scratch:
+        yield scratch_state(real, Path(scratch)), scores_sink(target)
+
+
+def _dry_run_rows(parts: app.Parts, target: str) -> dict[str, str]:
+    from observer.sinks.jsonl import JsonlScoreSink
+
+    sink = parts.dispatcher.sink
+    written = sink.written if isinstance(sink, JsonlScoreSink) else 0
+    where = "stdout" if target == "-" else target
+    return {
+        "dry run": f"{written:,} scores written to {where}; nothing pushed to Langfuse, "
+        "the state file untouched"
+    }
 
 
 @contextmanager
@@ -371,20 +423,34 @@ def _moment(value: str) -> datetime:
     type=float,
     default=1.0,
     show_default=True,
-    help="Read the window this many hours at a time.",
+    help="Read the window this many hours at a time at first; a chunk that held little "
+    "doubles the next one.",
+)
+@click.option(
+    "--dry-run",
+    "dry_run",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default=None,
+    metavar="FILE",
+    help="Score as usual but write the scores to FILE (JSON lines; - for stdout) "
+    "instead of Langfuse, on a copy of the state file.",
 )
 @_config_option
 @_state_option
 def backfill(
-    start: str, end: str | None, chunk_hours: float, config_path: str | None, state_path: str | None
+    start: str,
+    end: str | None,
+    chunk_hours: float,
+    dry_run: str | None,
+    config_path: str | None,
+    state_path: str | None,
 ) -> None:
     """Score the traces of a past window (same pipeline, same score ids).
 
     Traces already scored and unchanged push nothing; the daemon's watermark
-    is not touched.
+    is not touched. Stopped (Ctrl-C, SIGTERM), it delivers what it scored,
+    prints the command that resumes where it stopped and exits 130.
     """
-    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
-
     from observer import app
 
     begin = _moment(start)
@@ -395,13 +461,39 @@ def backfill(
         raise click.BadParameter("--chunk-hours must be positive")
     settings = _settings(config_path)
     _logging(settings)
-    parts = _build(settings, state_path)
+    if dry_run is None:
+        _backfill_command(_build(settings, state_path), begin, finish, chunk_hours, None)
+    with _dry_run(settings, state_path, dry_run) as (scratch, sink):
+        parts = _build(settings, str(scratch), sink=sink)
+        _backfill_command(parts, begin, finish, chunk_hours, dry_run)
+
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
+
+
+def _backfill_command(
+    parts: app.Parts, begin: datetime, finish: datetime, chunk_hours: float, dry_run: str | None
+) -> NoReturn:
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from observer import app
+
     total_s = (finish - begin).total_seconds()
+    reached = begin
     with Progress(
         TextColumn("[bold]backfill"),
         BarColumn(),
         TaskProgressColumn(),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
         TextColumn("{task.fields[note]}"),
         console=_Console(stderr=True),
     ) as bar:
@@ -409,6 +501,8 @@ def backfill(
         seen = {"scored": 0, "traces": 0}
 
         def progress(at: datetime, result: PassResult) -> None:
+            nonlocal reached
+            reached = at
             seen["scored"] += result.scored + result.rescored
             seen["traces"] += result.traces
             bar.update(
@@ -419,9 +513,18 @@ def backfill(
 
         with app.signals_set(parts.stop):
             outcome = app.backfill(parts, begin, finish, timedelta(hours=chunk_hours), progress)
+    stopped = outcome.error == "stopped"
     if outcome.passed is not None:
-        _Console().print(_pass_table("observer backfill", outcome.passed, parts, {}))
+        extra = {} if dry_run is None else _dry_run_rows(parts, dry_run)
+        if stopped:
+            extra["window done"] = f"{iso(begin)} .. {iso(reached)} (stopped there)"
+        title = "observer backfill" + (" --dry-run" if dry_run is not None else "")
+        _Console(stderr=dry_run == "-").print(_pass_table(title, outcome.passed, parts, extra))
     parts.state.close()
+    if stopped:
+        resume = f"{_self_command()} backfill --from {iso(reached)} --to {iso(finish)}"
+        click.echo(f"observer: stopped; to go on where it stopped:\n  {resume}", err=True)
+        raise SystemExit(EXIT_INTERRUPTED)
     if outcome.error:
         click.echo(f"observer: {outcome.error}", err=True)
     raise SystemExit(outcome.exit_code)

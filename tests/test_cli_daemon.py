@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -358,3 +359,59 @@ def test_run_once_on_a_terminal_shows_a_progress_line(fake: FakeLangfuse, tmp_pa
     text = seen.decode("utf-8", "replace")
     assert "run --once" in text
     assert re.search(r"\d+ pages, [\d,]+ observations, [\d,]+ traces, [\d,]+ scores queued", text)
+
+
+def test_run_once_dry_run_writes_the_scores_and_pushes_nothing(
+    fake: FakeLangfuse, tmp_path: Path
+) -> None:
+    state, out = tmp_path / "s.sqlite", tmp_path / "dry.jsonl"
+    result = run(["run", "--once", "--dry-run", str(out), "--state", str(state)])
+    assert result.exit_code == 0, result.output
+    assert len(out.read_text().splitlines()) == DEMO.scores
+    assert fake.score_posts == [] and not state.exists()
+    assert "dry run" in result.stdout and "nothing pushed" in " ".join(result.stdout.split())
+    # The real run afterwards still scores and pushes everything the dry run saw.
+    real = run(["run", "--once", "--state", str(state)])
+    assert real.exit_code == 0, real.output
+    assert len(fake.live_scores()) == DEMO.scores
+
+
+def test_backfill_dry_run_to_stdout_keeps_the_table_on_stderr(
+    fake: FakeLangfuse, tmp_path: Path
+) -> None:
+    window = ["--from", "2026-11-27T00:00:00Z", "--to", "2026-11-29T00:00:00Z"]
+    result = run(["backfill", *window, "--dry-run", "-", "--state", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 0, result.output
+    scores = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(scores) == DEMO.scores and all("traceId" in s for s in scores)
+    assert "traces scored" in result.stderr and fake.score_posts == []
+
+
+def test_a_stopped_backfill_exits_130_and_prints_the_command_that_resumes(
+    fake: FakeLangfuse, tmp_path: Path
+) -> None:
+    import signal
+
+    state = tmp_path / "s.sqlite"
+    env = {**os.environ, "OBSERVER_SOURCE__REQUESTS_PER_MINUTE": "60"}  # one a second
+    window = ["--from", "2026-11-01T00:00:00Z", "--to", "2026-11-29T00:00:00Z"]
+    command = [sys.executable, "-m", "observer", "backfill", *window, "--state", str(state)]
+    with subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
+        time.sleep(4)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    text = err.decode()
+    resume = re.search(r"backfill --from (\S+) --to (\S+)", text)
+    assert resume is not None, text
+    assert resume.group(2) == "2026-11-29T00:00:00.000Z"
+    assert "2026-11-01T00:00:00.000Z" < resume.group(1) < "2026-11-29T00:00:00.000Z"
+    assert "stopped there" in out.decode()
+    # The printed command goes on from there and finishes the window.
+    done = run(
+        ["backfill", "--from", resume.group(1), "--to", resume.group(2), "--state", str(state)]
+    )
+    assert done.exit_code == 0, done.output
+    assert len(fake.live_scores()) == DEMO.scores
