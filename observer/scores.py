@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import uuid
 
-from observer.model import RagRecord, ScoreDataType, ScoreEvent, Signals
+from observer import score_catalogue as catalogue
+from observer.model import RagRecord, ScoreEvent, Signals
+from observer.score_catalogue import Producer, ScoreEntry
 from observer.signals.params import SignalParams
+
+__all__ = [
+    "SCORE_ID_NAMESPACE",
+    "SIGNAL_SCORE_NAMES",
+    "ScoreEntry",
+    "concentration_comment",
+    "score_events",
+    "score_events_of",
+    "score_id",
+]
 
 # Fixed forever: changing it would change every score id and duplicate scores.
 SCORE_ID_NAMESPACE = uuid.UUID("6f1c3d2e-8a4b-5c6d-9e0f-1a2b3c4d5e6f")
-SIGNAL_SCORE_NAMES = (
-    "confidence",
-    "citation_coverage",
-    "rerank_top1",
-    "crag_grade",
-    "ungrounded",
-    "confidence_band",
-    "invalid_citations",
-    "numeric_grounding",
-    "citation_concentration",
-)
+SIGNAL_SCORE_NAMES = catalogue.names_of(Producer.SIGNALS)
 _COMMENT_MAX = 500
 
 
@@ -28,9 +30,6 @@ def score_id(trace_id: str, name: str) -> str:
     trace's whole life (DESIGN §4). A late generation or a second root updates the
     trace's scores; an id from the generation would give the trace a second set."""
     return str(uuid.uuid5(SCORE_ID_NAMESPACE, f"{trace_id}\x1f\x1f{name}"))
-
-
-ScoreEntry = tuple[str, float | str, ScoreDataType, str]  # name, value, data type, comment
 
 
 def score_events_of(record: RagRecord, entries: list[ScoreEntry]) -> list[ScoreEvent]:
@@ -119,15 +118,11 @@ def score_events(record: RagRecord, signals: Signals, params: SignalParams) -> l
             " (fallback answer)" if signals.needs_fallback else ""
         )
 
-    entries: list[ScoreEntry] = [
-        ("confidence", signals.confidence, "NUMERIC", confidence_comment),
-    ]
+    entries: list[ScoreEntry] = [catalogue.CONFIDENCE.entry(signals.confidence, confidence_comment)]
     if cites.coverage is not None:
         entries.append(
-            (
-                "citation_coverage",
+            catalogue.CITATION_COVERAGE.entry(
                 cites.coverage,
-                "NUMERIC",
                 f"{cites.cited}/{cites.substantive} substantive sentences cited{ghost}",
             )
         )
@@ -137,24 +132,17 @@ def score_events(record: RagRecord, signals: Signals, params: SignalParams) -> l
         else sum(1 for s in record.sources if s.score is not None)
     )
     entries += [
-        (
-            "rerank_top1",
+        catalogue.RERANK_TOP1.entry(
             signals.rerank_top1,
-            "NUMERIC",
             f"top of {n_scores} retrieval scores" if n_scores else "no retrieval scores",
         ),
-        ("crag_grade", signals.crag.grade.value, "CATEGORICAL", _crag_comment(signals, params)),
-        ("ungrounded", 1.0 if signals.ungrounded else 0.0, "BOOLEAN", ungrounded_comment),
-        (
-            "confidence_band",
-            signals.band.value,
-            "CATEGORICAL",
-            f"{signals.band.value}: {band_comment}",
+        catalogue.CRAG_GRADE.entry(signals.crag.grade.value, _crag_comment(signals, params)),
+        catalogue.UNGROUNDED.entry(1.0 if signals.ungrounded else 0.0, ungrounded_comment),
+        catalogue.CONFIDENCE_BAND.entry(
+            signals.band.value, f"{signals.band.value}: {band_comment}"
         ),
-        (
-            "invalid_citations",
+        catalogue.INVALID_CITATIONS.entry(
             float(len(cites.invalid_refs)),
-            "NUMERIC",
             f"ghost refs {_refs(cites.invalid_refs)} with {len(record.sources)} sources"
             if cites.invalid_refs
             else f"no ghost refs ({len(record.sources)} sources)",
@@ -163,21 +151,16 @@ def score_events(record: RagRecord, signals: Signals, params: SignalParams) -> l
     if numeric.ratio is not None:
         unsupported = f"; unsupported {_refs(numeric.unsupported)}" if numeric.unsupported else ""
         entries.append(
-            (
-                "numeric_grounding",
+            catalogue.NUMERIC_GROUNDING.entry(
                 numeric.ratio,
-                "NUMERIC",
                 f"{numeric.grounded}/{numeric.numbers} numbers found in the cited sources"
                 f"{unsupported}",
             )
         )
     if signals.concentration.ratio is not None:
         entries.append(
-            (
-                "citation_concentration",
-                signals.concentration.ratio,
-                "NUMERIC",
-                concentration_comment(signals),
+            catalogue.CITATION_CONCENTRATION.entry(
+                signals.concentration.ratio, concentration_comment(signals)
             )
         )
     return score_events_of(record, entries)

@@ -12,11 +12,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from observer import score_catalogue as catalogue
 from observer.judge.protocol import Claim, Verdict
 from observer.model import RagRecord, ScoreEvent
-from observer.scores import ScoreEntry, score_events_of
+from observer.score_catalogue import Producer, ScoreEntry
+from observer.scores import score_events_of
 
-JUDGE_SCORE_NAMES = ("faithfulness", "citation_accuracy", "critical_unsupported", "abstained")
+JUDGE_SCORE_NAMES = catalogue.names_of(Producer.JUDGE)
 _CRITICAL_RE = re.compile(
     r"[0-9０-９]|[$€£¥￥₹]|%|"
     r"\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\b|"
@@ -132,10 +134,8 @@ def judge_score_events(record: RagRecord, result: JudgeResult) -> list[ScoreEven
         if decided:
             note += f"; {_claims(len(decided))} not judged: cited chunks missing or changed"
         entries.append(
-            (
-                "faithfulness",
+            catalogue.FAITHFULNESS.entry(
                 faithfulness,
-                "NUMERIC",
                 f"{supported}/{len(judged)} claims supported by the context{note}",
             )
         )
@@ -147,30 +147,24 @@ def judge_score_events(record: RagRecord, result: JudgeResult) -> list[ScoreEven
         if decided:
             note += f"; {_claims(len(decided))} {_reasons(decided)}"
         entries.append(
-            (
-                "citation_accuracy",
+            catalogue.CITATION_ACCURACY.entry(
                 accuracy,
-                "NUMERIC",
                 f"{len(cited) - len(wrong) - len(decided)}/{len(cited)} cited claims "
                 f"supported by their citations{note}",
             )
         )
     critical = result.critical_claims()
     entries.append(
-        (
-            "critical_unsupported",
+        catalogue.CRITICAL_UNSUPPORTED.entry(
             1.0 if critical else 0.0,
-            "BOOLEAN",
             f"unsupported claims with numbers, dates or amounts: {_quote(critical)}"
             if critical
             else "no unsupported claim with a number, date or amount",
         )
     )
     entries.append(
-        (
-            "abstained",
+        catalogue.ABSTAINED.entry(
             1.0 if not result.claims else 0.0,
-            "BOOLEAN",
             "the answer makes no factual claim (a refusal)"
             if not result.claims
             else f"{len(result.claims)} claims",

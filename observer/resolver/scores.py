@@ -6,13 +6,15 @@ environment follow observer.scores' rules (`score_events_of`).
 
 from __future__ import annotations
 
+from observer import score_catalogue as catalogue
 from observer.model import RagRecord, ScoreEvent
 from observer.resolver.core import ResolverFindings
-from observer.scores import ScoreEntry, score_events_of
+from observer.score_catalogue import Producer, ScoreEntry
+from observer.scores import score_events_of
 
 __all__ = ["RESOLVER_SCORE_NAMES", "resolver_score_events"]
 
-RESOLVER_SCORE_NAMES = ("missing_chunks", "stale_citations")
+RESOLVER_SCORE_NAMES = catalogue.names_of(Producer.RESOLVER)
 _SHOWN = 10
 
 
@@ -48,7 +50,7 @@ def resolver_score_events(record: RagRecord, found: ResolverFindings | None) -> 
     if found.unverifiable:
         stale += f"; {found.unverifiable} unverifiable (no chunk id, hash or text)"
     entries: list[ScoreEntry] = [
-        ("missing_chunks", float(len(found.missing)), "NUMERIC", missing),
-        ("stale_citations", float(len(found.stale)), "NUMERIC", stale),
+        catalogue.MISSING_CHUNKS.entry(float(len(found.missing)), missing),
+        catalogue.STALE_CITATIONS.entry(float(len(found.stale)), stale),
     ]
     return score_events_of(record, entries)
