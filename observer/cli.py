@@ -877,8 +877,12 @@ def _self_command() -> str:
     import shutil
 
     started = Path(sys.argv[0])
-    if started.name in ("__main__.py", "-m"):
+    if started.name == "__main__.py" and started.parent.name == "observer":
         return f"{_shown_path(Path(sys.executable))} -m observer"
+    if started.name != "observer":  # called from another program (a test runner, a script)
+        started = Path(sys.executable).parent / "observer"
+        if not started.exists():
+            return "observer"
     on_path = shutil.which(started.name)
     if on_path and Path(on_path).resolve() == started.resolve():
         return started.name
@@ -1222,8 +1226,9 @@ def alerts_test(config_path: str | None, name: str | None) -> None:
     if not results:
         click.echo("observer: no notifier configured ([[alerts.notifiers]])", err=True)
         raise SystemExit(app.EXIT_CONFIG)
-    for each, failure in results:
-        click.echo(f"{each}: " + ("sent" if failure is None else f"FAILED: {failure}"))
+    for result in results:
+        each, failure = result
+        click.echo(f"{each}: " + (result.sent if failure is None else f"FAILED: {failure}"))
     if any(failure is not None for _, failure in results):
         raise SystemExit(1)
 

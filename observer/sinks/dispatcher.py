@@ -41,12 +41,10 @@ from observer.retry import backoff_s
 from observer.sinks import ScoreSink
 from observer.state import State, StateError
 from observer.state.store import Op
-from observer.telemetry.metrics import PUSH_ERROR_KINDS, Metrics
+from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.dispatcher")
 
-# Every kind `_defer` counts (the module docstring's table), at 0 from the start.
-KINDS = tuple(dict.fromkeys((*PUSH_ERROR_KINDS, "server_error", "unreachable")))
 
 
 def push_error_kind(error: RemoteError) -> str:
@@ -95,8 +93,6 @@ class Dispatcher:
         self._state_error_logged = -1e9
         self._resume_at = 0.0  # clock time before which nothing is sent
         self._metrics.outbox.set(state.outbox_size())
-        for kind in KINDS:
-            self._metrics.push_errors.labels(kind=kind)
 
     # -- lifecycle ------------------------------------------------------------
 

@@ -49,7 +49,7 @@ SKIP_REASONS = (
 )
 REQUEST_RESULTS = ("ok", "rate_limited", "unreachable", "auth_rejected", "rejected")
 DROP_REASONS = ("rejected", "outbox_full")
-PUSH_ERROR_KINDS = ("rate_limited", "auth", "unreachable")
+PUSH_ERROR_KINDS = ("rate_limited", "auth", "server_error", "unreachable")
 JUDGE_DECISIONS = ("sampled", "risk", "not_sampled", "over_budget", "disabled", "queue_full")
 JUDGE_RESULTS = ("judged", "abstained", "error", "abandoned")
 NOTIFICATION_RESULTS = ("sent", "failed", "dropped")
