@@ -806,11 +806,15 @@ def backfill(
     chunk: timedelta,
     progress: Callable[[datetime, PassResult], None] = lambda _at, _result: None,
 ) -> OnceResult:
-    """The pipeline over a past window, chunk by chunk; the watermark is not touched."""
+    """The pipeline over a past window, chunk by chunk (sized by what the chunks before
+    held); the watermark is not touched."""
     try:
         return _backfill(parts, start, end, chunk, progress)
     finally:
         _flush_telemetry(parts)
+
+
+MAX_BACKFILL_CHUNK = timedelta(days=1)
 
 
 def _backfill(
@@ -825,10 +829,12 @@ def _backfill(
         parts.judge.start()
     totals = PassResult(start, end)
     cursor = start
+    size = chunk
+    light = parts.settings.source.page_limit // 2
     try:
         now = parts.clock()
         while cursor < end and not parts.stop.is_set():
-            chunk_end = min(end, cursor + chunk)
+            chunk_end = min(end, cursor + size)
             # Read on past the chunk: the children of a trace rooted just before its end.
             read_until = chunk_end + timedelta(seconds=parts.settings.source.overlap_s)
             result = parts.pipeline.process_window(cursor, chunk_end, now, read_until)
@@ -840,6 +846,13 @@ def _backfill(
             totals.add(result)
             cursor = chunk_end
             progress(cursor, result)
+            # A chunk costs a request however little it holds: after a light one the next
+            # is twice as long (an empty week is a dozen requests, not 168), after a heavy
+            # one half, never below the chunk asked for nor above a day (or that chunk).
+            if result.observations < light:
+                size = min(size * 2, max(chunk, MAX_BACKFILL_CHUNK))
+            elif result.observations > 4 * parts.settings.source.page_limit:
+                size = max(size / 2, chunk)
         if cursor < end:
             raise Stopped()
     except (RemoteError, Stopped) as error:

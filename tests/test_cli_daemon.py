@@ -415,3 +415,14 @@ def test_a_stopped_backfill_exits_130_and_prints_the_command_that_resumes(
     )
     assert done.exit_code == 0, done.output
     assert len(fake.live_scores()) == DEMO.scores
+
+
+def test_an_empty_stretch_of_backfill_costs_a_few_requests_not_one_a_chunk(
+    fake: FakeLangfuse, tmp_path: Path
+) -> None:
+    """A week before the demo's day holds nothing: 168 one-hour chunks would be 168 requests."""
+    window = ["--from", "2026-11-21T00:00:00Z", "--to", "2026-11-29T00:00:00Z"]
+    result = run(["backfill", *window, "--state", str(tmp_path / "s.sqlite")])
+    assert result.exit_code == 0, result.output
+    assert len(fake.live_scores()) == DEMO.scores and fake.duplicates() == []
+    assert fake.observation_requests() <= 40  # 8 days of hours: 192 chunks before
