@@ -535,6 +535,30 @@ def test_rate_limits_wait_for_retry_after(fake: FakeLangfuse, api: LangfuseAPI) 
     assert "rate limited" in limited.lines()[-2]
 
 
+def test_a_retry_after_over_a_minute_stops_the_run_without_waiting(
+    fake: FakeLangfuse, api: LangfuseAPI
+) -> None:
+    """observer.retry's rule: a retry before the server's time would only be refused again."""
+    waits: list[float] = []
+    fake.fail_next(429, retry_after=120, path_prefix=SCORE_CONFIGS_PATH)
+    report = init_langfuse(api, sleep=waits.append)
+    assert waits == []
+    assert isinstance(report.error, RateLimited) and report.exit_code == app.EXIT_UNREACHABLE
+    assert report.lines()[-2].startswith("stopped: rate limited too long: listing score configs")
+    assert fake.score_configs == []
+
+
+def test_a_rate_limited_write_is_tried_again_and_made_once(
+    fake: FakeLangfuse, api: LangfuseAPI
+) -> None:
+    waits: list[float] = []
+    fake.fail_next(429, retry_after=1, path_prefix=DASHBOARD_WIDGETS_PATH, method="POST")
+    report = init_langfuse(api, sleep=waits.append)
+    assert waits == [1.0]
+    assert set(outcomes(report).values()) == {Outcome.CREATED}
+    assert len(fake.dashboard_widgets) == len(WIDGETS)
+
+
 def test_why_the_dashboards_api_is_not_called_through_the_generated_client(
     fake: FakeLangfuse, api: LangfuseAPI
 ) -> None:
