@@ -1,0 +1,94 @@
+"""The alert commands' part: rules over a state file (`alerts status`, `backtest`),
+and a test alert through the notifiers (`alerts test`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from observer.alerts.delivery import Delivery
+from observer.alerts.engine import AlertEvent, evaluation_points, replay
+from observer.alerts.model import Notification
+from observer.alerts.notifiers.trial import TestOutcome, send_test
+from observer.alerts.rules import WindowRule
+from observer.alerts.service import AlertService
+from observer.app.build import build_alerts, build_notifiers, now_utc
+from observer.config import ConfigError, Settings
+from observer.state import State, StateError
+from observer.telemetry.metrics import Metrics
+
+
+def open_alerts(settings: Settings, state_path: Path) -> AlertService:
+    """Rules over an existing state file, for `alerts status` and `backtest`: nothing is
+    sent (no notifier is built). The caller closes `.state`."""
+    if not state_path.exists():
+        raise StateError(f"state file {state_path} does not exist (run the daemon first)")
+    return build_alerts(settings, State(state_path), Metrics(), notify=False)
+
+
+@dataclass
+class Backtest:
+    rule: WindowRule
+    events: list[AlertEvent]
+
+    @property
+    def notifications(self) -> int:
+        return sum(1 for e in self.events if e.notify)
+
+
+def backtest(
+    alerts: AlertService, start: datetime, end: datetime, step_s: float, rule: str | None = None
+) -> list[Backtest]:
+    """Replay the rules over the stored history, from a clean state, as the daemon would."""
+    chosen = [r for r in alerts.rules if rule is None or r.name == rule]
+    if rule is not None and not chosen:
+        names = ", ".join(r.name for r in alerts.rules) or "none"
+        raise ConfigError(f"no window rule named {rule!r} (configured: {names})")
+    longest = max((r.window_s for r in chosen), default=0.0)
+    read = {r.expression.signal for r in chosen}
+    rows = alerts.state.history.rows(start.timestamp() - longest, end.timestamp(), read)
+    points = evaluation_points(start.timestamp(), end.timestamp(), step_s, 0.0)
+    return [Backtest(r, replay(r, rows, {}, points, alerts.max_groups).events) for r in chosen]
+
+
+def test_notification(sent_at: datetime) -> Notification:
+    """What `observer alerts test` sends: plainly a test, resolving nothing real."""
+    return Notification(
+        id=f"msg_test_{int(sent_at.timestamp())}",
+        dedup_key="observer-test",
+        rule="observer_test",
+        kind="test",
+        state="firing",
+        severity="warn",
+        group=(("environment", "test"), ("query_type", "test")),
+        summary="observer test alert: notifications reach this receiver",
+        description="Sent by `observer alerts test`. Nothing is wrong; no action needed.",
+        started_at=sent_at,
+        sent_at=sent_at,
+    )
+
+
+def test_notifiers(
+    settings: Settings, name: str | None = None, *, resolve_after_s: float | None = None
+) -> list[TestOutcome]:
+    """A test alert through each notifier (or the one named), ended as each notifier's
+    test ends (observer.alerts.notifiers.trial): per notifier `(name, error or None)`,
+    with `.sent` saying what it received (`sent, resolved`)."""
+    notifiers = build_notifiers(settings)
+    if name is not None and name not in notifiers:
+        known = ", ".join(notifiers) or "none"
+        raise ConfigError(f"no notifier named {name!r} (configured: {known})")
+    delivery = Delivery(notifiers, Metrics(), max_attempts=2, base_s=0.5)
+    try:
+        return send_test(
+            delivery.send_now,
+            notifiers,
+            [each for each in notifiers if name is None or each == name],
+            test_notification(now_utc()),
+            now=now_utc,
+            resolve_after_s=resolve_after_s,
+        )
+    finally:
+        delivery.shutdown(1.0)

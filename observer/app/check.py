@@ -1,0 +1,191 @@
+"""`observer check`: the state file, the chunk store and Langfuse proved, row by row."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from observer import langfuse_api
+from observer.app.build import build_api, build_resolver, build_source, now_utc, resolver_fields
+from observer.app.exits import EXIT_CONFIG, EXIT_OK, exit_code
+from observer.config import ConfigError, Settings
+from observer.errors import RemoteError, UnsupportedServer
+from observer.model import RagRecord, Signals
+from observer.sources.ingestion import SLOW_INGESTION_BOUND_S, slow_ingestion
+from observer.sources.langfuse import LangfuseSource
+from observer.state import State, StateError
+from observer.telemetry.metrics import Metrics
+from observer.times import iso
+
+log = structlog.get_logger("observer.app")
+
+
+def ingestion_row(settings: Settings, source: LangfuseSource) -> str:
+    """Whether the newest page of traces comes from an SDK Langfuse ingests late."""
+    end = source.now()
+    page = next(iter(source.pages(end - timedelta(seconds=settings.source.lookback_s), end)), [])
+    slow = sorted(
+        {
+            sdk
+            for o in page
+            if o.get("isRootObservation") and (sdk := slow_ingestion(o.get("metadata")))
+        }
+    )
+    if not slow:
+        return "no trace of the newest page from an SDK on Langfuse's slow path"
+    slow_overlap = SLOW_INGESTION_BOUND_S + settings.source.sweep_interval_s + 120
+    return (
+        f"traces from {', '.join(slow)}: Langfuse may show them up to 15 minutes late; "
+        f"sweeps re-read {max(settings.source.overlap_s, slow_overlap):g} s "
+        "(SDK 5 lands within seconds)"
+    )
+
+
+def require_supported_server(settings: Settings) -> str:
+    """Langfuse's version, described; raises ConfigError for a server too old (exit 2).
+
+    An unreachable health endpoint is not a refusal: the daemon's own retries wait
+    for Langfuse, and `check` reports reachability on its own row."""
+    try:
+        version = langfuse_api.check_server_version(build_api(settings), settings.langfuse.base_url)
+    except UnsupportedServer as error:
+        raise ConfigError(str(error)) from None
+    except RemoteError as error:
+        log.warning("server_version_unread", error=str(error))
+        return f"not read: {error}"
+    return version.describe
+
+
+def check_state(path: Path) -> str:
+    """Whether `run` could use the state file; raises StateError when it could not."""
+    if not path.exists():
+        if not path.parent.is_dir():
+            raise StateError(f"state file {path}: directory {path.parent} does not exist")
+        if not os.access(path.parent, os.W_OK):
+            raise StateError(f"state file {path}: directory {path.parent} is not writable")
+        return "usable (will be created)"
+    state = State(path)
+    try:
+        watermark = state.watermark()
+        traces, outbox = state.trace_count(), state.outbox_size()
+    finally:
+        state.close()
+    at = iso(watermark) if watermark is not None else "none yet"
+    return f"usable: watermark {at}, {traces:,} traces known, {outbox:,} scores in the outbox"
+
+
+def check_resolver(
+    settings: Settings, recent: list[tuple[RagRecord, Signals]] | None
+) -> tuple[str, bool]:
+    """Reach the chunk store, then look up chunk ids that `recent` answers cited:
+    (what happened, failed). `recent` None: Langfuse could not be read for a sample."""
+    from observer.resolver import ResolverError, cited_chunks
+    from observer.resolver.probe import sample_ids, sample_report
+
+    r = settings.resolver
+    name = f"{r.kind} {r.collection or r.uri or r.hook}"
+    try:
+        lookup = build_resolver(settings, Metrics())
+    except ConfigError as error:
+        return f"NOT USABLE: {error}", True
+    assert lookup is not None
+    store = lookup.resolver.store
+    cited = [cited_chunks(record, signals) for record, signals in recent or []]
+    ids = sample_ids(cited, CHECK_SAMPLE_IDS)
+    try:
+        # One query: the sample's ids, or an id no store holds when there is no sample.
+        stored = store.lookup(ids or ["observer-check-probe"])
+        report = sample_report(cited, ids, stored if ids else {}, resolver_fields(settings))
+    except ResolverError as error:
+        return f"NO: {name}: {error}", True
+    finally:
+        lookup.close()
+    if report.problem is not None:
+        return f"NO: {name}: reachable, but {report.problem}", True
+    sample = report.describe() if recent is not None else "no sample (Langfuse not read)"
+    return f"{name}: reachable, {r.id_field} queried; {sample}", False
+
+
+# How many recently cited chunk ids `check` looks up, from at most this many recent answers.
+CHECK_SAMPLE_IDS = 20
+CHECK_SAMPLE_PAGES = 3
+
+
+def recent_answers(settings: Settings, source: LangfuseSource) -> list[tuple[RagRecord, Signals]]:
+    """The answers among the first pages of the last `source.lookback_s`, mapped and
+    computed as the daemon would (a trace cut by a page end may be missed: a sample)."""
+    from observer.mapping.convention import map_trace
+    from observer.signals import compute
+
+    rules = settings.mapping_rules()
+    end = now_utc()
+    by_trace: dict[str, list[dict[str, Any]]] = {}
+    pages = source.pages(end - timedelta(seconds=settings.source.lookback_s), end)
+    for number, page in enumerate(pages, start=1):
+        for observation in page:
+            by_trace.setdefault(str(observation.get("traceId")), []).append(observation)
+        if number >= CHECK_SAMPLE_PAGES:
+            break
+    answers = []
+    params = settings.signal_params()
+    for trace_id, observations in by_trace.items():
+        mapped = map_trace(trace_id, observations, rules)
+        if isinstance(mapped, RagRecord):
+            answers.append((mapped, compute(mapped, params)))
+    return answers
+
+
+@dataclass
+class CheckResult:
+    rows: list[tuple[str, str]]
+    exit_code: int
+    reachable: bool = False  # Langfuse answered and accepted the keys
+
+
+def check(settings: Settings, state_path: Path) -> CheckResult:
+    """Prove the state file and Langfuse (reachable, keys accepted)."""
+    rows: list[tuple[str, str]] = []
+    code = EXIT_OK
+    try:
+        rows.append(("state", f"{state_path}: {check_state(state_path)}"))
+    except StateError as error:
+        rows.append(("state", f"NOT USABLE: {error}"))
+        code = EXIT_CONFIG
+    try:
+        source: LangfuseSource | None = build_source(settings, Metrics(), max_attempts=1)
+        unusable: ConfigError | None = None
+    except ConfigError as error:
+        source, unusable = None, error
+    if settings.resolver.kind:
+        recent: list[tuple[RagRecord, Signals]] | None = None
+        if source is not None:
+            try:
+                recent = recent_answers(settings, source)
+            except RemoteError:  # the reachable row below says why
+                recent = None
+        row, failed = check_resolver(settings, recent)
+        rows.append(("resolver", row))
+        code = code or (EXIT_CONFIG if failed else EXIT_OK)
+    if source is None:
+        rows.append(("reachable", f"not checked: {unusable}"))
+        return CheckResult(rows, code or EXIT_CONFIG)
+    try:
+        rows.append(("server", require_supported_server(settings)))
+    except ConfigError as error:
+        rows.append(("server", f"TOO OLD: {error}"))
+        code = code or EXIT_CONFIG
+    reachable = False
+    try:
+        source.probe()
+        reachable = True
+        rows.append(("reachable", "yes, keys accepted"))
+        rows.append(("ingestion", ingestion_row(settings, source)))
+    except RemoteError as error:
+        rows.append(("reachable", f"NO: {error}"))
+        code = code or exit_code(error)
+    return CheckResult(rows, code, reachable)

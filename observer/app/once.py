@@ -1,0 +1,193 @@
+"""One-shot runs: `run --once` (one pass up to now) and `backfill` (a past window,
+chunk by chunk).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import structlog
+
+from observer.app.build import Parts
+from observer.app.exits import EXIT_AUTH, EXIT_OK, EXIT_UNREACHABLE, exit_code
+from observer.errors import AuthRejected, RemoteError
+from observer.pipeline import PassResult
+from observer.sources.langfuse import Stopped
+
+log = structlog.get_logger("observer.app")
+
+
+@dataclass
+class OnceResult:
+    exit_code: int
+    passed: PassResult | None
+    undelivered: int
+    error: str | None = None
+
+
+def run_once(
+    parts: Parts, now: datetime | None = None, window_start: datetime | None = None
+) -> OnceResult:
+    """One pass up to now (every trace older than the settle delay), push, flush.
+
+    With `window_start`, that whole window is read instead of the one after the
+    watermark (the demo), and the watermark is not touched. Telemetry is flushed
+    before it returns.
+    """
+    try:
+        return _run_once(parts, now, window_start)
+    finally:
+        _flush_telemetry(parts)
+
+
+def _flush_telemetry(parts: Parts) -> None:
+    """Spans and metrics out before the process ends; a dead collector costs at most 5 s.
+    The chunk store's client is closed too (a Milvus Lite file is one process's at a time)."""
+    parts.telemetry.shutdown(min(5.0, parts.settings.run.shutdown_grace_s))
+    if parts.resolver is not None:
+        parts.resolver.close()
+
+
+def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None) -> OnceResult:
+    grace = parts.settings.run.shutdown_grace_s
+    if parts.judge is not None:
+        parts.judge.start()
+    try:
+        now = now or parts.clock()
+        if window_start is None:
+            result = parts.pipeline.poll(now)
+        else:
+            result = parts.pipeline.process_window(window_start, now, now)
+    except RemoteError as error:
+        stop_judge(parts, grace)
+        parts.dispatcher.flush(grace)
+        return OnceResult(exit_code(error), None, parts.state.outbox_size(), str(error))
+    stop_judge(parts, parts.settings.judge.timeout_s * 4 + grace)
+    if window_start is None:
+        alert_after_pass(parts, now)
+    deadline = time.monotonic() + grace
+    parts.dispatcher.flush(grace)
+    # Notifications got their own threads at once; they share what is left of the grace.
+    if not parts.alerts.shutdown(max(0.5, deadline - time.monotonic())):
+        log.warning("alert_notifications_undelivered")
+    left = parts.state.outbox_size()
+    if left:
+        code = EXIT_AUTH if parts.dispatcher.auth_failed else EXIT_UNREACHABLE
+        return OnceResult(code, result, left, undelivered_message(parts, left))
+    return OnceResult(EXIT_OK, result, 0)
+
+
+def alert_after_pass(parts: Parts, now: datetime) -> None:
+    """The pass's own samples into the history, then every rule evaluated. Never raises."""
+    try:
+        watermark = parts.state.watermark()
+        lag = (now - watermark).total_seconds() if watermark is not None else 0.0
+        parts.alerts.record_pass(now, max(0.0, lag))
+        parts.alerts.evaluate(now)
+    except Exception:  # alerting must never stop scoring
+        log.exception("alert_evaluation_failed")
+
+
+def undelivered_message(parts: Parts, left: int) -> str:
+    """What happened to the scores still in the outbox: refused, or not sent in time."""
+    kept = f"{left:,} scores kept in the outbox for the next run"
+    if parts.dispatcher.last_error:
+        return f"{kept}: Langfuse did not accept them ({parts.dispatcher.last_error})"
+    grace = parts.settings.run.shutdown_grace_s
+    return f"{kept}: not all sent before the grace of {grace:g} s ran out (run.shutdown_grace_s)"
+
+
+def stop_judge(parts: Parts, timeout_s: float) -> None:
+    if parts.judge is not None and not parts.judge.shutdown(timeout_s):
+        log.warning("judge_abandoned", pending=parts.judge.pending())
+
+
+# -- backfill -------------------------------------------------------------------
+
+
+def backfill(
+    parts: Parts,
+    start: datetime,
+    end: datetime,
+    chunk: timedelta,
+    progress: Callable[[datetime, PassResult], None] = lambda _at, _result: None,
+) -> OnceResult:
+    """The pipeline over a past window, chunk by chunk (sized by what the chunks before
+    held); the watermark is not touched."""
+    try:
+        return _backfill(parts, start, end, chunk, progress)
+    finally:
+        _flush_telemetry(parts)
+
+
+MAX_BACKFILL_CHUNK = timedelta(days=1)
+
+
+def _backfill(
+    parts: Parts,
+    start: datetime,
+    end: datetime,
+    chunk: timedelta,
+    progress: Callable[[datetime, PassResult], None],
+) -> OnceResult:
+    parts.dispatcher.start()
+    if parts.judge is not None:
+        parts.judge.start()
+    totals = PassResult(start, end)
+    cursor = start
+    size = chunk
+    light = parts.settings.source.page_limit // 2
+    try:
+        now = parts.clock()
+        while cursor < end and not parts.stop.is_set():
+            chunk_end = min(end, cursor + size)
+            # Read on past the chunk: the children of a trace rooted just before its end.
+            read_until = chunk_end + timedelta(seconds=parts.settings.source.overlap_s)
+            result = parts.pipeline.process_window(cursor, chunk_end, now, read_until)
+            if result.deferred:
+                # The outbox was full: wait for room, then read the chunk again (what was
+                # recorded is unchanged the second time). Never done with a trace unscored.
+                _wait_for_outbox_room(parts)
+                continue
+            totals.add(result)
+            cursor = chunk_end
+            progress(cursor, result)
+            # A chunk costs a request however little it holds: after a light one the next
+            # is twice as long (an empty week is a dozen requests, not 168), after a heavy
+            # one half, never below the chunk asked for nor above a day (or that chunk).
+            if result.observations < light:
+                size = min(size * 2, max(chunk, MAX_BACKFILL_CHUNK))
+            elif result.observations > 4 * parts.settings.source.page_limit:
+                size = max(size / 2, chunk)
+        if cursor < end:
+            raise Stopped()
+    except (RemoteError, Stopped) as error:
+        stop_judge(parts, parts.settings.run.shutdown_grace_s)
+        parts.dispatcher.shutdown(parts.settings.run.shutdown_grace_s)
+        if isinstance(error, Stopped):
+            return OnceResult(EXIT_OK, totals, parts.state.outbox_size(), "stopped")
+        return OnceResult(exit_code(error), totals, parts.state.outbox_size(), str(error))
+    stop_judge(parts, parts.settings.run.shutdown_grace_s)
+    flushed = parts.dispatcher.shutdown(parts.settings.run.shutdown_grace_s)
+    left = parts.state.outbox_size()
+    if not flushed and left:
+        return OnceResult(EXIT_UNREACHABLE, totals, left, undelivered_message(parts, left))
+    return OnceResult(EXIT_OK, totals, 0)
+
+
+def _wait_for_outbox_room(parts: Parts) -> None:
+    """Until the outbox is half empty (the dispatcher sends meanwhile), or a stop."""
+    room = parts.state.max_outbox // 2
+    log.warning(
+        "backfill_waiting",
+        reason="outbox_full",
+        outbox=parts.state.outbox_size(),
+        until_below=room,
+    )
+    while parts.state.outbox_size() > room and not parts.stop.wait(0.2):
+        parts.dispatcher.notify()
+        if parts.dispatcher.auth_failed:
+            raise AuthRejected(parts.dispatcher.last_error or "Langfuse refused the keys")
