@@ -24,12 +24,16 @@ from observer.langfuse_setup import (
     WIDGETS,
     Category,
     ExistingConfig,
+    Kind,
     Outcome,
+    SetupItem,
     SetupReport,
     config_difference,
     decide_config,
+    decide_widget,
     init_langfuse,
     placements,
+    run_report,
     widget_difference,
 )
 from observer.model import Band, Grade, RagRecord, ScoreEvent, Source
@@ -227,6 +231,53 @@ def test_widget_difference_names_the_fields() -> None:
     assert widget_difference(widget, {**stored, "chartType": "PIE"}) == ["chartType"]
     other_score = {**stored, "filters": [{**stored["filters"][0], "value": ["rerank_top1"]}]}
     assert widget_difference(widget, other_score) == ["filters"]
+
+
+def test_deciding_on_existing_widgets() -> None:
+    widget = WIDGETS[0]
+    same = {**widget.body(), "id": "w-same"}
+    edited = {**widget.body(), "id": "w-edited", "chartType": "PIE"}
+    assert decide_widget(widget, [], set()) is None  # create it
+    assert decide_widget(widget, [{**same, "id": None}], set()) is None  # no id: not usable
+    assert decide_widget(widget, [same], set()) == (Outcome.EXISTED, "unchanged", "w-same")
+    assert decide_widget(widget, [edited, same], set()) == (
+        Outcome.DIFFERS,
+        "exists with another chartType; left as it is",
+        "w-edited",
+    )  # the first of its name, unless one is on the dashboard
+    assert decide_widget(widget, [edited, same], {"w-same"}) == (
+        Outcome.EXISTED,
+        "unchanged",
+        "w-same",
+    )
+
+
+def test_a_stopped_runs_report_says_where_it_stopped_and_what_it_left() -> None:
+    planned: list[tuple[Kind, str]] = [
+        ("score config", "a"),
+        ("widget", "w1"),
+        ("widget", "w2"),
+        ("dashboard", "d"),
+    ]
+    done: dict[tuple[Kind, str], SetupItem] = {
+        ("score config", "a"): SetupItem("score config", "a", Outcome.CREATED, "NUMERIC", "c1"),
+        ("widget", "w1"): SetupItem("widget", "w1", Outcome.CREATED, "made", "i1"),
+        ("widget", "w2"): SetupItem("widget", "w2", Outcome.EXISTED, "unchanged", "i2"),
+    }
+    error = Unreachable("placing widget w1: down")
+    report = run_report(planned, done, error, failed_at=("widget", "w1"), unplaced={"w1", "w2"})
+    assert [(i.name, i.outcome, i.attempted) for i in report.items] == [
+        ("a", Outcome.CREATED, True),
+        ("w1", Outcome.FAILED, True),
+        ("w2", Outcome.EXISTED, True),
+        ("d", Outcome.FAILED, False),
+    ]
+    assert report.item("widget", "w1").detail == "placing widget w1: down"
+    assert report.item("widget", "w1").id == "i1"
+    assert report.item("widget", "w2").detail == (
+        "unchanged; not placed on the dashboard: the run stopped"
+    )
+    assert run_report(planned, done, None).item("widget", "w1").outcome is Outcome.CREATED
 
 
 def test_report_exit_codes_match_the_apps() -> None:

@@ -21,6 +21,7 @@ from observer.langfuse_setup.diff import (
     ExistingConfig,
     config_difference,
     decide_config,
+    decide_widget,
     widget_difference,
 )
 from observer.langfuse_setup.remote import init_langfuse, list_score_configs
@@ -33,6 +34,7 @@ from observer.langfuse_setup.report import (
     Outcome,
     SetupItem,
     SetupReport,
+    run_report,
 )
 from observer.langfuse_setup.specs import (
     DASHBOARD_NAME,
@@ -64,8 +66,10 @@ __all__ = [
     "WidgetSpec",
     "config_difference",
     "decide_config",
+    "decide_widget",
     "init_langfuse",
     "list_score_configs",
     "placements",
+    "run_report",
     "widget_difference",
 ]

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ __all__ = [
     "ExistingConfig",
     "config_difference",
     "decide_config",
+    "decide_widget",
     "placed_widget_ids",
     "widget_difference",
 ]
@@ -128,7 +129,28 @@ def widget_difference(spec: WidgetSpec, existing: dict[str, Any]) -> list[str]:
     return [key for key, value in fields(want).items() if got[key] != value]
 
 
+def decide_widget(
+    spec: WidgetSpec, widgets: Sequence[dict[str, Any]], placed: Collection[str]
+) -> tuple[Outcome, str, str] | None:
+    """What to report for `spec` given the project's widgets and the ids already on
+    observer's dashboard; None: create it. Of several of its name, the one on the
+    dashboard counts, else the first."""
+    named = [w for w in widgets if w.get("name") == spec.name and isinstance(w.get("id"), str)]
+    existing = next((w for w in named if w["id"] in placed), named[0] if named else None)
+    if existing is None:
+        return None
+    differs = widget_difference(spec, existing)
+    if differs:
+        return (
+            Outcome.DIFFERS,
+            f"exists with another {', '.join(differs)}; left as it is",
+            str(existing["id"]),
+        )
+    return Outcome.EXISTED, "unchanged", str(existing["id"])
+
+
 def placed_widget_ids(board: dict[str, Any]) -> set[str]:
+    """The ids of the widgets a dashboard (as the API lists it) shows."""
     definition = board.get("definition")
     tiles = definition.get("widgets") if isinstance(definition, dict) else None
     return {

@@ -35,10 +35,10 @@ from observer.langfuse_api import NO_RETRIES, translate
 from observer.langfuse_setup.diff import (
     ExistingConfig,
     decide_config,
+    decide_widget,
     placed_widget_ids,
-    widget_difference,
 )
-from observer.langfuse_setup.report import Kind, Outcome, SetupItem, SetupReport
+from observer.langfuse_setup.report import Kind, Outcome, SetupItem, SetupReport, run_report
 from observer.langfuse_setup.specs import (
     DASHBOARD_DESCRIPTION,
     DASHBOARD_NAME,
@@ -286,16 +286,11 @@ class _Setup:
         self, spec: WidgetSpec, widgets: list[dict[str, Any]], placed: set[str]
     ) -> str | None:
         """The id of the widget to show for `spec` (an existing one or a new one), or None."""
-        named = [w for w in widgets if w.get("name") == spec.name and isinstance(w.get("id"), str)]
-        existing = next((w for w in named if w["id"] in placed), named[0] if named else None)
-        if existing is not None:
-            differs = widget_difference(spec, existing)
-            if differs:
-                detail = f"exists with another {', '.join(differs)}; left as it is"
-                self._set("widget", spec.name, Outcome.DIFFERS, detail, existing["id"])
-            else:
-                self._set("widget", spec.name, Outcome.EXISTED, "unchanged", existing["id"])
-            return str(existing["id"])
+        decided = decide_widget(spec, widgets, placed)
+        if decided is not None:
+            outcome, detail, known = decided
+            self._set("widget", spec.name, outcome, detail, known)
+            return known
         self._current = ("widget", spec.name)
         try:
             created = self._unstable(
@@ -364,19 +359,9 @@ class _Setup:
     def report(self, error: RemoteError | None) -> SetupReport:
         planned: list[tuple[Kind, str]] = [("score config", s.name) for s in SCORE_CONFIGS]
         planned += [*(("widget", w.name) for w in WIDGETS), ("dashboard", DASHBOARD_NAME)]
-        items: list[SetupItem] = []
-        for kind, name in planned:
-            item = self._items.get((kind, name))
-            if (kind, name) == self._current and error is not None:
-                object_id = item.id if item is not None else None
-                item = SetupItem(kind, name, Outcome.FAILED, str(error), object_id)
-            elif item is not None and kind == "widget" and name in self._unplaced:
-                detail = f"{item.detail}; not placed on the dashboard: the run stopped"
-                item = SetupItem(kind, name, item.outcome, detail, item.id)
-            if item is None:
-                item = SetupItem(kind, name, Outcome.FAILED, "not attempted", attempted=False)
-            items.append(item)
-        return SetupReport(tuple(items), error)
+        return run_report(
+            planned, self._items, error, failed_at=self._current, unplaced=self._unplaced
+        )
 
 
 def _one_page(call: Callable[[], ScoreConfigs]) -> ScoreConfigs:

@@ -11,6 +11,7 @@ refused or differing, 0 everything there.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final, Literal
@@ -26,6 +27,7 @@ __all__ = [
     "Outcome",
     "SetupItem",
     "SetupReport",
+    "run_report",
 ]
 
 
@@ -108,6 +110,35 @@ class SetupReport:
             out.append(f"stopped: {_stop_reason(self.error)}")
         out.append(self.summary)
         return out
+
+
+def run_report(
+    planned: Sequence[tuple[Kind, str]],
+    done: Mapping[tuple[Kind, str], SetupItem],
+    error: RemoteError | None,
+    *,
+    failed_at: tuple[Kind, str] | None = None,
+    unplaced: Collection[str] = (),
+) -> SetupReport:
+    """The report of a run: every planned object, in order, as `done` says, except
+
+    - the object the run was at when `error` stopped it (`failed_at`): failed, with the error;
+    - widgets made but `unplaced` on an existing dashboard when the run stopped: said so;
+    - objects never reached: failed, not attempted.
+    """
+    items: list[SetupItem] = []
+    for kind, name in planned:
+        item = done.get((kind, name))
+        if (kind, name) == failed_at and error is not None:
+            object_id = item.id if item is not None else None
+            item = SetupItem(kind, name, Outcome.FAILED, str(error), object_id)
+        elif item is not None and kind == "widget" and name in unplaced:
+            detail = f"{item.detail}; not placed on the dashboard: the run stopped"
+            item = SetupItem(kind, name, item.outcome, detail, item.id)
+        if item is None:
+            item = SetupItem(kind, name, Outcome.FAILED, "not attempted", attempted=False)
+        items.append(item)
+    return SetupReport(tuple(items), error)
 
 
 def _stop_reason(error: RemoteError) -> str:
