@@ -1,12 +1,12 @@
 """Composition root: builds and wires everything, owns start and shutdown.
 
     exits     the exit codes, and which one a remote error means
-    build     the builders and `Parts`: every client built in one place
-    check     `observer check`: state file, chunk store, Langfuse, row by row
+    parts     the builders and `Parts` (a context manager): every client built here
+    checks    `observer check`: state file, chunk store, Langfuse, row by row
     alerts    rules over a state file (status, backtest), test alerts
     once      `run --once` and `backfill`
     daemon    the loop until SIGTERM/SIGINT, and its shutdown in the grace
-    demo      the pipeline over the bundled traces, and serving its port
+    demo_run  the pipeline over the bundled traces, and serving its port
 
 Exit codes of the commands built here: 0 done; 2 bad configuration or state
 file; 3 Langfuse unreachable (or scores still undelivered at exit, kept in
@@ -22,20 +22,7 @@ from observer.app.alerts import (
     test_notification,
     test_notifiers,
 )
-from observer.app.build import (
-    Parts,
-    build,
-    build_alerts,
-    build_api,
-    build_health,
-    build_judge_client,
-    build_notifiers,
-    build_resolver,
-    build_source,
-    now_utc,
-    start_http,
-)
-from observer.app.check import (
+from observer.app.checks import (
     CHECK_SAMPLE_IDS,
     CHECK_SAMPLE_PAGES,
     CheckResult,
@@ -47,7 +34,7 @@ from observer.app.check import (
     require_supported_server,
 )
 from observer.app.daemon import run_daemon, signals_set
-from observer.app.demo import demo, demo_traces_path, serve_until_stopped
+from observer.app.demo_run import demo, demo_traces_path, serve_until_stopped
 from observer.app.exits import EXIT_AUTH, EXIT_CONFIG, EXIT_OK, EXIT_UNREACHABLE, exit_code
 from observer.app.once import (
     MAX_BACKFILL_CHUNK,
@@ -56,6 +43,19 @@ from observer.app.once import (
     backfill,
     run_once,
     undelivered_message,
+)
+from observer.app.parts import (
+    Parts,
+    build,
+    build_alerts,
+    build_api,
+    build_health,
+    build_judge_client,
+    build_notifiers,
+    build_resolver,
+    build_source,
+    now_utc,
+    start_http,
 )
 from observer.pipeline import PassResult
 

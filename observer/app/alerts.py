@@ -14,7 +14,7 @@ from observer.alerts.model import Notification
 from observer.alerts.notifiers.trial import TestOutcome, send_test
 from observer.alerts.rules import WindowRule
 from observer.alerts.service import AlertService
-from observer.app.build import build_alerts, build_notifiers, now_utc
+from observer.app.parts import build_alerts, build_notifiers, now_utc
 from observer.config import ConfigError, Settings
 from observer.state import State, StateError
 from observer.telemetry.metrics import Metrics

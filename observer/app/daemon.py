@@ -13,10 +13,10 @@ from types import FrameType
 import structlog
 
 from observer.alerts.evaluator import AlertEvaluator
-from observer.app.build import Parts, start_http
-from observer.app.check import require_supported_server
+from observer.app.checks import require_supported_server
 from observer.app.exits import EXIT_OK
 from observer.app.once import stop_judge
+from observer.app.parts import Parts, start_http
 from observer.config import ConfigError
 from observer.errors import AuthRejected, RemoteError
 from observer.scheduling import background_scheduler
@@ -175,9 +175,9 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] | None = None) -> int
         parts.telemetry.shutdown(max(0.5, deadline - time.monotonic()))
         left = parts.state.outbox_size()
         if joined and evaluated:
-            parts.state.close()
-            if parts.resolver is not None:
-                parts.resolver.close()
+            parts.close()
+        else:
+            parts.leave_open()
         if server is not None:
             server.stop()
     log.info("observer_stopped", flushed=flushed, outbox_left=left)

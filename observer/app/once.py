@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from observer.app.build import Parts
 from observer.app.exits import EXIT_AUTH, EXIT_OK, EXIT_UNREACHABLE, exit_code
+from observer.app.parts import Parts
 from observer.errors import AuthRejected, RemoteError
 from observer.pipeline import PassResult
 from observer.sources.langfuse import Stopped
@@ -47,8 +47,7 @@ def _flush_telemetry(parts: Parts) -> None:
     """Spans and metrics out before the process ends; a dead collector costs at most 5 s.
     The chunk store's client is closed too (a Milvus Lite file is one process's at a time)."""
     parts.telemetry.shutdown(min(5.0, parts.settings.run.shutdown_grace_s))
-    if parts.resolver is not None:
-        parts.resolver.close()
+    parts.close_resolver()
 
 
 def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None) -> OnceResult:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -200,7 +201,9 @@ def build_alerts(
 
 @dataclass
 class Parts:
-    """Everything one command needs, wired."""
+    """Everything one command needs, wired; a context manager that closes what
+    `build()` opened (the state file, the chunk store's client, telemetry), last
+    opened first, each once: `with app.build(settings) as parts: ...`."""
 
     settings: Settings
     state: State
@@ -218,6 +221,25 @@ class Parts:
     evaluator: AlertEvaluator | None = None  # the window rules' thread (the daemon's)
     # "Now" for windows and the watermark: Langfuse's clock when reading Langfuse.
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    # What build() opened, to close: `close()`, or leaving the `with` block.
+    closing: ExitStack = field(default_factory=ExitStack, repr=False)
+    # The chunk store's client, closed once (a Milvus Lite file is one process's at a time).
+    close_resolver: Callable[[], None] = field(default=lambda: None, repr=False)
+
+    def __enter__(self) -> Parts:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close what build() opened; again, nothing happens."""
+        self.closing.close()
+
+    def leave_open(self) -> None:
+        """Close nothing of what build() opened (a thread abandoned at shutdown may still
+        be using the state): `close()` does nothing afterwards."""
+        self.closing.pop_all()
 
 
 def build(
@@ -232,27 +254,56 @@ def build(
     on_judged: JudgedHook | None = None,
     telemetry: Telemetry | None = None,
 ) -> Parts:
-    """Wire the pipeline. Without `source`/`sink`, both talk to Langfuse."""
+    """Wire the pipeline. Without `source`/`sink`, both talk to Langfuse.
+
+    What it opens is closed when it raises (ConfigError, StateError), or when the
+    returned Parts is closed. A `telemetry` passed in stays the caller's to shut down.
+    """
+    with ExitStack() as closing:
+        parts = _build(
+            closing,
+            settings,
+            state_path=state_path,
+            source=source,
+            sink=sink,
+            metrics=metrics,
+            stop=stop,
+            judge_client=judge_client,
+            on_judged=on_judged,
+            telemetry=telemetry,
+        )
+        parts.closing = closing.pop_all()
+    return parts
+
+
+def _build(
+    closing: ExitStack,
+    settings: Settings,
+    *,
+    state_path: str | Path | None,
+    source: ObservationSource | None,
+    sink: ScoreSink | None,
+    metrics: Metrics | None,
+    stop: threading.Event | None,
+    judge_client: JudgeClient | None,
+    on_judged: JudgedHook | None,
+    telemetry: Telemetry | None,
+) -> Parts:
     metrics = metrics or Metrics(max_query_types=settings.metrics.max_query_types)
     stop = stop or threading.Event()
     state = State(state_path or settings.state.path, max_outbox=settings.sink.max_outbox)
+    closing.callback(state.close)
     watermark = state.watermark()
     if watermark is not None:  # the lag is known from the start, not after the first pass
         metrics.set_watermark(watermark.timestamp())
     health = build_health(settings, state, metrics)
-    try:
-        resolver = build_resolver(settings, metrics)
-    except ConfigError:
-        state.close()
-        raise
-    telemetry = telemetry or setup_telemetry(
-        metrics, judge_to_langfuse=_judge_to_langfuse(settings)
-    )
-    try:
-        alerts = build_alerts(settings, state, metrics)
-    except ConfigError:
-        state.close()
-        raise
+    resolver = build_resolver(settings, metrics)
+    close_resolver = once(resolver.close if resolver is not None else lambda: None)
+    closing.callback(close_resolver)
+    if telemetry is None:
+        telemetry = setup_telemetry(metrics, judge_to_langfuse=_judge_to_langfuse(settings))
+        closing.callback(telemetry.shutdown, min(5.0, settings.run.shutdown_grace_s))
+    alerts = build_alerts(settings, state, metrics)
     api: LangfuseAPI | None = None
     if source is None or sink is None:
         api = build_api(settings)
@@ -332,6 +383,7 @@ def build(
         judge,
         resolver,
     )
+    parts.close_resolver = close_resolver
     if isinstance(source, LangfuseSource):
         server = source.clock
         parts.clock = source.now
@@ -340,6 +392,18 @@ def build(
             clock=lambda: server.now().timestamp(),
         )
     return parts
+
+
+def once(close: Callable[[], object]) -> Callable[[], None]:
+    """`close`, called at most once however often the result is."""
+    done = threading.Event()
+
+    def close_once() -> None:
+        if not done.is_set():
+            done.set()
+            close()
+
+    return close_once
 
 
 def _judge_to_langfuse(settings: Settings) -> LangfuseOtlp | None:

@@ -7,9 +7,9 @@ from datetime import timedelta
 from importlib import resources
 from pathlib import Path
 
-from observer.app.build import Parts, build, start_http
 from observer.app.daemon import signals_set
 from observer.app.once import OnceResult, run_once
+from observer.app.parts import Parts, build, start_http
 from observer.config import ConfigError, Settings
 from observer.sinks.jsonl import JsonlScoreSink
 from observer.sources.replay import ReplaySource

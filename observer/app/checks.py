@@ -11,8 +11,8 @@ from typing import Any
 import structlog
 
 from observer import langfuse_api
-from observer.app.build import build_api, build_resolver, build_source, now_utc, resolver_fields
 from observer.app.exits import EXIT_CONFIG, EXIT_OK, exit_code
+from observer.app.parts import build_api, build_resolver, build_source, now_utc, resolver_fields
 from observer.config import ConfigError, Settings
 from observer.errors import RemoteError, UnsupportedServer
 from observer.model import RagRecord, Signals
