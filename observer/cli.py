@@ -3,6 +3,10 @@
 Exit codes: 0 success; 1 `--strict` and some input was bad, or the trace
 `explain` was asked for is not there; 2 bad usage, bad configuration or a bad
 file; 3 Langfuse unreachable; 4 Langfuse rejected the keys.
+
+The errors that mean 1 or 2 (ConfigError, StateError, ExplainError) are turned
+into `observer: <message>` on stderr and the exit code in one place, the group
+every command runs under (`_Commands.invoke`); the commands let them rise.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import sys
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -59,13 +63,9 @@ def _config_option(func: F) -> F:
 
 
 def _settings(config_path: str | None) -> Settings:
-    from observer.config import ConfigError, load_settings
+    from observer.config import load_settings
 
-    try:
-        return load_settings(config_path)
-    except ConfigError as error:
-        click.echo(f"observer: {error}", err=True)
-        raise SystemExit(2) from None
+    return load_settings(config_path)
 
 
 def _closed_pipe_exit() -> None:
@@ -90,12 +90,43 @@ def _Console(**kwargs: Any) -> Console:
     return QuietOnClosedPipe(**kwargs)
 
 
+EXIT_BAD_INPUT = 2  # bad configuration, state file or input file (app.EXIT_CONFIG)
+EXIT_NOT_FOUND = 1  # the trace `explain` was asked for is not there
+
+# The errors a user can fix, by exit code: (module, class) so that none is imported
+# to be caught (`observer --help` and `observer score` stay quick). The first match wins.
+_USER_ERRORS = (
+    ("observer.explain", "TraceNotFound", EXIT_NOT_FOUND),
+    ("observer.explain", "ExplainError", EXIT_BAD_INPUT),
+    ("observer.config", "ConfigError", EXIT_BAD_INPUT),
+    ("observer.state.db", "StateError", EXIT_BAD_INPUT),
+)
+
+
+def user_error_exit(error: BaseException) -> int | None:
+    """The exit code for an error the user can fix, or None for any other error.
+    A module not imported yet cannot have raised its error, so it is not imported."""
+    for module, name, code in _USER_ERRORS:
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(error, getattr(loaded, name)):
+            return code
+    return None
+
+
 class _Commands(click.Group):
+    """The group every command runs under: where errors become exit codes, once."""
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
             _closed_pipe_exit()
+        except Exception as error:
+            code = user_error_exit(error)
+            if code is None:
+                raise
+            click.echo(f"observer: {error}", err=True)
+            raise SystemExit(code) from None
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
@@ -206,18 +237,6 @@ def _logging(settings: Settings) -> None:
     configure_logging(settings.log.format, settings.log.level, log_content=settings.log.log_content)
 
 
-def _build(settings: Settings, state_path: str | None, **kwargs: Any) -> app.Parts:
-    from observer import app
-    from observer.config import ConfigError
-    from observer.state import StateError
-
-    try:
-        return app.build(settings, state_path=state_path, **kwargs)
-    except (ConfigError, StateError) as error:
-        click.echo(f"observer: {error}", err=True)
-        raise SystemExit(app.EXIT_CONFIG) from None
-
-
 def _pass_table(title: str, result: PassResult, parts: app.Parts, extra: dict[str, str]) -> Table:
     from rich.table import Table
 
@@ -290,32 +309,22 @@ def run(config_path: str | None, state_path: str | None, once: bool, dry_run: st
     scores stay undelivered; 4 when Langfuse rejects the keys).
     """
     from observer import app
-    from observer.config import ConfigError
 
     if dry_run is not None and not once:
         raise click.UsageError("--dry-run needs --once (or use backfill --dry-run)")
     settings = _settings(config_path)
     _logging(settings)
     if dry_run is not None:  # no score post, so no server version to require
-        with _dry_run(settings, state_path, dry_run) as (scratch, sink):
-            parts = _build(settings, str(scratch), sink=sink)
+        with (
+            _dry_run(settings, state_path, dry_run) as (scratch, sink),
+            app.build(settings, state_path=scratch, sink=sink) as parts,
+        ):
             _run_once_command(parts, dry_run)
-    parts = _build(settings, state_path)
-    if not once:
-        try:
-            code = app.run_daemon(parts)
-        except ConfigError as error:
-            parts.state.close()
-            click.echo(f"observer: {error}", err=True)
-            raise SystemExit(app.EXIT_CONFIG) from None
-        raise SystemExit(code)
-    try:
+    with app.build(settings, state_path=state_path) as parts:
+        if not once:
+            raise SystemExit(app.run_daemon(parts))
         app.require_supported_server(settings)  # batch score posts need v4.59+
-    except ConfigError as error:
-        parts.state.close()
-        click.echo(f"observer: {error}", err=True)
-        raise SystemExit(app.EXIT_CONFIG) from None
-    _run_once_command(parts, None)
+        _run_once_command(parts, None)
 
 
 def _run_once_command(parts: app.Parts, dry_run: str | None) -> NoReturn:
@@ -329,7 +338,6 @@ def _run_once_command(parts: app.Parts, dry_run: str | None) -> NoReturn:
         # With the scores on stdout, the table goes to stderr.
         console = _Console(stderr=dry_run == "-")
         console.print(_pass_table(title, outcome.passed, parts, extra))
-    parts.state.close()
     if outcome.error:
         click.echo(f"observer: {outcome.error}", err=True)
     raise SystemExit(outcome.exit_code)
@@ -462,9 +470,12 @@ def backfill(
     settings = _settings(config_path)
     _logging(settings)
     if dry_run is None:
-        _backfill_command(_build(settings, state_path), begin, finish, chunk_hours, None)
-    with _dry_run(settings, state_path, dry_run) as (scratch, sink):
-        parts = _build(settings, str(scratch), sink=sink)
+        with app.build(settings, state_path=state_path) as parts:
+            _backfill_command(parts, begin, finish, chunk_hours, None)
+    with (
+        _dry_run(settings, state_path, dry_run) as (scratch, sink),
+        app.build(settings, state_path=scratch, sink=sink) as parts,
+    ):
         _backfill_command(parts, begin, finish, chunk_hours, dry_run)
 
 
@@ -520,7 +531,6 @@ def _backfill_command(
             extra["window done"] = f"{iso(begin)} .. {iso(reached)} (stopped there)"
         title = "observer backfill" + (" --dry-run" if dry_run is not None else "")
         _Console(stderr=dry_run == "-").print(_pass_table(title, outcome.passed, parts, extra))
-    parts.state.close()
     if stopped:
         resume = f"{_self_command()} backfill --from {iso(reached)} --to {iso(finish)}"
         click.echo(f"observer: stopped; to go on where it stopped:\n  {resume}", err=True)
@@ -624,7 +634,6 @@ def _at_most(traces: dict[str, Any], limit: int) -> str:
 def _langfuse_read(settings: Settings, read: Callable[[LangfuseSource], T]) -> T:
     """Run `read` on the source `run` would build; exit 2, 3 or 4 as `run --once` does."""
     from observer import app
-    from observer.config import ConfigError
     from observer.errors import RemoteError
     from observer.telemetry.metrics import Metrics
 
@@ -633,9 +642,6 @@ def _langfuse_read(settings: Settings, read: Callable[[LangfuseSource], T]) -> T
             settings, Metrics(), max_attempts=min(2, settings.source.max_attempts)
         )
         return read(source)
-    except ConfigError as error:
-        click.echo(f"observer: {error}", err=True)
-        raise SystemExit(app.EXIT_CONFIG) from None
     except RemoteError as error:
         click.echo(f"observer: Langfuse {settings.langfuse.base_url}: {error}", err=True)
         raise SystemExit(app.exit_code(error)) from None
@@ -682,8 +688,6 @@ def explain_command(
     Langfuse is unreachable, 4 when it rejects the keys.
     """
     from observer.explain import (
-        ExplainError,
-        TraceNotFound,
         explain,
         explanation_json,
         explanation_lines,
@@ -700,14 +704,10 @@ def explain_command(
             source, trace_id, _since(since, end), end, f"at {settings.langfuse.base_url}"
         )
 
-    try:
-        if file_path is not None:
-            observations = trace_from_file(file_path, trace_id)
-        else:
-            observations = _langfuse_read(settings, fetch)
-    except ExplainError as error:
-        click.echo(f"observer: {error}", err=True)
-        raise SystemExit(1 if isinstance(error, TraceNotFound) else 2) from None
+    if file_path is not None:
+        observations = trace_from_file(file_path, trace_id)
+    else:
+        observations = _langfuse_read(settings, fetch)
     explained = explain(trace_id, observations, settings.mapping_rules(), settings.signal_params())
     if as_json:
         click.echo(json.dumps(explanation_json(explained), ensure_ascii=False, indent=2))
@@ -747,17 +747,12 @@ def discover_command(
     it rejects the keys.
     """
     from observer import discover
-    from observer.explain import ExplainError
 
     settings = _settings(config_path)
     _quiet_logging(settings)
     if file_path is not None:
         start = _since(since, datetime.now(UTC)) if since else None
-        try:
-            sample = discover.sample_from_file(file_path, start, limit)
-        except ExplainError as error:
-            click.echo(f"observer: {error}", err=True)
-            raise SystemExit(2) from None
+        sample = discover.sample_from_file(file_path, start, limit)
         window = str(file_path) + (f" since {iso(start)}" if start else "")
     else:
 
@@ -819,20 +814,22 @@ def demo(out: str, state_path: str, config_path: str | None, serve: bool) -> Non
     run stay up for Prometheus and Grafana to look at.
     """
     from observer import app
-    from observer.config import ConfigError
-    from observer.sinks.jsonl import JsonlScoreSink
-    from observer.state import StateError
-    from observer.summary import summary_table
     from observer.telemetry.logging import configure_logging
 
     settings = _settings(config_path)
     configure_logging(settings.log.format, "warning")
-    state = Path(state_path)
-    try:
-        outcome, parts = app.demo(settings, Path(out), state)
-    except (ConfigError, StateError) as error:
-        click.echo(f"observer: {error}", err=True)
-        raise SystemExit(app.EXIT_CONFIG) from None
+    outcome, parts = app.demo(settings, Path(out), Path(state_path))
+    with parts:
+        _demo_report(parts, outcome, out, state_path, serve)
+
+
+def _demo_report(
+    parts: app.Parts, outcome: app.OnceResult, out: str, state_path: str, serve: bool
+) -> NoReturn:
+    from observer import app
+    from observer.sinks.jsonl import JsonlScoreSink
+    from observer.summary import summary_table
+
     console = _Console()
     sink = parts.dispatcher.sink
     written = sink.written if isinstance(sink, JsonlScoreSink) else 0
@@ -854,18 +851,12 @@ def demo(out: str, state_path: str, config_path: str | None, serve: bool) -> Non
     )
     console.print(_demo_next_steps(out, state_path))
     if serve and outcome.exit_code == app.EXIT_OK:
-        try:
-            app.serve_until_stopped(
-                parts,
-                lambda url: console.print(
-                    f"\nserving {url}/metrics, /healthz, /readyz (Ctrl-C to stop)"
-                ),
-            )
-        except ConfigError as error:
-            parts.state.close()
-            click.echo(f"observer: {error}", err=True)
-            raise SystemExit(app.EXIT_CONFIG) from None
-    parts.state.close()
+        app.serve_until_stopped(
+            parts,
+            lambda url: console.print(
+                f"\nserving {url}/metrics, /healthz, /readyz (Ctrl-C to stop)"
+            ),
+        )
     if outcome.error:
         click.echo(f"observer: {outcome.error}", err=True)
     raise SystemExit(outcome.exit_code)
@@ -968,7 +959,6 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from observer import app
-    from observer.config import ConfigError
     from observer.output import dumps_line, signals_json
     from observer.records import RecordError, parse_record
     from observer.signals import compute
@@ -977,12 +967,8 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
 
     settings = _settings(config_path)
     configure_logging(settings.log.format, "warning")
-    try:
-        client = app.build_judge_client(settings)
-        resolver = app.build_resolver(settings, Metrics())
-    except ConfigError as error:
-        click.echo(f"observer: {error}", err=True)
-        raise SystemExit(app.EXIT_CONFIG) from None
+    client = app.build_judge_client(settings)
+    resolver = app.build_resolver(settings, Metrics())
     params = settings.signal_params()
     out = sys.stdout.buffer
     bad = 0
@@ -1086,17 +1072,11 @@ def _alert_service(
     config_path: str | None, state_path: str | None
 ) -> tuple[Settings, AlertService]:
     from observer import app
-    from observer.config import ConfigError
-    from observer.state import StateError
     from observer.telemetry.logging import configure_logging
 
     settings = _settings(config_path)
     configure_logging(settings.log.format, "warning")
-    try:
-        return settings, app.open_alerts(settings, Path(state_path or settings.state.path))
-    except (ConfigError, StateError) as error:
-        click.echo(f"observer: {error}", err=True)
-        raise SystemExit(app.EXIT_CONFIG) from None
+    return settings, app.open_alerts(settings, Path(state_path or settings.state.path))
 
 
 def _group(group: tuple[tuple[str, str], ...]) -> str:
@@ -1119,11 +1099,9 @@ def alerts_status(config_path: str | None, state_path: str | None, as_json: bool
     as such. Not on a terminal, the columns are plain and never wrap.
     """
     _, service = _alert_service(config_path, state_path)
-    try:
+    with closing(service.state):
         statuses = service.status()
         watermark = service.state.watermark()
-    finally:
-        service.state.close()
     rows: list[dict[str, Any]] = []
     for item in statuses:
         s = item.state
@@ -1218,14 +1196,9 @@ def alerts_test(config_path: str | None, name: str | None) -> None:
 
     settings = _settings(config_path)
     configure_logging(settings.log.format, "error")
-    try:
-        results = app.test_notifiers(settings, name)
-    except ConfigError as error:
-        click.echo(f"observer: {error}", err=True)
-        raise SystemExit(app.EXIT_CONFIG) from None
+    results = app.test_notifiers(settings, name)
     if not results:
-        click.echo("observer: no notifier configured ([[alerts.notifiers]])", err=True)
-        raise SystemExit(app.EXIT_CONFIG)
+        raise ConfigError("no notifier configured ([[alerts.notifiers]])")
     for result in results:
         each, failure = result
         click.echo(f"{each}: " + (result.sent if failure is None else f"FAILED: {failure}"))
@@ -1258,7 +1231,6 @@ def alerts_backtest(
     from rich.table import Table
 
     from observer import app
-    from observer.config import ConfigError
 
     begin = _moment(start)
     finish = _moment(end) if end else app.now_utc()
@@ -1271,14 +1243,9 @@ def alerts_backtest(
     if step_s <= 0:
         raise click.BadParameter("--step must be longer than 0s")
     _, service = _alert_service(config_path, state_path)
-    try:
+    with closing(service.state):
         span = service.state.history.span()
         results = app.backtest(service, begin, finish, step_s, rule)
-    except ConfigError as error:
-        click.echo(f"observer: {error}", err=True)
-        raise SystemExit(app.EXIT_CONFIG) from None
-    finally:
-        service.state.close()
     console = _Console()
     if span is None:
         console.print("the state file holds no signal history yet: nothing to replay")
@@ -1327,15 +1294,10 @@ def init_langfuse_command(config_path: str | None) -> None:
     differing; 2 bad configuration; 3 Langfuse unreachable; 4 keys rejected.
     """
     from observer import app
-    from observer.config import ConfigError
     from observer.langfuse_setup import init_langfuse
 
     settings = _settings(config_path)
-    try:
-        api = app.build_api(settings)
-    except ConfigError as error:
-        click.echo(f"observer: {error}", err=True)
-        raise SystemExit(app.EXIT_CONFIG) from None
+    api = app.build_api(settings)
     report = init_langfuse(api)
     console = _Console()
     console.print(f"Langfuse {settings.langfuse.base_url}", markup=False, highlight=False)
