@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from observer.model import Band, Grade, RagRecord, Signals
-from observer.signals.concentration import cited_sources, concentration
+from observer.signals.concentration import cited_sources, of_cited_refs
 from observer.signals.crag import grade
 from observer.signals.numbers import ground
 from observer.signals.params import CragParams, SignalParams
@@ -65,6 +65,6 @@ def compute(record: RagRecord, params: SignalParams) -> Signals:
         low_confidence=low_confidence,
         ungrounded=ungrounded,
         numeric=numeric,
-        concentration=concentration(cites.sentences, record.sources),
+        concentration=of_cited_refs(split.cited_refs, record.sources),
         crag_mismatch=mismatch,
     )
