@@ -34,6 +34,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Category:
+    """A CATEGORICAL config's label and the number Langfuse stores for it."""
+
     label: str
     value: float
 
