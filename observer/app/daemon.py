@@ -1,4 +1,8 @@
-"""The daemon: poll and push until SIGTERM/SIGINT, then stop, join, close in the grace."""
+"""The daemon: poll and push until SIGTERM/SIGINT, then stop, join, close in the grace.
+
+`Daemon` holds the loop's parts (`tick`, `housekeeping`, `shutdown(deadline)`), each
+callable on its own: tests drive one tick with a fake clock; `run_daemon` schedules them.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from observer.errors import AuthRejected, RemoteError
 from observer.scheduling import background_scheduler
 from observer.sources.langfuse import LangfuseSource, Stopped
 from observer.state import StateError
+from observer.telemetry.http import HttpServer
 
 log = structlog.get_logger("observer.app")
 
@@ -40,51 +45,62 @@ def signals_set(stop: threading.Event) -> Iterator[None]:
             signal.signal(s, h)
 
 
-def run_daemon(parts: Parts, clock: Callable[[], datetime] | None = None) -> int:
-    """Poll and push until SIGTERM/SIGINT; then drain, flush, persist, exit 0 in the grace.
+class Daemon:
+    """The daemon's loop, its parts apart: `start()` the threads, `tick()` one poll,
+    `housekeeping()`, `shutdown(deadline)`; `run_daemon` schedules them until a signal.
 
-    Raises ConfigError when the HTTP port cannot be opened (before anything runs).
-    """
-    settings = parts.settings
-    clock = clock or parts.clock
-    server = start_http(settings, parts.metrics, parts.health)
-    parts.dispatcher.start()
-    # Window rules on their own thread: a catch-up after a gap never holds a pass.
-    evaluator = parts.evaluator = AlertEvaluator(
-        parts.alerts, interval_s=settings.source.poll_interval_s
-    )
-    evaluator.start()
-    if parts.judge is not None:
-        parts.judge.start()
-    busy = threading.Lock()
-    refused: list[str] = []  # why the server cannot be used (too old), once checked
-    checked = not isinstance(parts.source, LangfuseSource)
+    `tick` and `housekeeping` never raise (the loop never dies on a strange trace or a
+    bug); `tick` returns at once while a tick is in flight or after the stop."""
 
-    def poll_tick() -> None:
-        nonlocal checked
-        if parts.stop.is_set() or not busy.acquire(blocking=False):
+    def __init__(self, parts: Parts, clock: Callable[[], datetime] | None = None) -> None:
+        self.parts = parts
+        self.clock = clock or parts.clock
+        # Window rules on their own thread: a catch-up after a gap never holds a pass.
+        self.evaluator = parts.evaluator = AlertEvaluator(
+            parts.alerts, interval_s=parts.settings.source.poll_interval_s
+        )
+        self.server: HttpServer | None = None
+        self.refused: list[str] = []  # why the server cannot be used (too old), once checked
+        self._busy = threading.Lock()
+        self._checked = not isinstance(parts.source, LangfuseSource)
+
+    def start(self) -> None:
+        """The HTTP port, the dispatcher, the rules' evaluator and the judge's workers.
+
+        Raises ConfigError when the HTTP port cannot be opened (before anything runs)."""
+        parts = self.parts
+        self.server = start_http(parts.settings, parts.metrics, parts.health)
+        parts.dispatcher.start()
+        self.evaluator.start()
+        if parts.judge is not None:
+            parts.judge.start()
+
+    def tick(self) -> None:
+        """One poll: the traces settled since the watermark scored, the pass recorded."""
+        parts = self.parts
+        if parts.stop.is_set() or not self._busy.acquire(blocking=False):
             return
         try:
             parts.health.beat()
-            if not checked:
+            if not self._checked:
                 # Batch score posts need v4.59+: refused before anything is read, on the
                 # poll thread, so a hanging health request never outlives a SIGTERM.
                 try:
-                    require_supported_server(settings)
+                    require_supported_server(parts.settings)
                 except ConfigError as error:
                     log.error("server_refused", error=str(error))
-                    refused.append(str(error))
+                    self.refused.append(str(error))
                     parts.stop.set()
                     return
-                checked = True
-            if parts.health.not_ready_because and not state_writable_again():
+                self._checked = True
+            if parts.health.not_ready_because and not self._state_writable_again():
                 return  # no new traces while nothing can be recorded
-            moment = clock()
+            moment = self.clock()
             result = parts.pipeline.poll(moment)
             parts.health.langfuse_answered()
             watermark = parts.state.watermark()
             lag = (moment - watermark).total_seconds() if watermark is not None else 0.0
-            evaluator.after_pass(moment, max(0.0, lag))  # a small insert and a nudge
+            self.evaluator.after_pass(moment, max(0.0, lag))  # a small insert and a nudge
             log.info(
                 "poll_completed",
                 sweep=result.sweep,
@@ -110,32 +126,71 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] | None = None) -> int
         except Exception:  # the loop never dies on a strange trace or a bug
             log.exception("poll_crashed")
         finally:
-            busy.release()
+            self._busy.release()
 
-    def state_writable_again() -> bool:
+    def _state_writable_again(self) -> bool:
         try:
-            parts.state.check_writable(clock())
+            self.parts.state.check_writable(self.clock())
         except StateError:
             return False
-        parts.health.not_ready_because = None
+        self.parts.health.not_ready_because = None
         log.info("state_writable_again", action="polling resumed")
         return True
 
-    def housekeeping() -> None:
+    def housekeeping(self) -> None:
+        """Fingerprints and history past their keeping pruned; the dispatcher nudged."""
+        parts = self.parts
         watermark = parts.state.watermark()
         if watermark is not None:
-            keep = timedelta(seconds=settings.source.overlap_s) + timedelta(days=1)
+            keep = timedelta(seconds=parts.settings.source.overlap_s) + timedelta(days=1)
             pruned = parts.state.prune_traces(watermark - keep)
             if pruned:
                 log.info("fingerprints_pruned", count=pruned)
-        history = parts.alerts.prune(clock())
+        history = parts.alerts.prune(self.clock())
         if history:
             log.info("history_pruned", rows=history)
         parts.dispatcher.notify()
 
+    def shutdown(self, deadline: float) -> tuple[bool, int]:
+        """Stop, join, close, in that order, by `deadline` (time.monotonic()): whether the
+        outbox was flushed, and how many scores it still holds.
+
+        A pass in flight sees `stop` between pages and hands back the rest; one stuck
+        inside a request is abandoned (its thread is a daemon), and the state is not
+        closed under it."""
+        parts = self.parts
+        parts.stop.set()
+        joined = self._busy.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        if not joined:
+            log.warning("poll_abandoned", reason="still inside a request at the grace's end")
+        # In-flight judging gets half of what is left; unjudged samples are not retried.
+        stop_judge(parts, max(0.1, (deadline - time.monotonic()) / 2))
+        flushed = parts.dispatcher.shutdown(max(0.5, deadline - time.monotonic()))
+        evaluated = self.evaluator.shutdown(max(0.1, deadline - time.monotonic()))
+        parts.alerts.shutdown(max(0.5, deadline - time.monotonic()))
+        parts.telemetry.shutdown(max(0.5, deadline - time.monotonic()))
+        left = parts.state.outbox_size()
+        if joined and evaluated:
+            parts.close()
+        else:
+            parts.leave_open()
+        if self.server is not None:
+            self.server.stop()
+        return flushed, left
+
+
+def run_daemon(parts: Parts, clock: Callable[[], datetime] | None = None) -> int:
+    """Poll and push until SIGTERM/SIGINT; then drain, flush, persist, exit 0 in the grace.
+
+    Raises ConfigError when the HTTP port cannot be opened (before anything runs), or
+    when the Langfuse server is too old (after the shutdown).
+    """
+    settings = parts.settings
+    daemon = Daemon(parts, clock)
+    daemon.start()
     scheduler = background_scheduler()
     scheduler.add_job(
-        poll_tick,
+        daemon.tick,
         "interval",
         seconds=settings.source.poll_interval_s,
         next_run_time=datetime.now(UTC),
@@ -144,7 +199,7 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] | None = None) -> int
         id="poll",
     )
     scheduler.add_job(
-        housekeeping,
+        daemon.housekeeping,
         "interval",
         seconds=settings.run.housekeeping_interval_s,
         max_instances=1,
@@ -160,27 +215,9 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] | None = None) -> int
         )
         parts.stop.wait()
         deadline = time.monotonic() + settings.run.shutdown_grace_s
-        # Stop, join, close, in that order, within the grace. A pass in flight sees
-        # `stop` between pages and hands back the rest; one stuck inside a request is
-        # abandoned (its thread is a daemon), and the state is not closed under it.
         scheduler.shutdown(wait=False)
-        joined = busy.acquire(timeout=max(0.0, deadline - time.monotonic()))
-        if not joined:
-            log.warning("poll_abandoned", reason="still inside a request at the grace's end")
-        # In-flight judging gets half of what is left; unjudged samples are not retried.
-        stop_judge(parts, max(0.1, (deadline - time.monotonic()) / 2))
-        flushed = parts.dispatcher.shutdown(max(0.5, deadline - time.monotonic()))
-        evaluated = evaluator.shutdown(max(0.1, deadline - time.monotonic()))
-        parts.alerts.shutdown(max(0.5, deadline - time.monotonic()))
-        parts.telemetry.shutdown(max(0.5, deadline - time.monotonic()))
-        left = parts.state.outbox_size()
-        if joined and evaluated:
-            parts.close()
-        else:
-            parts.leave_open()
-        if server is not None:
-            server.stop()
+        flushed, left = daemon.shutdown(deadline)
     log.info("observer_stopped", flushed=flushed, outbox_left=left)
-    if refused:
-        raise ConfigError(refused[0])
+    if daemon.refused:
+        raise ConfigError(daemon.refused[0])
     return EXIT_OK
