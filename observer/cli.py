@@ -15,9 +15,8 @@ import io
 import json
 import os
 import sys
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -959,75 +958,40 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from observer import app
-    from observer.output import dumps_line, signals_json
-    from observer.records import RecordError, parse_record
-    from observer.signals import compute
+    from observer.app.judge_file import FileJudge
+    from observer.output import dumps_line
     from observer.telemetry.logging import configure_logging
-    from observer.telemetry.metrics import Metrics
 
     settings = _settings(config_path)
     configure_logging(settings.log.format, "warning")
-    client = app.build_judge_client(settings)
-    resolver = app.build_resolver(settings, Metrics())
-    params = settings.signal_params()
     out = sys.stdout.buffer
-    bad = 0
-    failed = 0
-    window: deque[tuple[dict[str, Any], ResolverFindings | None, Future[JudgeResult]]] = deque()
-    show = sys.stderr.isatty()
+    bad = failed = judged = tokens = 0
+    errors: Counter[str] = Counter()
     progress = Progress(
         TextColumn("[bold]judging"),
         BarColumn(),
         TextColumn("{task.completed} done"),
         TimeElapsedColumn(),
         console=_Console(stderr=True),
-        disable=not show,
+        disable=not sys.stderr.isatty(),
     )
 
-    judged = tokens = 0
-    errors: Counter[str] = Counter()
+    def bad_line(number: int, error: RecordError) -> None:
+        nonlocal bad
+        bad += 1
+        sys.stderr.write(bad_line_json(number, error) + "\n")
 
-    def emit_first() -> None:
-        nonlocal failed, judged, tokens
-        scored, findings, future = window.popleft()
-        result = future.result()
-        tokens += result.tokens
-        if result.error is None:
-            judged += 1
-        else:
-            failed += 1
-            errors[result.error.split(":", 1)[0]] += 1
-        out.write(dumps_line(judge_json(scored, result, findings)))
-        progress.advance(task)
-
-    with progress, ThreadPoolExecutor(max_workers=settings.judge.concurrency) as pool:
+    with FileJudge(settings) as file_judge, progress:
         task = progress.add_task("judge", total=None)
-        for number, line in enumerate(source, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = parse_record(line)
-            except RecordError as error:
-                bad += 1
-                sys.stderr.write(bad_line_json(number, error) + "\n")
-                continue
-            signals = compute(record, params)
-            # Looked up here, one record at a time (cached): the lookup is not thread-safe.
-            findings = resolver([(record, signals)])[0] if resolver is not None else None
-            window.append(
-                (
-                    signals_json(signals),
-                    findings,
-                    pool.submit(client.judge, record, signals, findings),
-                )
-            )
-            # A bounded window keeps memory flat and output in input order.
-            while len(window) >= settings.judge.concurrency * 4:
-                emit_first()
-        while window:
-            emit_first()
-    if resolver is not None:
-        resolver.close()
+        for each in file_judge.judge(source, bad_line):
+            tokens += each.result.tokens
+            if each.result.error is None:
+                judged += 1
+            else:
+                failed += 1
+                errors[each.result.error.split(":", 1)[0]] += 1
+            out.write(dumps_line(judge_json(each.signals, each.result, each.findings)))
+            progress.advance(task)
     out.flush()
     # The output lines say it per record; this says it at once, where a person looks.
     summary = f"observer judge: {judged + failed} records, {judged} judged"
