@@ -46,7 +46,6 @@ from observer.telemetry.metrics import Metrics
 log = structlog.get_logger("observer.dispatcher")
 
 
-
 def push_error_kind(error: RemoteError) -> str:
     """`server_error` when Langfuse answered (a status: 5xx, 408, 409), else `unreachable`.
 
