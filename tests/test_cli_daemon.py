@@ -399,7 +399,11 @@ def test_a_stopped_backfill_exits_130_and_prints_the_command_that_resumes(
     with subprocess.Popen(
         command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     ) as process:
-        time.sleep(4)
+        # Stopped once it is reading chunks (its signal handlers are set by then), however
+        # long a loaded machine takes to start it.
+        deadline = time.monotonic() + 60
+        while fake.observation_requests() < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
