@@ -594,7 +594,9 @@ def rules_from_settings(settings: Settings) -> RulesWith:
 
 
 def _reasons(skips: Counter[str], top: int | None = None) -> str:
-    return ", ".join(f"{reason} {count}" for reason, count in skips.most_common(top))
+    shown = ", ".join(f"{reason} {count}" for reason, count in skips.most_common(top))
+    rest = len(skips) - top if top is not None else 0
+    return shown + (f", and {rest} more reason{'s' if rest > 1 else ''}" if rest > 0 else "")
 
 
 def discovery_lines(discovery: Discovery, window: str) -> list[str]:

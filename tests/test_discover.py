@@ -309,6 +309,8 @@ def test_check_rows_give_the_counts_the_top_reasons_and_the_hint() -> None:
     assert "run `observer discover`" in rows["hint"]
     demo = dict(check_rows(discovered(demo_observations(), Settings()), "the last hour"))
     assert "hint" not in demo
+    # Five reasons, four shown: the row says there is one more rather than add up wrong.
+    assert demo["skipped"].startswith("5 (") and demo["skipped"].endswith(", and 1 more reason)")
 
 
 # -- the command, against the fake Langfuse and a file ----------------------------------------
