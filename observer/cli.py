@@ -230,6 +230,23 @@ def _state_option(func: F) -> F:
     )(func)
 
 
+def _dry_run_option(lead: str) -> Callable[[F], F]:
+    """`--dry-run FILE`, for run --once and backfill alike."""
+
+    def add(func: F) -> F:
+        return click.option(
+            "--dry-run",
+            "dry_run",
+            type=click.Path(dir_okay=False, allow_dash=True),
+            default=None,
+            metavar="FILE",
+            help=f"{lead} as usual but write the scores to FILE (JSON lines; - for stdout) "
+            "instead of Langfuse, on a copy of the state file.",
+        )(func)
+
+    return add
+
+
 def _logging(settings: Settings) -> None:
     from observer.telemetry.logging import configure_logging
 
@@ -291,15 +308,7 @@ def _pass_table(title: str, result: PassResult, parts: app.Parts, extra: dict[st
 @_config_option
 @_state_option
 @click.option("--once", is_flag=True, help="One pass up to now, push, flush, exit.")
-@click.option(
-    "--dry-run",
-    "dry_run",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    default=None,
-    metavar="FILE",
-    help="With --once: score as usual but write the scores to FILE (JSON lines; - for "
-    "stdout) instead of Langfuse, on a copy of the state file.",
-)
+@_dry_run_option("With --once: score")
 def run(config_path: str | None, state_path: str | None, once: bool, dry_run: str | None) -> None:
     """Run the daemon: poll Langfuse, score every RAG trace, push scores.
 
@@ -433,15 +442,7 @@ def _moment(value: str) -> datetime:
     help="Read the window this many hours at a time at first; a chunk that held little "
     "doubles the next one.",
 )
-@click.option(
-    "--dry-run",
-    "dry_run",
-    type=click.Path(dir_okay=False, allow_dash=True),
-    default=None,
-    metavar="FILE",
-    help="Score as usual but write the scores to FILE (JSON lines; - for stdout) "
-    "instead of Langfuse, on a copy of the state file.",
-)
+@_dry_run_option("Score")
 @_config_option
 @_state_option
 def backfill(

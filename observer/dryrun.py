@@ -13,9 +13,7 @@ import sqlite3
 import sys
 from contextlib import closing
 from pathlib import Path
-from typing import BinaryIO
 
-from observer.sinks import SendResult
 from observer.sinks.jsonl import JsonlScoreSink
 
 
@@ -33,21 +31,8 @@ def scratch_state(real: Path, scratch_dir: Path) -> Path:
     return copy
 
 
-class StreamScoreSink(JsonlScoreSink):
-    """The JSON-lines sink writing to an open stream (standard output) instead of a file."""
-
-    def __init__(self, stream: BinaryIO) -> None:
-        super().__init__("-")
-        self._stream = stream
-
-    def _write(self, data: bytes, count: int) -> SendResult:
-        with self._lock:
-            self._stream.write(data)
-            self._stream.flush()
-            self.written += count
-        return SendResult(accepted=count)
-
-
 def scores_sink(target: str) -> JsonlScoreSink:
     """Where the scores go: a file, or standard output for `-`."""
-    return StreamScoreSink(sys.stdout.buffer) if target == "-" else JsonlScoreSink(target)
+    if target == "-":
+        return JsonlScoreSink("-", stream=sys.stdout.buffer)
+    return JsonlScoreSink(target)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 
@@ -28,10 +29,14 @@ def score_json(score: ScoreEvent) -> dict[str, object]:
 
 
 class JsonlScoreSink:
-    """Writes what one run pushes; the file is replaced at the first score, never emptied."""
+    """Writes what one run pushes; the file is replaced at the first score, never emptied.
 
-    def __init__(self, path: str | Path) -> None:
+    With `stream` (standard output, for a dry run's `-`), the lines go there instead,
+    flushed after each batch, and `path` only names it."""
+
+    def __init__(self, path: str | Path, stream: BinaryIO | None = None) -> None:
         self.path = Path(path)
+        self._stream = stream
         self._lock = threading.Lock()
         self.written = 0
 
@@ -53,7 +58,12 @@ class JsonlScoreSink:
         return self._write(data, len(scores))
 
     def _write(self, data: bytes, count: int) -> SendResult:
-        with self._lock, self.path.open("ab" if self.written else "wb") as handle:
-            handle.write(data)
+        with self._lock:
+            if self._stream is not None:
+                self._stream.write(data)
+                self._stream.flush()
+            else:
+                with self.path.open("ab" if self.written else "wb") as handle:
+                    handle.write(data)
             self.written += count
         return SendResult(accepted=count)
