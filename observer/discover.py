@@ -44,6 +44,7 @@ from observer.mapping.convention import (
     answer_of,
     explain_trace,
     find_root,
+    is_generation,
 )
 from observer.mapping.decode import as_str, decode
 from observer.times import parse_duration, parse_time
@@ -97,13 +98,6 @@ def trace_name(observations: Sequence[Observation]) -> str:
     if root is None:
         return "(no root observation)"
     return as_str(root.get("traceName")) or as_str(root.get("name")) or "(unnamed)"
-
-
-def is_generation(observation: Observation, rules: MappingRules) -> bool:
-    """An observation the mapping reads as a generation (names, when set, else types)."""
-    if rules.generation_names:
-        return observation.get("name") in rules.generation_names
-    return observation.get("type") in rules.generation_types
 
 
 def is_answer(result: Explained) -> bool:

@@ -175,10 +175,6 @@ def question_of(value: Any, rules: MappingRules) -> tuple[str, str]:
     return "", f"input is a {type(value).__name__} without a question"
 
 
-def _question(value: Any, rules: MappingRules) -> str:
-    return question_of(value, rules)[0]
-
-
 def _last_user_text(messages: list[Any]) -> str | None:
     """A chat transcript: the last thing the user said (the last user message with text)."""
     users = [m for m in messages if isinstance(m, Mapping) and m.get("role") == "user"]
@@ -221,11 +217,6 @@ def _parts_text(parts: Any) -> str | None:
         and isinstance(part.get("content"), str)
     ]
     return "".join(texts) if texts else None
-
-
-def answer_text(output: Any, rules: MappingRules) -> str | None:
-    """The answer held by a generation's output (docs/trace-convention.md), or None."""
-    return answer_of(output, rules)[0]
 
 
 def answer_of(output: Any, rules: MappingRules) -> tuple[str | None, str]:
@@ -424,6 +415,11 @@ def _is(observation: Observation, types: Sequence[str], names: Sequence[str]) ->
     if names:
         return observation.get("name") in names
     return observation.get("type") in types
+
+
+def is_generation(observation: Observation, rules: MappingRules) -> bool:
+    """An observation the mapping reads as a generation (names, when set, else types)."""
+    return _is(observation, rules.generation_types, rules.generation_names)
 
 
 def _metadata(observation: Observation | None) -> Mapping[str, Any]:
@@ -630,7 +626,7 @@ def _map(
         return _from_hook(trace_id, observations, rules)
 
     ordered = sorted(observations, key=_start)
-    generations = [o for o in ordered if _is(o, rules.generation_types, rules.generation_names)]
+    generations = [o for o in ordered if is_generation(o, rules)]
     if not generations:
         return Skip("no_generation", "no generation observation")
     generation = generations[-1]
