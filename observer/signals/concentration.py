@@ -8,7 +8,6 @@ refs of its cited sentences, so concentration never walks the sentences again.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from observer.model import Concentration, Sentence, Source
@@ -40,22 +39,40 @@ def of_cited_refs(
     """
     n = len(sources)
     docs_of = [source.doc_id or None for source in sources]  # an empty doc_id names no document
-    citing: Counter[str] = Counter()
-    alone: Counter[str] = Counter()
+    # Plain dicts and loops, no Counter or comprehension: this runs for every
+    # answer, and those cost a Python-level call each (bench/signals.py).
+    counts: dict[tuple[int, ...], int] = {}
+    for refs in cited_refs:
+        counts[refs] = counts.get(refs, 0) + 1
+    citing: dict[str, int] = {}
+    alone: dict[str, int] = {}
     n_cited = 0
-    for refs, count in Counter(cited_refs).items():
+    for refs, count in counts.items():
         n_cited += count
-        docs = {docs_of[r - 1] for r in refs if 0 < r <= n}
+        if len(refs) == 1:  # most sentences cite one source
+            r = refs[0]
+            if 0 < r <= n and (doc := docs_of[r - 1]) is not None:
+                citing[doc] = citing.get(doc, 0) + count
+                alone[doc] = alone.get(doc, 0) + count
+            continue
+        docs: set[str | None] = set()
+        for r in refs:
+            if 0 < r <= n:
+                docs.add(docs_of[r - 1])
         for doc in docs:
             if doc is not None:
-                citing[doc] += count
+                citing[doc] = citing.get(doc, 0) + count
         if len(docs) == 1:
             (only,) = docs
             if only is not None:
-                alone[only] += count
+                alone[only] = alone.get(only, 0) + count
     cited_docs = tuple(sorted(citing))
     if not cited_docs:
         return Concentration(cited_docs, None, 0, n_cited, None)
-    top = min(cited_docs, key=lambda d: (-citing[d], -alone[d], d))
-    ratio = alone[top] / n_cited if n_cited >= 2 else None
-    return Concentration(cited_docs, top, alone[top], n_cited, ratio)
+    if len(cited_docs) == 1:
+        top = cited_docs[0]
+    else:
+        top = min(cited_docs, key=lambda d: (-citing[d], -alone.get(d, 0), d))
+    top_alone = alone.get(top, 0)
+    ratio = top_alone / n_cited if n_cited >= 2 else None
+    return Concentration(cited_docs, top, top_alone, n_cited, ratio)
