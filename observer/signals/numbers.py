@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from observer.model import NumericGrounding
 from observer.signals.text import fold
@@ -23,6 +24,9 @@ NUMBER_RE = re.compile(
 )
 
 
+# Cached: an answer and its sources repeat a handful of numbers, and the
+# cached lookup runs in C (no Python frame), also through `map`.
+@lru_cache(maxsize=4096)
 def canonical(number: str) -> str:
     """`1,200.50` -> `1200.5`: digits and an optional decimal point."""
     if number.isdigit() and number[0] != "0":
@@ -35,10 +39,7 @@ def canonical(number: str) -> str:
 
 def number_set(text: str) -> frozenset[str]:
     """The distinct canonical numbers of `text`."""
-    return frozenset(
-        n if n.isdigit() and n[0] != "0" else canonical(n)
-        for n in set(NUMBER_RE.findall(fold(text)))
-    )
+    return frozenset(map(canonical, set(NUMBER_RE.findall(fold(text)))))
 
 
 def ground(
@@ -61,7 +62,10 @@ def ground(
             per_source = [number_set(s) for s in sources]
             anywhere = frozenset().union(*per_source)
         n_sources = len(per_source)
-        cited = [per_source[r - 1] for r in refs if 0 < r <= n_sources]
+        cited: list[frozenset[str]] = []
+        for r in refs:
+            if 0 < r <= n_sources:
+                cited.append(per_source[r - 1])
         if not cited:
             allowed = anywhere
         elif len(cited) == 1:
@@ -69,8 +73,7 @@ def ground(
         else:
             allowed = frozenset().union(*cited)
         seen: set[str] = set()
-        for written in raw:
-            number = written if written.isdigit() and written[0] != "0" else canonical(written)
+        for number in map(canonical, raw):
             if number in seen:
                 continue
             seen.add(number)
