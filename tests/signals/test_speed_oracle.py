@@ -109,6 +109,12 @@ TOKENS = [
     "[1-60]",
     "[^2]",
     "[1](http://x.io/3)",
+    "[2](https://example.com/a/long/path/that/runs/past/sixty-four/characters)",
+    "[99]",
+    "[100]",
+    "[007]",
+    "[ 3 ]",
+    "[4 ]",
     "[a](http://x.io/4)",
     "【2】",
     "【1，2】",
@@ -183,7 +189,9 @@ params_strategy = st.one_of(
     st.just(SignalParams()),
     st.builds(
         SignalParams,
-        min_chars=st.integers(min_value=1, max_value=12),
+        min_chars=st.one_of(
+            st.integers(min_value=1, max_value=12), st.integers(min_value=60, max_value=70)
+        ),
         pleasantry_prefixes=st.sampled_from(
             [SignalParams().pleasantry_prefixes, (), ("fact", "12"), ("[",), ("希望",)]
         ),
