@@ -196,7 +196,12 @@ params_strategy = st.one_of(
             [SignalParams().pleasantry_prefixes, (), ("fact", "12"), ("[",), ("希望",)]
         ),
         abbreviations=st.sampled_from(
-            [SignalParams().abbreviations, frozenset(), frozenset({"p.m", "fee", "e"})]
+            [
+                SignalParams().abbreviations,
+                frozenset(),
+                frozenset({"p.m", "fee", "e"}),
+                frozenset({"", "a-]", "5", "Fact."}),
+            ]
         ),
     ),
 )
