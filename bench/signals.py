@@ -7,11 +7,21 @@ and, for the synthetic set, next to the baselines and targets of issue 18
 (item 4): 5,480 records/s and 13.2x before, >= 10,000 records/s and <= 8x
 wanted. Timed in CPU time of this process (`time.process_time`), so other
 work on a shared machine does not count against either side.
+
+CPU times still vary on a shared machine; instruction counts do not.
+`--score-only N --passes P` scores the first N synthetic records P times and
+prints nothing, so two runs under valgrind give the instructions per record
+(`PYTHONHASHSEED=0` keeps them repeatable):
+
+    PYTHONHASHSEED=0 valgrind --tool=cachegrind --cache-sim=no \
+        .venv/bin/python bench/signals.py --score-only 200 --passes 1   # then --passes 2
+    # instructions per record = (I refs of 2 passes - I refs of 1 pass) / 200
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import time
@@ -120,7 +130,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--synthetic", type=int, default=20_000, help="synthetic record count")
     parser.add_argument("--repeat", type=int, default=3, help="best of N runs")
+    parser.add_argument(
+        "--score-only",
+        type=int,
+        metavar="N",
+        help="score the first N synthetic records --passes times, print nothing (for valgrind)",
+    )
+    parser.add_argument("--passes", type=int, default=1, help="with --score-only")
     args = parser.parse_args()
+    if args.score_only is not None:
+        lines = synthetic_lines(args.score_only)
+        gc.collect()
+        gc.freeze()  # the lines are not what a pass collects
+        for _ in range(args.passes):
+            _observer(lines, SignalParams())
+        return
 
     datasets = []
     if EXAMPLES.exists():
