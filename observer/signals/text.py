@@ -12,8 +12,9 @@ is an offset in the other:
   here only, so nothing inside code or a marker's URL is ever seen.
 
 Working on the whole answer with a handful of compiled regular expressions,
-rather than character by character, is what keeps signals at >= 10k
-records/s (bench/signals.py).
+rather than character by character, is what keeps Python's work per answer
+to a few calls per sentence (bench/signals.py and the README's Figures have
+the numbers).
 """
 
 from __future__ import annotations
