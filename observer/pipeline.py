@@ -53,7 +53,7 @@ from observer.traces import (
 )
 
 log = structlog.get_logger("observer.pipeline")
-tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
+NO_SPANS = trace.NoOpTracer()  # without telemetry
 
 # Spans of one trace can come from hosts whose clocks differ a little: a child
 # may "start" just before its root. A trace counts as complete only once the
@@ -149,7 +149,9 @@ class Pipeline:
         lookup: Lookup | None = None,
         should_stop: Callable[[], bool] = lambda: False,
         judge: JudgeGate | None = None,
+        tracer: trace.Tracer = NO_SPANS,
     ) -> None:
+        self.tracer = tracer  # Telemetry.tracer, from the composition root
         self.source = source
         self.state = state
         self.metrics = metrics
@@ -233,7 +235,7 @@ class Pipeline:
         before it keeps the children that started just after. Traces rooted at or
         after `end` are left to the next window.
         """
-        with tracer.start_as_current_span("observer.poll_pass") as span:
+        with self.tracer.start_as_current_span("observer.poll_pass") as span:
             result = self._window(start, end, now, max(end, read_until or end))
             if span.is_recording():
                 span.set_attributes(
@@ -371,7 +373,7 @@ class Pipeline:
             for item, findings in zip(changed, found, strict=True):
                 item.findings = findings
         for trace_id, observations, root_start, hold, prepared, news in handled:
-            with tracer.start_as_current_span("observer.trace_scored") as span:
+            with self.tracer.start_as_current_span("observer.trace_scored") as span:
                 outcome = self.traces.record(
                     trace_id, prepared, root_start, known.get(trace_id), now, news
                 )

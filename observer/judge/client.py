@@ -18,7 +18,7 @@ from typing import Any, cast
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from openai.types.chat.completion_create_params import ResponseFormat
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import NoOpTracer, Tracer
 
 from observer.judge.funnel import route
 from observer.judge.outcome import JudgeResult
@@ -37,10 +37,10 @@ from observer.judge.protocol import (
     response_format,
     verdicts_messages,
 )
+from observer.judge.tracing import judge_trace, llm_call
 from observer.model import RagRecord, Signals
 from observer.resolver.core import ResolverFindings
 from observer.retry import call_with_retries, parse_retry_after
-from observer.telemetry.otel import judge_trace, llm_call
 
 
 class JudgeCallError(Exception):
@@ -92,6 +92,7 @@ class JudgeClient:
         price_completion_per_1k: float = 0.0,
         sleep: Callable[[float], None] = time.sleep,
         langfuse_tracer: Tracer | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self._client = client
         self.model = model
@@ -102,6 +103,8 @@ class JudgeClient:
         self.json_schema = True
         # Telemetry's judge_tracer: every call also a generation in Langfuse (observer-judge).
         self.langfuse_tracer = langfuse_tracer
+        # Telemetry's tracer: every call an `observer.judge_call` span for the collector.
+        self.tracer = tracer or NoOpTracer()
 
     def judge(
         self, record: RagRecord, signals: Signals, findings: ResolverFindings | None = None
@@ -219,6 +222,7 @@ class JudgeClient:
         """One request; the openai client's errors as retryable or final ones."""
         try:
             with llm_call(
+                self.tracer,
                 step=name,
                 model=self.model,
                 messages=messages,

@@ -40,7 +40,7 @@ from observer.times import iso
 from observer.traces import answer_basis
 
 log = structlog.get_logger("observer.judge")
-tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
+NO_SPANS = trace.NoOpTracer()  # without telemetry
 
 # Called with every result, errors included (alerting reads them all).
 JudgedHook = Callable[[RagRecord, JudgeResult], None]
@@ -83,7 +83,9 @@ class JudgeService:
         on_judged: JudgedHook | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         signal_params: SignalParams | None = None,
+        tracer: trace.Tracer = NO_SPANS,
     ) -> None:
+        self.tracer = tracer  # Telemetry.tracer, from the composition root
         self.client = client
         self.state = state
         self.metrics = metrics
@@ -243,7 +245,7 @@ class JudgeService:
         basis: str | None = None,
     ) -> JudgeResult:
         """Judge one trace (in the calling thread) and record everything about it."""
-        with tracer.start_as_current_span(
+        with self.tracer.start_as_current_span(
             "observer.judge", attributes={"observer.trace_id": record.trace_id}
         ) as span:
             result = self.client.judge(record, signals, findings)
