@@ -84,7 +84,7 @@ def build_judge_client(settings: Settings, telemetry: Telemetry | None = None) -
         max_tokens=j.max_tokens,
         price_prompt_per_1k=j.price_prompt_per_1k,
         price_completion_per_1k=j.price_completion_per_1k,
-        langfuse_tracer=telemetry.judge_tracer if telemetry else None,
+        langfuse=telemetry.judge_langfuse if telemetry else None,
         tracer=telemetry.tracer if telemetry else None,
     )
 

@@ -2,19 +2,19 @@
 with `telemetry.judge_to_langfuse`, generations in the user's Langfuse.
 
 `llm_call(tracer, ...)` makes an `observer.judge_call` span on observer's own tracer
-(injected: `Telemetry.tracer`), following the GenAI semantic conventions (model,
-tokens, error type; never the text). Inside `judge_trace(langfuse, ...)` the same call
-is also a generation (model, parameters, input, output, usage, cost) of one
-`observer.judge` trace in environment `observer-judge`, made with the Langfuse tracer
-(`Telemetry.judge_provider`'s, exported by observer's own `LangfuseSpanExporter`).
-observer's own mapping skips those traces (root names starting with `observer.`).
+(`Telemetry.tracer`, injected), following the GenAI semantic conventions (model,
+tokens, error type; never the text). Inside `judge_trace(langfuse, ...)` the same
+call is also a generation of one `observer.judge` trace, made with the Langfuse SDK's
+observation API (`Telemetry.judge_langfuse`: its environment `observer-judge`, its
+spans sent by observer's own `LangfuseSpanExporter`): model, parameters, input,
+output, usage and cost as the SDK sets them. The judge trace is a root of its own,
+never a child of observer's spans; observer's mapping skips it (`observer.` names).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -25,61 +25,57 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 if TYPE_CHECKING:
+    from langfuse import Langfuse, LangfuseGeneration, LangfuseSpan
     from openai.types.chat import ChatCompletion
 
-JUDGE_ENVIRONMENT = "observer-judge"
 JUDGE_TRACE_NAME = "observer.judge"
 JUDGE_CALL_SPAN = "observer.judge_call"
 
-# The Langfuse tracer and the root of the judged trace in flight in this thread.
-_judge_root: ContextVar[tuple[trace.Tracer, trace.Span] | None] = ContextVar(
-    "observer_judge_root", default=None
-)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
+# The Langfuse root of the judged trace in flight in this thread.
+_root: ContextVar[LangfuseSpan | None] = ContextVar("observer_judge_root", default=None)
 
 
 class JudgeTrace:
-    """One judged trace in Langfuse (a no-op without a Langfuse tracer)."""
+    """One judged trace in Langfuse (a no-op without a Langfuse client)."""
 
-    def __init__(self, root: trace.Span | None) -> None:
+    def __init__(self, root: LangfuseSpan | None) -> None:
         self._root = root
 
     def done(self, summary: Mapping[str, Any], error: str | None = None) -> None:
         if self._root is None:
             return
-        self._root.set_attribute("langfuse.observation.output", _json(dict(summary)))
+        self._root.update(output=dict(summary))
         if error:
-            self._root.set_attribute("langfuse.observation.level", "ERROR")
-            self._root.set_attribute("langfuse.observation.status_message", error[:300])
-            self._root.set_status(Status(StatusCode.ERROR, error[:300]))
+            self._root.update(level="ERROR", status_message=error[:300])
 
 
 @contextmanager
-def judge_trace(langfuse: trace.Tracer | None, judged_trace_id: str) -> Iterator[JudgeTrace]:
-    """Around the judging of one trace: with a Langfuse tracer, its LLM calls (`llm_call`)
-    become generations of one `observer.judge` trace in environment `observer-judge`."""
+def judge_trace(langfuse: Langfuse | None, judged_trace_id: str) -> Iterator[JudgeTrace]:
+    """Around the judging of one trace: with a Langfuse client, its LLM calls (`llm_call`)
+    become generations of one `observer.judge` trace."""
     if langfuse is None:
         yield JudgeTrace(None)
         return
-    root = langfuse.start_span(
-        JUDGE_TRACE_NAME,
-        context=otel_context.Context(),  # its own trace, never a child of observer's spans
-        attributes={
-            "langfuse.trace.name": JUDGE_TRACE_NAME,
-            "langfuse.environment": JUDGE_ENVIRONMENT,
-            "langfuse.observation.type": "span",
-            "langfuse.trace.metadata.judged_trace_id": judged_trace_id,
-            "observer.trace_id": judged_trace_id,
-        },
-    )
-    token = _judge_root.set((langfuse, root))
+    from langfuse import propagate_attributes
+
+    detached = otel_context.attach(otel_context.Context())  # a root, not a child of ours
+    try:
+        with (
+            propagate_attributes(
+                trace_name=JUDGE_TRACE_NAME, metadata={"judged_trace_id": judged_trace_id}
+            ),
+            langfuse.start_as_current_observation(
+                name=JUDGE_TRACE_NAME, as_type="span", end_on_exit=False
+            ) as root,
+        ):
+            trace.get_current_span().set_attribute("observer.trace_id", judged_trace_id)
+    finally:
+        otel_context.detach(detached)
+    token = _root.set(root)
     try:
         yield JudgeTrace(root)
     finally:
-        _judge_root.reset(token)
+        _root.reset(token)
         root.end()
 
 
@@ -102,15 +98,14 @@ class LlmCall:
     def __init__(
         self,
         span: trace.Span,
-        generation: trace.Span | None,
+        generation: LangfuseGeneration | None,
+        generation_span: trace.Span | None,
         prices_per_1k: tuple[float, float],
     ) -> None:
         self._span = span
         self._generation = generation
+        self._spans = [span] if generation_span is None else [span, generation_span]
         self._prices = prices_per_1k
-
-    def _spans(self) -> list[trace.Span]:
-        return [self._span] if self._generation is None else [self._span, self._generation]
 
     def completed(self, response: ChatCompletion) -> None:
         """The response's model, id, finish reason and token usage (and its text, to Langfuse)."""
@@ -126,36 +121,30 @@ class LlmCall:
         if usage is not None:
             attributes["gen_ai.usage.input_tokens"] = usage.prompt_tokens
             attributes["gen_ai.usage.output_tokens"] = usage.completion_tokens
-        for span in self._spans():
+        for span in self._spans:
             span.set_attributes(attributes)
         if self._generation is None:
             return
-        if response.choices:
-            content = response.choices[0].message.content
-            if content is not None:
-                self._generation.set_attribute("langfuse.observation.output", content)
+        if response.choices and response.choices[0].message.content is not None:
+            self._generation.update(output=response.choices[0].message.content)
         if usage is not None:
-            self._generation.set_attribute(
-                "langfuse.observation.usage_details",
-                _json({"input": usage.prompt_tokens, "output": usage.completion_tokens}),
+            cost_in = usage.prompt_tokens / 1000 * self._prices[0]
+            cost_out = usage.completion_tokens / 1000 * self._prices[1]
+            self._generation.update(
+                usage_details={"input": usage.prompt_tokens, "output": usage.completion_tokens},
+                cost_details={"input": cost_in, "output": cost_out, "total": cost_in + cost_out}
+                if any(self._prices)
+                else None,
             )
-            if any(self._prices):
-                cost_in = usage.prompt_tokens / 1000 * self._prices[0]
-                cost_out = usage.completion_tokens / 1000 * self._prices[1]
-                self._generation.set_attribute(
-                    "langfuse.observation.cost_details",
-                    _json({"input": cost_in, "output": cost_out, "total": cost_in + cost_out}),
-                )
 
     def failed(self, error: BaseException) -> None:
         kind = type(error).__name__
         message = f"{kind}: {error}"[:300]
-        for span in self._spans():
+        for span in self._spans:
             span.set_attribute("error.type", kind)
             span.set_status(Status(StatusCode.ERROR, message))
         if self._generation is not None:
-            self._generation.set_attribute("langfuse.observation.level", "ERROR")
-            self._generation.set_attribute("langfuse.observation.status_message", message)
+            self._generation.update(level="ERROR", status_message=message)
 
 
 @contextmanager
@@ -171,12 +160,8 @@ def llm_call(
     base_url: str | None = None,
     prices_per_1k: tuple[float, float] = (0.0, 0.0),
 ) -> Iterator[LlmCall]:
-    """One LLM call of the judge: an `observer.judge_call` span following the GenAI
-    semantic conventions (model, tokens, error type; never the text), and inside a
-    `judge_trace` with Langfuse on, a generation with input and output in Langfuse.
-
-    An exception leaving the block marks both failed and goes on.
-    """
+    """One LLM call of the judge: an `observer.judge_call` span and, inside a `judge_trace`
+    with Langfuse on, a generation. An exception leaving the block marks both failed."""
     request: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "openai",
@@ -189,36 +174,30 @@ def llm_call(
         **_server(base_url),
     }
     span = tracer.start_span(JUDGE_CALL_SPAN, kind=SpanKind.CLIENT, attributes=request)
-    generation: trace.Span | None = None
-    root = _judge_root.get()
-    if root is not None:
-        langfuse, parent = root
-        generation = langfuse.start_span(
-            step,
-            context=trace.set_span_in_context(parent, otel_context.Context()),
-            kind=SpanKind.CLIENT,
-            attributes={
-                **request,
-                "langfuse.observation.type": "generation",
-                "langfuse.environment": JUDGE_ENVIRONMENT,
-                "langfuse.observation.model.name": model,
-                "langfuse.observation.model.parameters": _json(
-                    {
+    root = _root.get()
+    with ExitStack() as generation_open:
+        generation = generation_span = None
+        if root is not None:
+            generation = generation_open.enter_context(
+                root.start_as_current_observation(
+                    name=step,
+                    as_type="generation",
+                    model=model,
+                    model_parameters={
                         "temperature": temperature,
                         "max_tokens": max_tokens,
                         "response_format": response_format,
-                    }
-                ),
-                "langfuse.observation.input": _json(list(messages)),
-            },
-        )
-    call = LlmCall(span, generation, prices_per_1k)
-    try:
-        yield call
-    except BaseException as error:
-        call.failed(error)
-        raise
-    finally:
-        span.end()
-        if generation is not None:
-            generation.end()
+                    },
+                    input=list(messages),
+                )
+            )
+            generation_span = trace.get_current_span()
+            generation_span.set_attributes(request)
+        call = LlmCall(span, generation, generation_span, prices_per_1k)
+        try:
+            yield call
+        except BaseException as error:
+            call.failed(error)
+            raise
+        finally:
+            span.end()

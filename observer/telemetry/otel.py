@@ -9,12 +9,14 @@ and compression; `Resource.create()` and its environment detector take
 `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME` over `service.name=observer`.
 The tracer is `Telemetry.tracer`, handed by the composition root to whoever makes
 spans; no global provider is set. Metrics are not pushed: `/metrics` is the one
-exposition and a collector scrapes it (docs/operating.md, deploy/otel-collector.yaml).
+exposition and a collector scrapes it (docs/operating.md, deploy/otel-collector/config.yaml).
 
-With `judge_to_langfuse`, a second, private TracerProvider (`judge_provider`) posts the
-judge's generations (observer/judge/tracing.py) to Langfuse's OTLP endpoint through
-`LangfuseSpanExporter`: its own transport, so the collector's `OTEL_EXPORTER_OTLP_HEADERS`
-never reach Langfuse and Langfuse's keys never reach the collector or a log.
+With `judge_to_langfuse`, `judge_langfuse` is a Langfuse SDK client over a second,
+private TracerProvider whose spans (the judge's generations, observer/judge/tracing.py)
+go to Langfuse's OTLP endpoint through `LangfuseSpanExporter`: its own transport, so
+the collector's `OTEL_EXPORTER_OTLP_HEADERS` never reach Langfuse and Langfuse's keys
+never reach the collector or a log. The SDK keeps one client per public key and
+process: one `judge_to_langfuse` setup per process.
 
 Nothing here raises to its caller. An export that fails is logged once per outage
 (`telemetry_export_failed`, then `telemetry_export_recovered`; the exporters' own
@@ -32,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -44,6 +46,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from observer import __version__
+
+if TYPE_CHECKING:
+    from langfuse import Langfuse
 
 log = structlog.get_logger("observer.telemetry")
 
@@ -256,51 +261,90 @@ class LangfuseSpanExporter(SpanExporter):
 class _Part:
     """One TracerProvider with its batch processor and watched exporter."""
 
-    def __init__(self, name: str, provider: TracerProvider, exporter: _Watched) -> None:
+    def __init__(
+        self,
+        name: str,
+        provider: TracerProvider,
+        exporter: _Watched,
+        then: Callable[[], None] = lambda: None,
+    ) -> None:
         self.name = name
         self.provider = provider
         self.exporter = exporter
+        self._then = then  # after the provider: the Langfuse client's own shutdown
 
     def flush(self, timeout_s: float) -> bool:
         return self.provider.force_flush(int(timeout_s * 1000)) and not self.exporter.outage.down
 
     def close(self, timeout_s: float) -> bool:
         self.provider.shutdown()  # the batch worker's last export, then the exporter
+        self._then()
         return not self.exporter.outage.down
 
     def abort(self) -> None:
         self.exporter.shutdown()  # ends the exporter's retries at once
 
 
-def _provider(res: Resource, exporter: _Watched, name: str, **kwargs: object) -> _Part:
-    provider = TracerProvider(resource=res, shutdown_on_exit=False, **kwargs)  # type: ignore[arg-type]
-    provider.add_span_processor(BatchSpanProcessor(exporter))
-    return _Part(name, provider, exporter)
+def _spans_part(exporter: SpanExporter, outage: Outage) -> _Part:
+    watched = _Watched(exporter, outage)
+    provider = TracerProvider(resource=resource(), shutdown_on_exit=False)
+    provider.add_span_processor(BatchSpanProcessor(watched))
+    return _Part("spans", provider, watched)
+
+
+def _judge_part(target: LangfuseOtlp) -> tuple[_Part, Langfuse]:
+    """The Langfuse SDK's client over a private provider, exporting through our exporter
+    (the SDK adds its span processor to the provider and uses `span_exporter` as is)."""
+    from langfuse import Langfuse
+
+    exporter = LangfuseSpanExporter(target)
+    watched = _Watched(exporter, exporter.outage)
+    judge_resource = Resource(
+        {
+            "service.name": SERVICE_NAME,
+            "service.version": __version__,
+            "langfuse.environment": JUDGE_ENVIRONMENT,
+            "deployment.environment.name": JUDGE_ENVIRONMENT,
+        }
+    )
+    provider = TracerProvider(
+        resource=judge_resource, sampler=sampling.ALWAYS_ON, shutdown_on_exit=False
+    )
+    client = Langfuse(
+        public_key=target.public_key,
+        secret_key=target.secret_key,
+        base_url=target.base_url,
+        timeout=max(1, int(target.timeout_s)),
+        environment=JUDGE_ENVIRONMENT,
+        tracer_provider=provider,
+        span_exporter=watched,
+    )
+    return _Part("judge_generations", provider, watched, client.shutdown), client
 
 
 class Telemetry:
     """What `setup_telemetry` built. `tracer` makes observer's spans (non-recording when
-    nothing is exported, and after shutdown); `judge_provider` (None unless
-    judge_to_langfuse) carries the judge's generations to Langfuse.
+    nothing is exported, and after shutdown); `judge_langfuse` (None unless
+    judge_to_langfuse) makes the judge's generations in Langfuse.
 
     `force_flush` and `shutdown` never raise and return within their budget (True:
     everything went out); `shutdown` is idempotent.
     """
 
     def __init__(
-        self, parts: Sequence[_Part] = (), after_close: Callable[[], None] = lambda: None
+        self,
+        parts: Sequence[_Part] = (),
+        after_close: Callable[[], None] = lambda: None,
+        judge_langfuse: Langfuse | None = None,
     ) -> None:
         self._parts = list(parts)
         self._after_close = after_close
         self._lock = threading.Lock()
         self._closed = False
         self._closed_ok = True
-        by_name = {part.name: part.provider for part in self._parts}
-        spans = by_name.get("spans")
+        spans = next((part.provider for part in self._parts if part.name == "spans"), None)
         self._tracer = spans.get_tracer(TRACER_NAME, __version__) if spans else None
-        self.judge_provider = by_name.get("judge_generations")
-        judge = self.judge_provider
-        self.judge_tracer = judge.get_tracer(TRACER_NAME, __version__) if judge else None
+        self.judge_langfuse = judge_langfuse
         if self._parts:
             atexit.register(self._at_exit)
 
@@ -424,36 +468,31 @@ def setup_telemetry(*, judge_to_langfuse: LangfuseOtlp | None = None) -> Telemet
                 endpoint = str(getattr(exporter, "_endpoint", "") or "")
                 outage = Outage("spans", endpoint)
                 stop_holding_back.append(_HeldBack(exporter, outage).install())
-                parts.append(_provider(resource(), _Watched(exporter, outage), "spans"))
+                parts.append(_spans_part(exporter, outage))
         except Exception:
             log.exception("telemetry_setup_failed", signal="traces")
+    judge_langfuse = None
     if judge_to_langfuse is not None:
-        judge = LangfuseSpanExporter(judge_to_langfuse)
-        judge_resource = Resource(
-            {
-                "service.name": SERVICE_NAME,
-                "service.version": __version__,
-                "langfuse.environment": JUDGE_ENVIRONMENT,
-                "deployment.environment.name": JUDGE_ENVIRONMENT,
-            }
-        )
-        watched = _Watched(judge, judge.outage)
-        parts.append(
-            _provider(judge_resource, watched, "judge_generations", sampler=sampling.ALWAYS_ON)
-        )
+        try:
+            judge_part, judge_langfuse = _judge_part(judge_to_langfuse)
+            parts.append(judge_part)
+        except Exception:
+            log.exception("telemetry_setup_failed", signal="judge_generations")
     if not parts:
         return Telemetry()
     log.info(
         "telemetry_started",
         traces=_safe_url(endpoint) if endpoint else None,
-        metrics="not pushed: scrape /metrics (deploy/otel-collector.yaml)"
+        metrics="not pushed: scrape /metrics (deploy/otel-collector/config.yaml)"
         if metrics_asked_for()
         else None,
-        judge_to_langfuse=_safe_url(judge_to_langfuse.traces_url) if judge_to_langfuse else None,
+        judge_to_langfuse=_safe_url(judge_to_langfuse.traces_url)
+        if judge_to_langfuse and judge_langfuse
+        else None,
     )
 
     def after_close() -> None:
         for stop in stop_holding_back:
             stop()
 
-    return Telemetry(parts, after_close)
+    return Telemetry(parts, after_close, judge_langfuse)
