@@ -1,14 +1,11 @@
-"""The judge's LLM calls as spans: GenAI client spans for observer's collector and,
-with `telemetry.judge_to_langfuse`, generations in the user's Langfuse.
+"""The judge's LLM calls as spans, for observer's collector and in the user's Langfuse.
 
-`llm_call(tracer, ...)` makes an `observer.judge_call` span on observer's own tracer
-(`Telemetry.tracer`, injected), following the GenAI semantic conventions (model,
-tokens, error type; never the text). Inside `judge_trace(langfuse, ...)` the same
-call is also a generation of one `observer.judge` trace, made with the Langfuse SDK's
-observation API (`Telemetry.judge_langfuse`: its environment `observer-judge`, its
-spans sent by observer's own `LangfuseSpanExporter`): model, parameters, input,
-output, usage and cost as the SDK sets them. The judge trace is a root of its own,
-never a child of observer's spans; observer's mapping skips it (`observer.` names).
+`llm_call(tracer, ...)`: an `observer.judge_call` span on `Telemetry.tracer` with the
+GenAI semantic conventions (model, tokens, error type; never the text). Inside
+`judge_trace(Telemetry.judge_langfuse, ...)` each call is also a generation (model,
+parameters, input, output, usage, cost) of one `observer.judge` trace, made with the
+Langfuse SDK's observation API in environment `observer-judge`: a root of its own,
+never a child of observer's spans, skipped by observer's mapping (`observer.` names).
 """
 
 from __future__ import annotations
@@ -42,10 +39,9 @@ class JudgeTrace:
         self._root = root
 
     def done(self, summary: Mapping[str, Any], error: str | None = None) -> None:
-        if self._root is None:
-            return
-        self._root.update(output=dict(summary))
-        if error:
+        if self._root is not None:
+            self._root.update(output=dict(summary))
+        if self._root is not None and error:
             self._root.update(level="ERROR", status_message=error[:300])
 
 
@@ -80,16 +76,10 @@ def judge_trace(langfuse: Langfuse | None, judged_trace_id: str) -> Iterator[Jud
 
 
 def _server(base_url: str | None) -> dict[str, AttributeValue]:
-    if not base_url:
-        return {}
-    parts = urlsplit(base_url)
-    out: dict[str, AttributeValue] = {}
-    if parts.hostname:
-        out["server.address"] = parts.hostname
+    parts = urlsplit(base_url or "")
     port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
-    if port:
-        out["server.port"] = port
-    return out
+    found = {"server.address": parts.hostname, "server.port": port}
+    return {key: value for key, value in found.items() if value}
 
 
 class LlmCall:
@@ -125,17 +115,18 @@ class LlmCall:
             span.set_attributes(attributes)
         if self._generation is None:
             return
-        if response.choices and response.choices[0].message.content is not None:
-            self._generation.update(output=response.choices[0].message.content)
-        if usage is not None:
+        cost: dict[str, float] | None = None
+        if usage is not None and any(self._prices):
             cost_in = usage.prompt_tokens / 1000 * self._prices[0]
             cost_out = usage.completion_tokens / 1000 * self._prices[1]
-            self._generation.update(
-                usage_details={"input": usage.prompt_tokens, "output": usage.completion_tokens},
-                cost_details={"input": cost_in, "output": cost_out, "total": cost_in + cost_out}
-                if any(self._prices)
-                else None,
-            )
+            cost = {"input": cost_in, "output": cost_out, "total": cost_in + cost_out}
+        self._generation.update(
+            output=response.choices[0].message.content if response.choices else None,
+            usage_details={"input": usage.prompt_tokens, "output": usage.completion_tokens}
+            if usage is not None
+            else None,
+            cost_details=cost,
+        )
 
     def failed(self, error: BaseException) -> None:
         kind = type(error).__name__

@@ -1,27 +1,21 @@
 """OpenTelemetry: observer's own spans over OTLP; the transport of the judge's calls to Langfuse.
 
-`setup_telemetry()` decides only whether spans are exported: an endpoint is set
-(`OTEL_EXPORTER_OTLP_ENDPOINT` or `..._TRACES_ENDPOINT`), `OTEL_SDK_DISABLED` is not
-true and `OTEL_TRACES_EXPORTER` is not `none`. Everything else is the SDK's own
-reading of the standard variables: the no-argument `OTLPSpanExporter()` (http/protobuf,
-or gRPC with `OTEL_EXPORTER_OTLP_PROTOCOL=grpc`) takes endpoint, headers, timeout
-and compression; `Resource.create()` and its environment detector take
-`OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME` over `service.name=observer`.
-The tracer is `Telemetry.tracer`, handed by the composition root to whoever makes
-spans; no global provider is set. Metrics are not pushed: `/metrics` is the one
-exposition and a collector scrapes it (docs/operating.md, deploy/otel-collector/config.yaml).
+observer only decides whether spans are exported (`asked_for`); the SDK reads the rest
+of the standard variables itself: `OTLPSpanExporter()` (http/protobuf, or gRPC) takes
+endpoint, headers, timeout and compression, `Resource.create()` and its environment
+detector `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME`. `Telemetry.tracer` is
+handed by the composition root to what makes spans; no global provider is set.
+Metrics are not pushed: a collector scrapes `/metrics` (docs/decisions.md#telemetry).
 
-With `judge_to_langfuse`, `judge_langfuse` is a Langfuse SDK client over a second,
-private TracerProvider whose spans (the judge's generations, observer/judge/tracing.py)
-go to Langfuse's OTLP endpoint through `LangfuseSpanExporter`: its own transport, so
-the collector's `OTEL_EXPORTER_OTLP_HEADERS` never reach Langfuse and Langfuse's keys
-never reach the collector or a log. The SDK keeps one client per public key and
-process: one `judge_to_langfuse` setup per process.
+With `judge_to_langfuse`, `Telemetry.judge_langfuse` is a Langfuse SDK client over a
+private TracerProvider whose spans go through `LangfuseSpanExporter`, a transport of
+its own: the collector's `OTEL_EXPORTER_OTLP_HEADERS` never reach Langfuse. The SDK
+keeps one client per public key and process: one such setup a process.
 
-Nothing here raises to its caller. An export that fails is logged once per outage
-(`telemetry_export_failed`, then `telemetry_export_recovered`; the exporters' own
-per-retry warnings are held back), and `shutdown(timeout_s)` returns within its budget
-whatever the collector does (the SDK's own shutdown waits out its retries).
+Nothing here raises. A failing export is logged once per outage
+(`telemetry_export_failed`, then `telemetry_export_recovered`; the SDK exporter's
+per-retry warnings held back), and `shutdown(timeout_s)` keeps its budget whatever the
+collector does (the SDK's own shutdown waits out its retries).
 """
 
 from __future__ import annotations
@@ -34,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -52,33 +46,24 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("observer.telemetry")
 
-SERVICE_NAME = "observer"
-TRACER_NAME = "observer"
+SERVICE_NAME = TRACER_NAME = "observer"
 JUDGE_ENVIRONMENT = "observer-judge"
 LANGFUSE_OTLP_PATH = "/api/public/otel/v1/traces"
-DEFAULT_TIMEOUT_S = 10.0
+_NOOP = trace.NoOpTracer()
 
 
 def _env(name: str) -> str:
     return os.environ.get(name, "").strip()
 
 
-def spans_exported() -> bool:
-    """Whether the standard variables ask for observer's spans to be exported."""
+def asked_for(signal: str) -> bool:
+    """The standard variables ask for `signal` ("traces", "metrics") over OTLP."""
+    upper = signal.upper()
     if _env("OTEL_SDK_DISABLED").lower() == "true":
         return False
-    if _env("OTEL_TRACES_EXPORTER").lower() == "none":
+    if _env(f"OTEL_{upper}_EXPORTER").lower() == "none":
         return False
-    return bool(_env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or _env("OTEL_EXPORTER_OTLP_ENDPOINT"))
-
-
-def metrics_asked_for() -> bool:
-    """An OTLP endpoint for metrics is set: observer says once that metrics are scraped."""
-    return (
-        _env("OTEL_SDK_DISABLED").lower() != "true"
-        and _env("OTEL_METRICS_EXPORTER").lower() != "none"
-        and bool(_env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or _env("OTEL_EXPORTER_OTLP_ENDPOINT"))
-    )
+    return bool(_env(f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT") or _env("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
 
 def resource() -> Resource:
@@ -90,104 +75,87 @@ def resource() -> Resource:
 def _safe_url(url: str) -> str:
     """A URL for a log line: no user info, no query."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
+    netloc = f"{parts.hostname or ''}:{parts.port}" if parts.port else parts.hostname or ""
     return urlunsplit((parts.scheme, netloc, parts.path, "", "")) if parts.scheme else url
 
 
-# -- failures logged once per outage -------------------------------------------------------
+class _Watched(SpanExporter):
+    """An exporter whose failures are logged once per outage; exceptions become failures
+    (the batch worker must not die); shutdown is idempotent."""
 
-
-class Outage:
-    """One warning when exports start failing, one info when they work again."""
-
-    def __init__(self, what: str, endpoint: str) -> None:
+    def __init__(
+        self,
+        inner: SpanExporter,
+        what: str,
+        endpoint: str,
+        reason: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        self._inner = inner
         self.what = what
         self.endpoint = _safe_url(endpoint)
+        self._reason = reason
         self._lock = threading.Lock()
         self.down = False
-        self.reason: str | None = None  # the exporter's own words, held back
-
-    def failed(self, reason: str | None = None) -> None:
-        with self._lock:
-            if self.down:
-                return
-            self.down = True
-        reason = reason or self.reason or "the exporter reported a failure"
-        log.warning(
-            "telemetry_export_failed", what=self.what, endpoint=self.endpoint, reason=reason
-        )
-
-    def succeeded(self) -> None:
-        with self._lock:
-            if not self.down:
-                return
-            self.down = False
-            self.reason = None
-        log.info("telemetry_export_recovered", what=self.what, endpoint=self.endpoint)
-
-
-class _HeldBack(logging.Filter):
-    """The SDK exporter's warnings (one per retry, per batch) held back; the first of an
-    outage becomes, at once, the reason of its one `telemetry_export_failed`."""
-
-    def __init__(self, exporter: object, outage: Outage) -> None:
-        super().__init__()
-        self._outage = outage
-        self._loggers = [
-            logging.getLogger(cls.__module__)
-            for cls in type(exporter).__mro__
-            if cls.__module__.startswith("opentelemetry.exporter")
-        ]
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING:
-            return True
-        self._outage.failed(record.getMessage()[:300])  # at once, not after the retries
-        return False
-
-    def install(self) -> Callable[[], None]:
-        """Hold back from now on; the returned function stops it."""
-        for logger in self._loggers:
-            logger.addFilter(self)
-
-        def remove() -> None:
-            for logger in self._loggers:
-                logger.removeFilter(self)
-
-        return remove
-
-
-class _Watched(SpanExporter):
-    """An exporter whose failures are reported once per outage; shutdown is idempotent."""
-
-    def __init__(self, inner: SpanExporter, outage: Outage) -> None:
-        self._inner = inner
-        self.outage = outage
-        self._closed = threading.Event()
+        self._closed = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
             result = self._inner.export(spans)
-        except Exception as error:  # an exporter bug must not kill the batch worker
-            self.outage.failed(f"{type(error).__name__}: {error}"[:300])
+        except Exception as error:
+            self.failed(f"{type(error).__name__}: {error}"[:300])
             return SpanExportResult.FAILURE
         if result is SpanExportResult.SUCCESS:
-            self.outage.succeeded()
+            self._down(False)
         else:
-            self.outage.failed()
+            self.failed(self._reason() or "the exporter reported a failure")
         return result
 
+    def failed(self, reason: str) -> None:
+        self._down(True, reason)
+
+    def _down(self, down: bool, reason: str = "") -> None:
+        with self._lock:
+            changed, self.down = self.down != down, down
+        where = {"what": self.what, "endpoint": self.endpoint}
+        if changed and down:
+            log.warning("telemetry_export_failed", **where, reason=reason)
+        elif changed:
+            log.info("telemetry_export_recovered", **where)
+
     def shutdown(self) -> None:
-        if not self._closed.is_set():
-            self._closed.set()
+        with self._lock:
+            closed, self._closed = self._closed, True
+        if not closed:
             self._inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._inner.force_flush(timeout_millis)
 
 
-# -- the judge's generations to Langfuse ---------------------------------------------------
+class _HeldBack(logging.Filter):
+    """The SDK exporter's own warnings (one per retry, per batch) held back: the first of
+    an outage becomes, at once, the reason of its one `telemetry_export_failed`."""
+
+    def __init__(self, watched: _Watched, exporter: SpanExporter) -> None:
+        super().__init__()
+        self._watched = watched
+        self._loggers = [
+            logging.getLogger(cls.__module__)
+            for cls in type(exporter).__mro__
+            if cls.__module__.startswith("opentelemetry.exporter")
+        ]
+        for logger in self._loggers:
+            logger.addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        self._watched.failed(record.getMessage()[:300])
+        return False
+
+    def remove(self) -> None:
+        for logger in self._loggers:
+            logger.removeFilter(self)
 
 
 @dataclass(frozen=True)
@@ -197,7 +165,7 @@ class LangfuseOtlp:
     base_url: str
     public_key: str
     secret_key: str = field(repr=False)
-    timeout_s: float = DEFAULT_TIMEOUT_S
+    timeout_s: float = 10.0
 
     @property
     def traces_url(self) -> str:
@@ -207,15 +175,13 @@ class LangfuseOtlp:
 class LangfuseSpanExporter(SpanExporter):
     """Spans to Langfuse's OTLP endpoint: HTTP protobuf (the SDK's encoder), Basic auth.
 
-    Its own transport, so no `OTEL_EXPORTER_OTLP_*` variable (meant for the
-    collector) applies here. Sends `x-langfuse-ingestion-version: 4`, as the SDK's own
-    exporter does (`langfuse/_client/span_processor.py`): Langfuse writes such spans
-    straight to its events table, readable at once (without it, up to 15 minutes
-    later). One retry after a network error, a 5xx or a 429.
+    Its own transport, so no `OTEL_EXPORTER_OTLP_*` variable (meant for the collector)
+    applies here. Sends `x-langfuse-ingestion-version: 4`, as the Langfuse SDK's own
+    exporter does: Langfuse v4 then writes the spans straight away, readable at once
+    (without it, up to 15 minutes later). One retry after a network error, a 5xx or a 429.
     """
 
     def __init__(self, target: LangfuseOtlp, client: httpx.Client | None = None) -> None:
-        self.outage = Outage("judge_generations", target.traces_url)
         token = base64.b64encode(f"{target.public_key}:{target.secret_key}".encode()).decode()
         self.url = target.traces_url
         self._client = client or httpx.Client(timeout=target.timeout_s)
@@ -223,9 +189,10 @@ class LangfuseSpanExporter(SpanExporter):
             "Authorization": f"Basic {token}",
             "Content-Type": "application/x-protobuf",
             "User-Agent": f"observer/{__version__}",
-            "x-langfuse-ingestion-version": "4",  # Langfuse v4's direct write path
+            "x-langfuse-ingestion-version": "4",
         }
         self._closing = threading.Event()
+        self.reason: str | None = None  # why the last export failed
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._closing.is_set():
@@ -235,16 +202,15 @@ class LangfuseSpanExporter(SpanExporter):
             try:
                 response = self._client.post(self.url, content=body, headers=self._headers)
             except httpx.HTTPError as error:
-                reason = f"{type(error).__name__}: {error}"[:300]
+                self.reason = f"{type(error).__name__}: {error}"[:300]
             else:
                 if response.is_success:
                     return SpanExportResult.SUCCESS
-                reason = f"Langfuse answered {response.status_code}"
+                self.reason = f"Langfuse answered {response.status_code}"
                 if response.status_code < 500 and response.status_code != 429:
                     break
             if attempt == 0 and self._closing.wait(1.0):
                 break
-        self.outage.reason = reason
         return SpanExportResult.FAILURE
 
     def shutdown(self) -> None:
@@ -255,60 +221,137 @@ class LangfuseSpanExporter(SpanExporter):
         return True
 
 
-# -- Telemetry: what setup built, flushed and shut down within a budget ----------------------
-
-
+@dataclass
 class _Part:
-    """One TracerProvider with its batch processor and watched exporter."""
+    """A TracerProvider, its watched exporter, and what to do once it is shut down."""
 
-    def __init__(
-        self,
-        name: str,
-        provider: TracerProvider,
-        exporter: _Watched,
-        then: Callable[[], None] = lambda: None,
-    ) -> None:
-        self.name = name
-        self.provider = provider
-        self.exporter = exporter
-        self._then = then  # after the provider: the Langfuse client's own shutdown
+    name: str
+    provider: TracerProvider
+    exporter: _Watched
+    then: Callable[[], None] = lambda: None
 
-    def flush(self, timeout_s: float) -> bool:
-        return self.provider.force_flush(int(timeout_s * 1000)) and not self.exporter.outage.down
-
-    def close(self, timeout_s: float) -> bool:
+    def close(self) -> bool:
         self.provider.shutdown()  # the batch worker's last export, then the exporter
-        self._then()
-        return not self.exporter.outage.down
-
-    def abort(self) -> None:
-        self.exporter.shutdown()  # ends the exporter's retries at once
+        self.then()
+        return not self.exporter.down
 
 
-def _spans_part(exporter: SpanExporter, outage: Outage) -> _Part:
-    watched = _Watched(exporter, outage)
+class Telemetry:
+    """What `setup_telemetry` built. `tracer` makes observer's spans (non-recording when
+    nothing is exported, and after shutdown); `judge_langfuse` (None unless
+    judge_to_langfuse) makes the judge's generations in Langfuse.
+
+    `force_flush` and `shutdown` never raise and return within their budget (True:
+    everything went out); `shutdown` is idempotent.
+    """
+
+    def __init__(self, parts: Sequence[_Part] = (), judge_langfuse: Langfuse | None = None) -> None:
+        self._parts = list(parts)
+        self.judge_langfuse = judge_langfuse
+        spans = next((part.provider for part in self._parts if part.name == "spans"), None)
+        self._tracer = spans.get_tracer(TRACER_NAME, __version__) if spans else None
+        self._lock = threading.Lock()
+        self._closed: bool | None = None  # once shut down: whether everything went out
+        if self._parts:
+            atexit.register(self.shutdown, 2.0)
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        return self._tracer if self._tracer is not None and self._closed is None else _NOOP
+
+    @property
+    def enabled(self) -> bool:
+        """Something is exported (spans or judge generations)."""
+        return bool(self._parts)
+
+    @property
+    def parts(self) -> list[str]:
+        return [part.name for part in self._parts]
+
+    def force_flush(self, timeout_s: float = 5.0) -> bool:
+        """Export the spans ended so far."""
+        if self._closed is not None:
+            return not self._parts
+        ms = int(timeout_s * 1000)
+        return self._run(lambda p: p.provider.force_flush(ms) and not p.exporter.down, timeout_s)
+
+    def shutdown(self, timeout_s: float = 5.0) -> bool:
+        """Flush the spans, then stop; spans started later are no-ops."""
+        with self._lock:
+            if self._closed is not None:
+                return self._closed
+            self._closed = True
+        if self._parts:
+            atexit.unregister(self.shutdown)
+            self._closed = self._run(_Part.close, timeout_s, abort_late=True)
+        return self._closed
+
+    def _run(
+        self, work: Callable[[_Part], bool], timeout_s: float, *, abort_late: bool = False
+    ) -> bool:
+        """`work` on every part, each in a daemon thread of its own, until the deadline;
+        a part still at work then has its exporter shut down (its retries end at once)."""
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        results: dict[str, bool] = {}
+
+        def run(part: _Part) -> None:
+            try:
+                results[part.name] = work(part)
+            except Exception:
+                log.exception("telemetry_flush_failed", part=part.name)
+
+        threads = [
+            (part, threading.Thread(target=run, args=(part,), name="observer-otel", daemon=True))
+            for part in self._parts
+        ]
+        for _part, thread in threads:
+            thread.start()
+        late = []
+        for part, thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                late.append(part.name)
+                if abort_late:
+                    part.exporter.shutdown()
+        if late:
+            log.warning("telemetry_flush_incomplete", parts=late, timeout_s=timeout_s)
+        return not late and len(results) == len(self._parts) and all(results.values())
+
+
+def _spans_part() -> _Part:
+    """The SDK's OTLP span exporter, built by the SDK from the standard variables."""
+    protocol = _env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or _env("OTEL_EXPORTER_OTLP_PROTOCOL")
+    exporter: SpanExporter
+    if protocol.lower() == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter()
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter as HttpSpanExporter,
+        )
+
+        exporter = HttpSpanExporter()
+    watched = _Watched(exporter, "spans", str(getattr(exporter, "_endpoint", "")))
+    held = _HeldBack(watched, exporter)
     provider = TracerProvider(resource=resource(), shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(watched))
-    return _Part("spans", provider, watched)
+    # The exporter's warnings stay held back until its last export is done, late or not.
+    return _Part("spans", provider, watched, held.remove)
 
 
 def _judge_part(target: LangfuseOtlp) -> tuple[_Part, Langfuse]:
-    """The Langfuse SDK's client over a private provider, exporting through our exporter
-    (the SDK adds its span processor to the provider and uses `span_exporter` as is)."""
+    """The Langfuse SDK's client over a private provider; the SDK adds its span processor
+    to the provider and sends through our exporter (`span_exporter`) as it is."""
     from langfuse import Langfuse
 
     exporter = LangfuseSpanExporter(target)
-    watched = _Watched(exporter, exporter.outage)
-    judge_resource = Resource(
-        {
-            "service.name": SERVICE_NAME,
-            "service.version": __version__,
-            "langfuse.environment": JUDGE_ENVIRONMENT,
-            "deployment.environment.name": JUDGE_ENVIRONMENT,
-        }
-    )
+    watched = _Watched(exporter, "judge_generations", target.traces_url, lambda: exporter.reason)
+    attributes = {"service.name": SERVICE_NAME, "service.version": __version__}
+    for key in ("langfuse.environment", "deployment.environment.name"):
+        attributes[key] = JUDGE_ENVIRONMENT
     provider = TracerProvider(
-        resource=judge_resource, sampler=sampling.ALWAYS_ON, shutdown_on_exit=False
+        resource=Resource(attributes), sampler=sampling.ALWAYS_ON, shutdown_on_exit=False
     )
     client = Langfuse(
         public_key=target.public_key,
@@ -322,177 +365,31 @@ def _judge_part(target: LangfuseOtlp) -> tuple[_Part, Langfuse]:
     return _Part("judge_generations", provider, watched, client.shutdown), client
 
 
-class Telemetry:
-    """What `setup_telemetry` built. `tracer` makes observer's spans (non-recording when
-    nothing is exported, and after shutdown); `judge_langfuse` (None unless
-    judge_to_langfuse) makes the judge's generations in Langfuse.
-
-    `force_flush` and `shutdown` never raise and return within their budget (True:
-    everything went out); `shutdown` is idempotent.
-    """
-
-    def __init__(
-        self,
-        parts: Sequence[_Part] = (),
-        after_close: Callable[[], None] = lambda: None,
-        judge_langfuse: Langfuse | None = None,
-    ) -> None:
-        self._parts = list(parts)
-        self._after_close = after_close
-        self._lock = threading.Lock()
-        self._closed = False
-        self._closed_ok = True
-        spans = next((part.provider for part in self._parts if part.name == "spans"), None)
-        self._tracer = spans.get_tracer(TRACER_NAME, __version__) if spans else None
-        self.judge_langfuse = judge_langfuse
-        if self._parts:
-            atexit.register(self._at_exit)
-
-    @property
-    def tracer(self) -> trace.Tracer:
-        if self._tracer is None or self._closed:
-            return _NOOP
-        return self._tracer
-
-    @property
-    def enabled(self) -> bool:
-        """Something is exported (spans or judge generations)."""
-        return bool(self._parts)
-
-    @property
-    def parts(self) -> list[str]:
-        return [part.name for part in self._parts]
-
-    def force_flush(self, timeout_s: float = 5.0) -> bool:
-        """Export the spans ended so far."""
-        if not self._parts or self._closed:
-            return not self._parts
-        return self._run("flush", timeout_s)
-
-    def shutdown(self, timeout_s: float = 5.0) -> bool:
-        """Flush the spans, then stop; spans started later are no-ops."""
-        with self._lock:
-            if self._closed:
-                return self._closed_ok
-            self._closed = True
-        if not self._parts:
-            return True
-        atexit.unregister(self._at_exit)
-        self._closed_ok = self._run("close", timeout_s)
-        return self._closed_ok
-
-    def _at_exit(self) -> None:
-        self.shutdown(2.0)
-
-    def _run(self, action: Literal["flush", "close"], timeout_s: float) -> bool:
-        """Every part's flush or close in a thread of its own; returns at the deadline.
-
-        The exporters' warnings stay held back until the last close is done, late or not.
-        """
-        deadline = time.monotonic() + max(0.0, timeout_s)
-        results: dict[str, bool] = {}
-        left = [len(self._parts)]
-        lock = threading.Lock()
-
-        def work(part: _Part) -> None:
-            try:
-                do = part.flush if action == "flush" else part.close
-                results[part.name] = do(max(0.0, deadline - time.monotonic()))
-            except Exception:
-                log.exception("telemetry_flush_failed", part=part.name)
-                results[part.name] = False
-            with lock:
-                left[0] -= 1
-                if left[0] == 0 and action == "close":
-                    self._after_close()
-
-        threads = [
-            (part, threading.Thread(target=work, args=(part,), name=f"observer-otel-{action}"))
-            for part in self._parts
-        ]
-        for _part, thread in threads:
-            thread.daemon = True
-            thread.start()
-        late = []
-        for part, thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-            if thread.is_alive():
-                late.append(part.name)
-                if action == "close":
-                    part.abort()
-        if late:
-            log.warning(
-                "telemetry_flush_incomplete", action=action, parts=late, timeout_s=timeout_s
-            )
-        return not late and all(results.values())
-
-
-_NOOP = trace.NoOpTracer()
-
-
-def _span_exporter() -> SpanExporter | None:
-    """The SDK's OTLP span exporter, built from the standard variables by the SDK itself."""
-    protocol = _env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or _env("OTEL_EXPORTER_OTLP_PROTOCOL")
-    if protocol.lower() == "grpc":
-        try:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        except ImportError:
-            log.error(
-                "telemetry_protocol_unavailable",
-                protocol="grpc",
-                detail="install opentelemetry-exporter-otlp-proto-grpc, or set "
-                "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf; spans are not exported",
-            )
-            return None
-        return OTLPSpanExporter()
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-        OTLPSpanExporter as HttpSpanExporter,
-    )
-
-    return HttpSpanExporter()
-
-
 def setup_telemetry(*, judge_to_langfuse: LangfuseOtlp | None = None) -> Telemetry:
     """Build what the variables ask for; a no-op `Telemetry` when they ask for nothing.
 
-    `judge_to_langfuse` is observer's own setting: `OTEL_SDK_DISABLED` does not turn
-    it off. Never raises: a part that cannot be built is logged and left out.
+    `judge_to_langfuse` is observer's own setting. Never raises: a part that cannot be
+    built is logged and left out.
     """
     parts: list[_Part] = []
-    stop_holding_back: list[Callable[[], None]] = []
-    endpoint = None
-    if spans_exported():
-        try:
-            exporter = _span_exporter()
-            if exporter is not None:
-                endpoint = str(getattr(exporter, "_endpoint", "") or "")
-                outage = Outage("spans", endpoint)
-                stop_holding_back.append(_HeldBack(exporter, outage).install())
-                parts.append(_spans_part(exporter, outage))
-        except Exception:
-            log.exception("telemetry_setup_failed", signal="traces")
     judge_langfuse = None
-    if judge_to_langfuse is not None:
-        try:
+    try:
+        if asked_for("traces"):
+            parts.append(_spans_part())
+    except Exception:
+        log.exception("telemetry_setup_failed", part="spans")
+    try:
+        if judge_to_langfuse is not None:
             judge_part, judge_langfuse = _judge_part(judge_to_langfuse)
             parts.append(judge_part)
-        except Exception:
-            log.exception("telemetry_setup_failed", signal="judge_generations")
+    except Exception:
+        log.exception("telemetry_setup_failed", part="judge_generations")
     if not parts:
         return Telemetry()
     log.info(
         "telemetry_started",
-        traces=_safe_url(endpoint) if endpoint else None,
-        metrics="not pushed: scrape /metrics (deploy/otel-collector/config.yaml)"
-        if metrics_asked_for()
-        else None,
-        judge_to_langfuse=_safe_url(judge_to_langfuse.traces_url)
-        if judge_to_langfuse and judge_langfuse
-        else None,
+        traces=parts[0].exporter.endpoint if parts[0].name == "spans" else None,
+        metrics="not pushed: scrape /metrics" if asked_for("metrics") else None,
+        judge_to_langfuse=parts[-1].exporter.endpoint if judge_langfuse else None,
     )
-
-    def after_close() -> None:
-        for stop in stop_holding_back:
-            stop()
-
-    return Telemetry(parts, after_close, judge_langfuse)
+    return Telemetry(parts, judge_langfuse)

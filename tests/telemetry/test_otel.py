@@ -34,9 +34,9 @@ from observer.telemetry.otel import (
     LangfuseOtlp,
     LangfuseSpanExporter,
     Telemetry,
+    asked_for,
     resource,
     setup_telemetry,
-    spans_exported,
 )
 from tests.daemon_helpers import after, configure, demo_counts, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
@@ -449,7 +449,7 @@ def test_spans_are_exported_when_an_endpoint_asks_for_them(
     """Only the decision is observer's: endpoint, protocol, headers, timeout and
     compression are the SDK exporter's own reading of the same variables."""
     environ(monkeypatch, **env)
-    assert spans_exported() is exported
+    assert asked_for("traces") is exported
 
 
 def test_the_sdk_sends_the_headers_to_the_endpoint_path(
