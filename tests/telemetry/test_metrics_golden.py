@@ -14,9 +14,12 @@ import re
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from observer.model import Band
 from observer.telemetry.http import Health, HttpServer
 from observer.telemetry.metrics import Metrics
+from observer.telemetry.otel import setup_telemetry
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.txt"
 
@@ -76,3 +79,13 @@ def test_the_metrics_text_is_the_golden_one() -> None:
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()
+
+
+def test_with_the_sdk_disabled_metrics_are_served_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    telemetry = setup_telemetry()
+    assert not telemetry.enabled
+    assert masked(scrape(updated())) == GOLDEN.read_text()
