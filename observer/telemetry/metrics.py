@@ -1,8 +1,9 @@
 """Every metric observer exposes, declared in one place (`observer_<noun>_<unit>`).
 
 The registry is injected, so tests and the demo each get their own and read
-values back with `value()`. `/metrics` serves it as Prometheus text and the
-OpenTelemetry bridge exports the same registry over OTLP: one declaration.
+values back with `value()`. `/metrics` serves it as Prometheus text, the one
+exposition: an OpenTelemetry collector gets the same metrics by scraping it
+(docs/decisions.md#telemetry).
 
 Counters with a fixed set of label values exist at 0 from the start, so a
 dashboard shows 0, not "no data". Quality metrics carry `environment` and
