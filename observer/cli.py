@@ -66,7 +66,7 @@ EXIT_NOT_FOUND = 1  # the trace `explain` was asked for is not there
 _USER_ERRORS = (
     ("observer.explain", "TraceNotFound", EXIT_NOT_FOUND),
     ("observer.explain", "ExplainError", EXIT_BAD_INPUT),
-    ("observer.config", "ConfigError", EXIT_BAD_INPUT),
+    ("observer.errors", "ConfigError", EXIT_BAD_INPUT),
     ("observer.state.db", "StateError", EXIT_BAD_INPUT),
 )
 
@@ -120,10 +120,11 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
     """
     from observer.output import dumps_line
     from observer.scoring import score_lines
+    from observer.signal_settings import load_signal_params
     from observer.summary import Summary, summary_table
     from observer.views.lines import bad_line_json
 
-    params = _settings(config_path).signal_params()
+    params = load_signal_params(config_path)  # the signals' sections, no other
     out = sys.stdout.buffer
 
     def emit(obj: dict[str, Any]) -> None:
