@@ -29,6 +29,7 @@ from opentelemetry import trace
 from observer.judge.client import JudgeClient
 from observer.judge.outcome import JudgeResult, judge_score_events
 from observer.judge.sampler import SamplerParams, decide
+from observer.judge.workers import Workers
 from observer.model import RagRecord, Signals
 from observer.records import RecordError, record_from_obj
 from observer.resolver.core import ResolverFindings
@@ -95,12 +96,14 @@ class JudgeService:
         self.on_judged = on_judged
         self.clock = clock
         self.signal_params = signal_params or SignalParams()
-        # None is the stop sentinel.
-        self._queue: queue.Queue[_Sample | None] = queue.Queue(maxsize=queue_size)
-        self._workers: list[threading.Thread] = []
+        self._workers: Workers[_Sample] = Workers(
+            self._work,
+            concurrency=concurrency,
+            queue_size=queue_size,
+            on_pending=metrics.judge_pending.set,
+        )
         self._budget_lock = threading.Lock()
-        self._idle = threading.Condition()
-        self._pending = 0  # queued or being judged
+        self._held_lock = threading.Lock()
         self._held: set[tuple[str, str | None]] = set()  # (trace, basis) queued or judged now
         self._started = False
 
@@ -145,7 +148,7 @@ class JudgeService:
             decision = decide(
                 record.trace_id, signals, self.params, judged, tokens, expected, flagged
             )
-        if decision in ("sampled", "risk") and self._queue.full():
+        if decision in ("sampled", "risk") and self._workers.full():
             self.metrics.judge_decisions.labels(decision="queue_full").inc()
             log.warning("judge_dropped", trace_id=record.trace_id, reason="queue_full")
             return None
@@ -170,13 +173,11 @@ class JudgeService:
 
     def _enqueue(self, sample: _Sample) -> None:
         key = (sample.record.trace_id, sample.basis)
-        with self._idle:
+        with self._held_lock:
             if key in self._held:
                 return  # queued already (a sample this process reserved, then restored)
-            self._queue.put_nowait(sample)
+            self._workers.put(sample)
             self._held.add(key)
-            self._pending += 1
-        self.metrics.judge_pending.set(self.pending())
 
     # -- workers ----------------------------------------------------------------
 
@@ -196,7 +197,7 @@ class JudgeService:
                 self.metrics.judged.labels(result="abandoned").inc()
                 log.warning("judge_sample_abandoned", trace_id=sample.trace_id, error=str(error))
                 continue
-            if self._queue.full():
+            if self._workers.full():
                 break  # the rest waits in the state file for a later start
             signals = compute(record, self.signal_params)
             self._enqueue(_Sample(record, signals, sample.day, findings, sample.basis))
@@ -210,31 +211,18 @@ class JudgeService:
         if not self._started:
             self._started = True
             self.restore()
-        for index in range(self.concurrency - len(self._workers)):
-            worker = threading.Thread(
-                target=self._work, name=f"observer-judge-{index}", daemon=True
-            )
-            worker.start()
-            self._workers.append(worker)
+        self._workers.start()
 
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            try:
-                waiting, basis = self.state.judge.basis(item.record.trace_id)
-                if waiting and basis == item.basis:
-                    self.judge_now(item.record, item.signals, item.day, item.findings, basis)
-                # else: re-scored with another answer since; that sample is queued too
-            except Exception:  # a worker never dies; the sample stays for the next start
-                log.exception("judge_crashed")
-            finally:
-                with self._idle:
-                    self._held.discard((item.record.trace_id, item.basis))
-                    self._pending -= 1
-                    self._idle.notify_all()
-                self.metrics.judge_pending.set(self.pending())
+    def _work(self, item: _Sample) -> None:
+        # An error leaves the sample in the state file for the next start (Workers logs it).
+        try:
+            waiting, basis = self.state.judge.basis(item.record.trace_id)
+            if waiting and basis == item.basis:
+                self.judge_now(item.record, item.signals, item.day, item.findings, basis)
+            # else: re-scored with another answer since; that sample is queued too
+        finally:
+            with self._held_lock:
+                self._held.discard((item.record.trace_id, item.basis))
 
     def judge_now(
         self,
@@ -327,18 +315,10 @@ class JudgeService:
 
     def drain(self, timeout_s: float) -> bool:
         """Wait until the queue is empty and no worker is busy; True when done in time."""
-        deadline = time.monotonic() + timeout_s
-        with self._idle:
-            while self._pending:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._idle.wait(min(remaining, 0.1))
-        return True
+        return self._workers.drain(timeout_s)
 
     def pending(self) -> int:
-        with self._idle:
-            return self._pending
+        return self._workers.pending()
 
     def shutdown(self, timeout_s: float) -> bool:
         """Finish in-flight judging within `timeout_s`; True when nothing was left.
@@ -349,25 +329,11 @@ class JudgeService:
         """
         deadline = time.monotonic() + timeout_s
         done = self.drain(timeout_s)
-        kept = 0
-        while True:
-            try:
-                if (item := self._queue.get_nowait()) is not None:
-                    kept += 1
-                    with self._idle:
-                        self._held.discard((item.record.trace_id, item.basis))
-                        self._pending -= 1
-            except queue.Empty:
-                break
-        if kept:
-            log.info("judge_samples_kept", count=kept, reason="judged after the restart")
-        for _ in self._workers:
-            try:
-                self._queue.put_nowait(None)
-            except queue.Full:
-                break
-        for worker in self._workers:
-            worker.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._workers.clear()
+        left = self._workers.shutdown(max(0.0, deadline - time.monotonic()))
+        with self._held_lock:
+            for item in left:
+                self._held.discard((item.record.trace_id, item.basis))
+        if left:
+            log.info("judge_samples_kept", count=len(left), reason="judged after the restart")
         self._started = False
-        return done and not kept
+        return done and not left
