@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -647,13 +647,14 @@ def alerts() -> None:
 
 def _alert_service(
     config_path: str | None, state_path: str | None
-) -> tuple[Settings, AlertService]:
+) -> AbstractContextManager[AlertService]:
+    """The rules over the state file, which closes with the block."""
     from observer import app
     from observer.telemetry.logging import configure_logging
 
     settings = _settings(config_path)
     configure_logging(settings.log.format, "warning")
-    return settings, app.open_alerts(settings, Path(state_path or settings.state.path))
+    return app.open_alerts(settings, Path(state_path or settings.state.path))
 
 
 @alerts.command("status")
@@ -669,8 +670,7 @@ def alerts_status(config_path: str | None, state_path: str | None, as_json: bool
     """
     from observer.views import alerts as view
 
-    _, service = _alert_service(config_path, state_path)
-    with closing(service.state):
+    with _alert_service(config_path, state_path) as service:
         statuses = service.status()
         watermark = service.state.watermark()
     rows = view.status_rows(statuses, service.rules)
@@ -755,8 +755,7 @@ def alerts_backtest(
         raise click.BadParameter(str(error)) from None
     if step_s <= 0:
         raise click.BadParameter("--step must be longer than 0s")
-    _, service = _alert_service(config_path, state_path)
-    with closing(service.state):
+    with _alert_service(config_path, state_path) as service:
         span = service.state.history.span()
         results = app.backtest(service, begin, finish, step_s, rule)
     shown = console()
