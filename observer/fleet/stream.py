@@ -180,7 +180,7 @@ class TraceStream:
             member,
             {self.keys.stream: "0" if own else ">"},
             count=count,
-            block=None if own else block_ms,
+            block=block_ms if block_ms and not own else None,  # BLOCK 0 would wait for ever
         )
         messages: list[Message] = []
         for _stream, entries in cast(

@@ -53,6 +53,7 @@ PUSH_ERROR_KINDS = ("rate_limited", "auth", "server_error", "unreachable")
 JUDGE_DECISIONS = ("sampled", "risk", "not_sampled", "over_budget", "disabled", "queue_full")
 JUDGE_RESULTS = ("judged", "abstained", "error", "abandoned")
 NOTIFICATION_RESULTS = ("sent", "failed", "dropped")
+FLEET_EVENTS = ("published", "read", "acknowledged", "claimed")
 JUDGE_ERROR_REASONS = (
     "rate_limited",
     "timeout",
@@ -309,6 +310,31 @@ class Metrics:
             registry=r,
         )
         self._alerts_active: dict[str, set[tuple[str, str, str]]] = {}
+
+        # -- the fleet (DESIGN §10): each member's own, summed in Prometheus -------------
+        self.fleet_reader = Gauge(
+            "observer_fleet_reader", "1 while this member holds the reader's lease", registry=r
+        )
+        self.fleet_entries = Counter(
+            "observer_fleet_entries_total",
+            "Stream entries by event (published, read, acknowledged, claimed)",
+            ["event"],
+            registry=r,
+        )
+        self.fleet_pending = Gauge(
+            "observer_fleet_pending_entries",
+            "Entries delivered to this member and not yet acknowledged",
+            registry=r,
+        )
+        self.fleet_lease_changes = Counter(
+            "observer_fleet_lease_changes_total",
+            "Times this member gained or lost the reader's lease",
+            registry=r,
+        )
+        self.fleet_redis_up = Gauge(
+            "observer_fleet_redis_up", "1 while the fleet's Redis answers this member", registry=r
+        )
+        _zero(self.fleet_entries, "event", FLEET_EVENTS)
 
         _zero(self.traces, "outcome", TRACE_OUTCOMES)
         _zero(self.skips, "reason", SKIP_REASONS)
