@@ -27,6 +27,7 @@ import redis
 import structlog
 
 from observer.errors import RemoteError
+from observer.fleet.budget import FleetBudget
 from observer.fleet.connect import BLOCK_MS, LeaseLost
 from observer.fleet.keys import Keys
 from observer.fleet.lease import Lease
@@ -106,6 +107,8 @@ class Member:
             lookup=base.lookup,
             notify=parts.dispatcher.notify,
         )
+        if parts.judge is not None:  # the judge's caps and samples counted once for the fleet
+            parts.judge.shared = FleetBudget(client, self.keys)
         self._threads: list[threading.Thread] = []
 
     # -- life -------------------------------------------------------------------
