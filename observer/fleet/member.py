@@ -16,6 +16,7 @@ error: each is logged and tried again.
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -183,6 +184,8 @@ class Member:
         metrics = self.parts.metrics
         figures = {
             "role": "reader" if reader else "worker",
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
             "read": int(metrics.value("observer_fleet_entries_total", event="read")),
             "acknowledged": int(
                 metrics.value("observer_fleet_entries_total", event="acknowledged")
