@@ -26,7 +26,7 @@ def _fields(entry: Entry) -> dict[bytes, bytes]:
         ),
         max_size=4,
     ),
-    st.none() | st.integers(min_value=1),
+    st.none() | st.integers(min_value=1, max_value=10**9),
 )
 def test_an_entry_survives_the_stream(
     trace_id: str, observations: list[dict[str, object]], too_large: int | None

@@ -124,6 +124,10 @@ class Fleet:
                 process.send_signal(signal.SIGTERM)
         return {n: p.wait(30) for n, p in self.processes.items()}
 
+    def started(self, name: str) -> int:
+        """How many times the member's log says it started."""
+        return (self.workdir / f"{name}.log").read_text().count('"observer_started"')
+
     def logs(self) -> str:
         return "\n".join(
             f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.workdir.glob("*.log"))
@@ -214,8 +218,11 @@ def _run(fleet: Fleet, client: redis.Redis, server: RedisServer, fake: FakeLangf
     time.sleep(3.0)
     server.start()
     # The killed members come back on their state files and deliver their outboxes.
+    before = {name: fleet.started(name) for name in (first, victim)}
     fleet.start(first)
     fleet.start(victim)
+    for name in (first, victim):  # running again, its signal handlers set
+        wait_for(f"{name} started again", lambda n=name: fleet.started(n) > before[n])
     scored = demo_counts().scored
     wait_for(
         "every trace scored and every entry acknowledged",
@@ -247,10 +254,13 @@ def _check(fake: FakeLangfuse, judge: OpenAIStub) -> None:
     assert doubled == {}
     # No score lost: every trace has its deterministic scores, as many as one daemon gives
     # (the resolver's come on top where the slow store answered in time).
-    assert sum(
-        len([n for n in by if n not in RESOLVER_SCORE_NAMES and n not in JUDGE_SCORE_NAMES])
-        for by in live.values()
-    ) == counts.scores
+    assert (
+        sum(
+            len([n for n in by if n not in RESOLVER_SCORE_NAMES and n not in JUDGE_SCORE_NAMES])
+            for by in live.values()
+        )
+        == counts.scores
+    )
     # Every sampled answer judged once: one claims request per answer, and as many as
     # traces carrying the judge's scores.
     claims = [
