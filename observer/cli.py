@@ -1248,6 +1248,46 @@ def alerts_backtest(
         console.print(timeline)
 
 
+@main.group()
+def fleet() -> None:
+    """The fleet of `observer run` on Redis ([fleet], docs/operating.md#running-a-fleet)."""
+
+
+@fleet.command("status")
+@_config_option
+@click.option("--json", "as_json", is_flag=True, help="As JSON.")
+def fleet_status_command(config_path: str | None, as_json: bool) -> None:
+    """Members, the reader, the stream's length and pending entries, the watermark.
+
+    Exit 2 without [fleet], 3 when Redis cannot be reached."""
+    import json
+
+    from rich.table import Table
+
+    from observer import app
+    from observer.config import ConfigError
+    from observer.fleet import status
+    from observer.fleet.connect import FleetUnreachable, connect, translated
+
+    settings = _settings(config_path)
+    if settings.fleet is None:
+        raise ConfigError("no [fleet] section: this observer is not in a fleet")
+    try:
+        client = connect(settings)
+        with translated(f"Redis (the URL in {settings.fleet.secret_env})"):
+            found = status.fleet_status(client, settings.fleet.name, settings.fleet.lease_s)
+    except FleetUnreachable as error:
+        click.echo(f"observer: {error}", err=True)
+        raise SystemExit(app.EXIT_UNREACHABLE) from None
+    if as_json:
+        click.echo(json.dumps(found.as_json(), indent=2))
+        return
+    table = Table(title="observer fleet status", show_header=False)
+    for key, value in status.status_rows(found):
+        table.add_row(key, value)
+    _Console().print(table)
+
+
 @main.command("init-langfuse")
 @_config_option
 def init_langfuse_command(config_path: str | None) -> None:

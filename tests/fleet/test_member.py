@@ -93,9 +93,10 @@ def test_a_dead_workers_entries_are_claimed_and_scored_by_another(
         while m1.worker.step(block_ms=0).read:
             pass  # everything but the dead member's entries
         assert m1.stream.unacked() == 10
-        before = m1.stream.watermark()
         m1.read_once()
-        assert m1.stream.watermark() == before  # held below the unacknowledged entries
+        held, oldest = m1.stream.watermark(), m1.stream.oldest_unacked()
+        assert held is not None and oldest is not None
+        assert held <= oldest  # held below the entries not acknowledged
         claimed = 0
         while m1.stream.unacked():
             m2.worker._claimed_at = None  # claim at this step (the member's pace: claim_idle_s / 2)
@@ -134,3 +135,30 @@ def test_a_new_reader_resumes_from_the_watermark_and_the_old_one_is_fenced(
         m1.keep()
         assert not m1.lease.held()
         assert m1.parts.metrics.value("observer_fleet_lease_changes_total") == 2
+
+
+def test_a_member_cut_from_redis_is_not_ready_takes_no_work_and_comes_back(
+    monkeypatch: pytest.MonkeyPatch,
+    fake: FakeLangfuse,
+    redis_proc: RedisServer,
+    rclient: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    settings = fleet_settings(monkeypatch, fake, redis_proc.url)
+    with members(settings, tmp_path, ["m1"]) as (m1,):
+        m1.keep()
+        assert m1.lease.held()
+        assert m1.parts.health.not_ready_because is None
+        redis_proc.stop()
+        try:
+            m1.keep()
+            assert m1.parts.health.not_ready_because == "the fleet's Redis is unreachable"
+            ready, body = m1.parts.health.ready()
+            assert not ready and "the fleet's Redis is unreachable" in str(body)
+            assert m1.parts.metrics.value("observer_fleet_redis_up") == 0
+            assert not m1.redis_ok  # the worker and the reader wait
+        finally:
+            redis_proc.start()
+        m1.keep()
+        assert m1.redis_ok and m1.parts.health.not_ready_because is None
+        assert m1.parts.metrics.value("observer_fleet_redis_up") == 1
