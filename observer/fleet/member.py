@@ -6,6 +6,12 @@
     reader   while the lease is held: one pass of the reader's pipeline every
              poll interval (the first at once when the lease is gained)
     worker   always: `Worker.step` in a loop, waiting at most BLOCK_MS for entries
+    follower always: the other members' signal rows into this history, then the
+             fleet's watermark as this state file's (observer.fleet.alerts)
+
+The window rules are evaluated where the lease is (the reader), with the alert
+state taken over from the last evaluator when the lease is gained, and handed on
+after every evaluation.
 
 A member that cannot reach Redis stops taking work (its worker and reader
 wait), says so in /readyz, and keeps delivering its outbox (the dispatcher does
@@ -28,6 +34,7 @@ import redis
 import structlog
 
 from observer.errors import RemoteError
+from observer.fleet.alerts import FleetAlerts
 from observer.fleet.budget import FleetBudget
 from observer.fleet.connect import BLOCK_MS, LeaseLost
 from observer.fleet.keys import Keys
@@ -108,6 +115,13 @@ class Member:
             lookup=base.lookup,
             notify=parts.dispatcher.notify,
         )
+        # Alerts once per fleet: rows shared, trace rules raised once, one evaluator.
+        self.alerts = FleetAlerts(
+            client, self.keys, parts.state, self.name, maxlen=fleet.stream_maxlen
+        )
+        self.evaluating = False
+        parts.state.history.on_row = self.alerts.publish
+        parts.alerts.shared_admit = self.alerts.admit
         if parts.judge is not None:  # the judge's caps and samples counted once for the fleet
             parts.judge.shared = FleetBudget(client, self.keys)
         self._threads: list[threading.Thread] = []
@@ -118,11 +132,16 @@ class Member:
         """The stream's group, then the three threads (the lease tried at once)."""
         self.stream.ensure_group()
         self.parts.metrics.fleet_redis_up.set(1)
+        evaluator = self.parts.evaluator
+        if evaluator is not None:
+            evaluator.active = lambda: self.evaluating and self.lease.held()
+            evaluator.after_tick = self.hand_over
         self.keep()
         for target, role in (
             (self._keeping, "keeper"),
             (self._reading, "reader"),
             (self._working, "worker"),
+            (self._following, "follower"),
         ):
             thread = threading.Thread(target=target, name=f"fleet-{role}", daemon=True)
             thread.start()
@@ -176,7 +195,10 @@ class Member:
                 "lease_gained" if held else "lease_lost", member=self.name, token=self.lease.token
             )
             if held:
+                self._take_over()
                 self.wake.set()
+            else:
+                self.evaluating = False
         health = self.parts.health
         health.langfuse_not_used = None if held else "read by the fleet's reader"
 
@@ -222,6 +244,40 @@ class Member:
         self.parts.metrics.fleet_redis_up.set(1)
         if self.parts.health.not_ready_because == UNREACHABLE:
             self.parts.health.not_ready_because = None
+
+    def _take_over(self) -> None:
+        """The alert state the last evaluator handed on, before this member evaluates."""
+        try:
+            took = self.alerts.take_over()
+        except redis.RedisError as error:
+            self._unreachable(error)
+            return
+        self.evaluating = True
+        log.info("alert_state_taken_over" if took else "alert_state_started", member=self.name)
+
+    def hand_over(self) -> None:
+        """After an evaluation: the alert state for whoever evaluates next."""
+        if not (self.evaluating and self.lease.held()):
+            return
+        try:
+            self.alerts.hand_over(self.lease.value)
+        except LeaseLost:
+            self.evaluating = False
+        except redis.RedisError as error:
+            self._unreachable(error)
+
+    # -- follower -------------------------------------------------------------------
+
+    def _following(self) -> None:
+        while not self.stop.wait(0.5):
+            if not self.redis_ok:
+                continue
+            try:
+                self.alerts.sync(self.stream.watermark())
+            except redis.RedisError as error:
+                self._unreachable(error)
+            except Exception:
+                log.exception("follow_crashed", member=self.name)
 
     # -- reader -------------------------------------------------------------------
 
