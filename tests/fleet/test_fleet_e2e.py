@@ -89,8 +89,11 @@ class Fleet:
         self.config = workdir / "observer.toml"
         self.config.write_text(CONFIG)
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.started_all: list[subprocess.Popen[bytes]] = []  # to stop whatever happens
 
     def start(self, name: str) -> None:
+        old = self.processes.get(name)
+        assert old is None or old.poll() is not None, f"{name} is running already"
         log = (self.workdir / f"{name}.log").open("ab")
         self.processes[name] = subprocess.Popen(
             [
@@ -109,6 +112,7 @@ class Fleet:
             stdin=subprocess.DEVNULL,
             cwd=ROOT,
         )
+        self.started_all.append(self.processes[name])
 
     def name_of(self, pid: int) -> str:
         return next(n for n, p in self.processes.items() if p.pid == pid)
@@ -166,9 +170,10 @@ def test_a_fleet_of_three_survives_the_death_of_any_member_and_a_partition(
             _run(fleet, client, own_redis, fake)
             codes = fleet.stop_all()
         finally:
-            for process in fleet.processes.values():
+            for process in fleet.started_all:
                 if process.poll() is None:
                     process.kill()
+                    process.wait(10)
         assert codes == {n: 0 for n in codes}, fleet.logs()
         _check(fake, judge)
 
@@ -182,12 +187,13 @@ def _holder_pid(client: redis.Redis) -> int | None:
     return int(pid) if pid is not None else None
 
 
-def _pending_worker(client: redis.Redis, reader: int | None) -> int | None:
-    """The pid of a member (not the reader) holding pending entries now."""
+def _pending_worker(client: redis.Redis, alive: set[int]) -> int | None:
+    """The pid of a live member, not the reader, holding pending entries now (the dead
+    reader's entries are pending too)."""
     for consumer in client.xpending("{e2e}:traces", "workers").get("consumers") or []:
         if int(consumer["pending"]) > 0:
             pid = client.hget(f"{{e2e}}:member:{consumer['name'].decode()}", "pid")
-            if pid is not None and int(pid) != reader:
+            if pid is not None and int(pid) in alive:
                 return int(pid)
     return None
 
@@ -206,10 +212,11 @@ def _run(fleet: Fleet, client: redis.Redis, server: RedisServer, fake: FakeLangf
     )
     # A worker holding entries it has not acknowledged (its chunk store is slow).
     reader = _holder_pid(client)
+    alive = {p.pid for p in fleet.processes.values() if p.poll() is None} - {reader}
     found: list[int] = []
     wait_for(
         "a worker holding pending entries",
-        lambda: found.append(p) or True if (p := _pending_worker(client, reader)) else False,
+        lambda: found.append(p) or True if (p := _pending_worker(client, alive)) else False,
     )
     victim = fleet.name_of(found[0])
     fleet.kill(victim)
