@@ -69,7 +69,7 @@ def _serve(conn: Connection, observations: list[dict[str, Any]]) -> None:
         while True:
             command = conn.recv()
             if command == "scored":
-                conn.send(len(fake.scores_by_trace()))
+                conn.send(fake.scored_traces())
             elif command == "duplicates":
                 conn.send(len(fake.duplicates()))
             elif isinstance(command, tuple) and command[0] == "first_page_after":
@@ -195,8 +195,7 @@ def throughput(
             conn.send("scored")
             return bool(conn.recv() >= answers)
 
-        # Asked twice a second: counting the fake's scores costs its process CPU too.
-        _wait(scored, 300, "every answer scored", every_s=0.5)
+        _wait(scored, 300, "every answer scored", every_s=0.1)
         took = time.monotonic() - began
         cpu = sum(_cpu_s(p.pid) for p in processes) - cpu_before
         redis_cpu = _cpu_s(server.pid) - redis_cpu
@@ -218,7 +217,7 @@ def failover(
             conn.send("scored")
             return bool(conn.recv() >= answers) and client.zcard("{bench}:inflight") == 0
 
-        _wait(caught_up, 300, "caught up", every_s=0.5)
+        _wait(caught_up, 300, "caught up", every_s=0.1)
         holder = client.get("{bench}:reader")
         assert holder is not None
         member = holder.decode().rsplit(":", 1)[0]

@@ -218,6 +218,10 @@ class Pipeline:
         self.state = state
         self.marks: Marks = marks if marks is not None else state
         self.publisher = publisher
+        # With a publisher: where the passes have read up to (the watermark trails it
+        # while published traces wait to be acknowledged). In memory only: a new reader
+        # starts from the watermark, and what it publishes again is unchanged.
+        self.cursor: datetime | None = None
         self.metrics = metrics
         self.notify = notify
         self.traces = TraceRecorder(
@@ -267,10 +271,15 @@ class Pipeline:
             watermark = now - self.traces.settle
             self.marks.set_watermark(watermark)
         sweep = self._swept_at is None or now - self._swept_at >= self.sweep_interval
-        if watermark is None:
-            start = now - self.lookback
-        else:
-            start = watermark - self.overlap if sweep else watermark
+        # A fleet's reader goes on from where its last pass got to, not from the watermark
+        # held below the entries the workers have not acknowledged yet: re-reading those
+        # on every pass would cost pages and publish nothing (they are unchanged).
+        base = watermark
+        if self.cursor is not None and (base is None or self.cursor > base):
+            base = self.cursor
+        start = now - self.lookback if base is None else base
+        if base is not None and sweep:
+            start = base - self.overlap
         began = time.monotonic()
         # Read past now: a trace from an app whose clock runs ahead is stamped in the
         # future, and counts as rooted now (DESIGN §9) instead of waiting for its time.
@@ -280,7 +289,11 @@ class Pipeline:
             # Counted from the sweep's end: when passes last longer than the interval (the
             # daemon is behind), sweeps alternate with passes that only read what is new.
             self._swept_at = now + timedelta(seconds=time.monotonic() - began)
-        oldest = self.publisher.oldest_unacked() if self.publisher is not None else None
+        oldest = None
+        if self.publisher is not None:
+            oldest = self.publisher.oldest_unacked()
+            reached = next_watermark(base, now - self.traces.settle, result.hold)
+            self.cursor = reached if reached is not None else base
         moved = next_watermark(watermark, now - self.traces.settle, result.hold, oldest)
         if moved is not None:
             self.marks.set_watermark(moved)

@@ -195,6 +195,7 @@ class Member:
                 "lease_gained" if held else "lease_lost", member=self.name, token=self.lease.token
             )
             if held:
+                self.pipeline.cursor = None  # from the fleet's watermark, as a new reader
                 self._take_over()
                 self.wake.set()
             else:

@@ -32,6 +32,8 @@ from observer.traces import last_activity
 # again (a sweep, a late generation, a second root) within it is known, as the state
 # file's fingerprints know it for one daemon.
 MARKS_KEPT = timedelta(hours=6)
+# Publishing asks how many entries wait unacknowledged at most this often.
+CHECK_EVERY = 100
 
 
 def _value(lease: Lease) -> str:
@@ -77,6 +79,7 @@ class StreamPublisher:
         self.stop = stop
         self.wait_s = wait_s
         self.waited = 0  # times publishing waited for the workers (backpressure)
+        self._room = 0  # entries that may be published before the bound is asked again
 
     def publish(
         self,
@@ -91,15 +94,18 @@ class StreamPublisher:
             last = last_activity(observations, now)
             if last is not None and now - last < self.settle:
                 return "unsettled"  # as the daemon: it holds the watermark at its root
-        while self.stream.unacked() >= self.stream.pending_bound:
-            self.waited += 1
-            if self.stop.wait(self.wait_s):
-                raise Stopped()
-            _value(self.lease)
+        if self._room <= 0:  # asked again only once the room last seen is used up
+            while (unacked := self.stream.unacked()) >= self.stream.pending_bound:
+                self.waited += 1
+                if self.stop.wait(self.wait_s):
+                    raise Stopped()
+                _value(self.lease)
+            self._room = min(CHECK_EVERY, self.stream.pending_bound - unacked)
         entry = Entry(trace_id, observations, root, now, latest, too_large)
         entry_id = self.stream.publish(_value(self.lease), entry, self.marks_ttl_s)
         if entry_id is None:
             return "unchanged"
+        self._room -= 1
         self.metrics.fleet_entries.labels(event="published").inc()
         return "published"
 

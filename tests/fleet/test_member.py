@@ -162,3 +162,30 @@ def test_a_member_cut_from_redis_is_not_ready_takes_no_work_and_comes_back(
         m1.keep()
         assert m1.redis_ok and m1.parts.health.not_ready_because is None
         assert m1.parts.metrics.value("observer_fleet_redis_up") == 1
+
+
+def test_the_reader_goes_on_from_its_last_pass_not_from_the_held_watermark(
+    monkeypatch: pytest.MonkeyPatch,
+    fake: FakeLangfuse,
+    redis_proc: RedisServer,
+    rclient: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    fake.add_observations(traces())
+    settings = fleet_settings(monkeypatch, fake, redis_proc.url)
+    with members(settings, tmp_path, ["m1"]) as (m1,):
+        m1.keep()
+        first = m1.pipeline.poll(m1.parts.clock())  # nothing acknowledged yet
+        assert first.published == demo_counts().traces and first.observations > 0
+        held = m1.stream.watermark()
+        second = m1.pipeline.poll(m1.parts.clock())
+        assert second.observations < first.observations / 4  # not the whole window again
+        assert second.published == 0
+        assert m1.stream.watermark() == held  # still below what waits for the workers
+        # A new reader starts from the fleet's watermark: it reads again, publishes nothing.
+        rclient.delete(m1.keys.lease)
+        m1.lease.forget()
+        m1.keep()
+        assert m1.pipeline.cursor is None
+        again = m1.pipeline.poll(m1.parts.clock())
+        assert again.published == 0 and again.unchanged == demo_counts().traces
