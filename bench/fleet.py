@@ -1,11 +1,12 @@
 """A fleet's throughput and failover: `python bench/fleet.py` prints two tables.
 
 A real redis-server on loopback, the fake Langfuse in its own process (real HTTP,
-service-like pages), N traces (the demo's, cloned). For 1, 2 and 3 members
-(`observer run` subprocesses with [fleet], fresh state files, a fresh Redis
-database): the time from the first entry published to every answer trace's
-scores stored in the fake, traces/s, and the CPU the members used per trace
-(user + system, from /proc; Redis' own CPU apart). Then, with three members idle
+service-like pages), N traces (the demo's, cloned). For one daemon without
+[fleet] and for 1, 2 and 3 members (`observer run` subprocesses with [fleet],
+fresh state files, a fresh Redis database): the time from the first page read
+to every answer trace's scores stored in the fake, traces/s, and the CPU the
+processes used per trace from then (user + system, from /proc; Redis' own CPU
+apart). Then, with three members idle
 and caught up, the reader is SIGKILLed: the time until the next reader's first
 observation request (the lease's time to live, `fleet.lease_s`, plus up to a
 third of it for the keeper's round).
@@ -127,8 +128,10 @@ def _cpu_s(pid: int) -> float:
 
 
 def _start(
-    count: int, workdir: Path, env: dict[str, str], tag: str
+    count: int, workdir: Path, env: dict[str, str], tag: str, *, single: bool = False
 ) -> list[subprocess.Popen[bytes]]:
+    """`count` members (or, `single`, one daemon without [fleet]) on fresh state files."""
+    config = workdir / ("single.toml" if single else "observer.toml")
     return [
         subprocess.Popen(
             [
@@ -137,7 +140,7 @@ def _start(
                 "observer",
                 "run",
                 "--config",
-                str(workdir / "observer.toml"),
+                str(config),
                 "--state",
                 str(workdir / f"{tag}-{i}.sqlite"),
             ],
@@ -179,14 +182,20 @@ def throughput(
 ) -> tuple[float, float, float, int]:
     """(seconds, members' CPU seconds, Redis CPU seconds, duplicates) to score every answer."""
     client.flushall()
-    processes = _start(members, workdir, env, f"n{members}")
+    started = time.time()
+    processes = _start(max(1, members), workdir, env, f"n{members}", single=members == 0)
     try:
-        _wait(
-            lambda: client.exists("{bench}:traces") and client.xlen("{bench}:traces"),
-            60,
-            "a first entry",
-        )
-        began = time.monotonic()
+        first: list[float] = []
+
+        def paging() -> bool:
+            conn.send(("first_page_after", started))
+            at = conn.recv()
+            if at is not None:
+                first.append(at)
+            return at is not None
+
+        _wait(paging, 60, "a first page read")
+        began = time.monotonic() - (time.time() - first[0])
         # From here: the members' start-up (imports, connections) is not the traces' cost.
         cpu_before = sum(_cpu_s(p.pid) for p in processes)
         redis_cpu = _cpu_s(server.pid)
@@ -255,12 +264,13 @@ def main() -> None:
         (workdir / "observer.toml").write_text(
             CONFIG.format(lease_s=args.lease_s, claim_idle_s=max(60.0, args.lease_s))
         )
+        (workdir / "single.toml").write_text(CONFIG.split("[fleet]")[0])
         server = RedisServer("redis-server", workdir, free_port())
         server.start()
         client = redis.Redis.from_url(server.url)
         try:
             runs = {}
-            for n in (1, 2, 3):  # a fresh fake (a project without scores) for each
+            for n in (0, 1, 2, 3):  # a fresh fake (a project without scores) for each
                 with _fake(observations, server) as (env, parent):
                     runs[n] = throughput(n, workdir, env, parent, client, answers, server)
             with _fake(observations, server) as (env, parent):
@@ -282,7 +292,7 @@ def main() -> None:
         table.add_column(column, justify="right")
     for n, (took, cpu, redis_cpu, duplicates) in runs.items():
         table.add_row(
-            str(n),
+            "one daemon, no [fleet]" if n == 0 else str(n),
             f"{took:.1f} s",
             f"{answers / took:,.0f}",
             f"{1000 * cpu / answers:.2f} ms",
