@@ -767,6 +767,34 @@ def alerts_backtest(
         shown.print(table)
 
 
+@main.group()
+def fleet() -> None:
+    """The fleet of `observer run` on Redis ([fleet], docs/operating.md#running-a-fleet)."""
+
+
+@fleet.command("status")
+@_config_option
+@click.option("--json", "as_json", is_flag=True, help="As JSON.")
+def fleet_status_command(config_path: str | None, as_json: bool) -> None:
+    """Members, the reader, the stream's length and pending entries, the watermark.
+
+    Exit 2 without [fleet], 3 when Redis cannot be reached."""
+    from observer import app
+    from observer.fleet.connect import FleetUnreachable
+    from observer.fleet.status import read_status, status_rows
+    from observer.views.check import two_columns
+
+    try:
+        found = read_status(_settings(config_path))
+    except FleetUnreachable as error:
+        click.echo(f"observer: {error}", err=True)
+        raise SystemExit(app.EXIT_UNREACHABLE) from None
+    if as_json:
+        click.echo(json.dumps(found.as_json(), indent=2))
+        return
+    console().print(two_columns("observer fleet status", status_rows(found)))
+
+
 @main.command("init-langfuse")
 @_config_option
 def init_langfuse_command(config_path: str | None) -> None:

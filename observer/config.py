@@ -371,6 +371,29 @@ class TelemetrySettings(_Section):
     )
 
 
+class FleetSettings(_Section):
+    """A fleet of `observer run` on Redis Streams (DESIGN §10); absent: one daemon."""
+
+    secret_env: str = Field(
+        "REDIS_URL", min_length=1, description="the variable holding the Redis URL"
+    )
+    name: str = Field(
+        "observer", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$", description="key prefix"
+    )
+    lease_s: float = Field(15.0, ge=1, description="the reader's lease; a new reader within it")
+    claim_idle_s: float = Field(60.0, gt=0, description="a dead member's entries claimed after")
+    stream_maxlen: int = Field(100_000, ge=100, description="the trace stream's length, about")
+
+    @model_validator(mode="after")
+    def _claim_after_lease(self) -> FleetSettings:
+        if self.claim_idle_s < self.lease_s:
+            raise ValueError(
+                f"fleet.claim_idle_s: {self.claim_idle_s:g} is shorter than fleet.lease_s "
+                f"({self.lease_s:g}): a live member's entries would be claimed"
+            )
+        return self
+
+
 class LogSettings(_Section):
     format: Literal["auto", "json", "console"] = "auto"
     level: Literal["debug", "info", "warning", "error"] = "info"
@@ -424,6 +447,7 @@ class Settings(BaseModel):
     metrics: MetricsSettings = MetricsSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
     log: LogSettings = LogSettings()
+    fleet: FleetSettings | None = None  # [fleet]: join a fleet (DESIGN §10)
 
     def signal_params(self) -> SignalParams:
         return signal_params(self.signals, self.crag, self.band)
@@ -449,6 +473,25 @@ class Settings(BaseModel):
     def resolver_secret(self) -> str | None:
         """The value of the variable `resolver.secret_env` names (or its `_FILE`)."""
         return _named_secret(self.resolver.secret_env, "resolver.secret_env")
+
+    def fleet_url(self) -> str:
+        """The Redis URL from the variable `fleet.secret_env` names (or its `_FILE`).
+
+        A ConfigError naming the variable (never its value, which may hold a password)
+        when it is unset or not a redis://, rediss:// or unix:// URL."""
+        assert self.fleet is not None
+        variable = self.fleet.secret_env
+        url = _named_secret(variable, "fleet.secret_env")
+        assert url is not None
+        try:
+            scheme = urlsplit(url).scheme
+        except ValueError:
+            scheme = ""
+        if scheme not in ("redis", "rediss", "unix"):
+            raise ConfigError(
+                f"fleet.secret_env: {variable} must hold a redis://, rediss:// or unix:// URL"
+            )
+        return url
 
     def mapping_rules(self) -> MappingRules:
         from observer.mapping.convention import MappingRules

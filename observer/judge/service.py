@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 import orjson
 import structlog
@@ -62,6 +63,22 @@ class Reservation:
 
     sample: _Sample
     write: Callable[[sqlite3.Connection], None]
+
+
+class SharedBudget(Protocol):
+    """The caps counted with other processes (a fleet's, in Redis: observer.fleet.budget)."""
+
+    def counts(self, hour: str, day: str) -> tuple[int, int]:
+        """(traces judged this hour, tokens spent or reserved this day) by all of them."""
+        ...
+
+    def claim(self, trace_id: str, basis: str, hour: str, day: str, tokens: int) -> bool:
+        """Take this answer for the judge, counted; False when another one took it."""
+        ...
+
+    def spent(self, trace_id: str, basis: str | None, day: str, tokens: int) -> None:
+        """The tokens judging it used, in place of what `claim` reserved."""
+        ...
 
 
 def buckets(now: datetime) -> tuple[str, str]:
@@ -106,6 +123,7 @@ class JudgeService:
         self._held_lock = threading.Lock()
         self._held: set[tuple[str, str | None]] = set()  # (trace, basis) queued or judged now
         self._started = False
+        self.shared: SharedBudget | None = None  # a fleet's caps, when it is one (DESIGN §10)
 
     # -- intake -----------------------------------------------------------------
 
@@ -144,6 +162,8 @@ class JudgeService:
         flagged = findings is not None and findings.flagged
         with self._budget_lock:
             judged, tokens = self.state.judge.budget(hour, day)
+            if self.shared is not None:
+                judged, tokens = self.shared.counts(hour, day)
             expected = self.state.judge.tokens_per_trace()
             decision = decide(
                 record.trace_id, signals, self.params, judged, tokens, expected, flagged
@@ -152,8 +172,15 @@ class JudgeService:
             self.metrics.judge_decisions.labels(decision="queue_full").inc()
             log.warning("judge_dropped", trace_id=record.trace_id, reason="queue_full")
             return None
+        sampled = decision in ("sampled", "risk")
+        if (
+            sampled
+            and self.shared is not None
+            and not self.shared.claim(record.trace_id, basis, hour, day, expected)
+        ):
+            return None  # another member of the fleet took this answer for the judge
         self.metrics.judge_decisions.labels(decision=decision).inc()
-        if decision not in ("sampled", "risk"):
+        if not sampled:
             return None
         payload = orjson.dumps(record)
         found = None if findings is None else orjson.dumps(findings)
@@ -255,6 +282,8 @@ class JudgeService:
             self.state.judge.spend(hour, day, judged=1, tokens=result.tokens)
         else:
             self.state.judge.settle(record.trace_id, day, result.tokens, basis)
+        if self.shared is not None:
+            self.shared.spent(record.trace_id, basis, day, result.tokens)
         self.metrics.judge_calls.inc(result.calls)
         self.metrics.judge_tokens.labels(kind="prompt").inc(result.prompt_tokens)
         self.metrics.judge_tokens.labels(kind="completion").inc(result.completion_tokens)

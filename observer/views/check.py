@@ -1,5 +1,5 @@
 """`observer check`'s table: what the configuration says will be read and written,
-then what the checks found."""
+then what the checks found; and the plain two-column table of such reports."""
 
 from __future__ import annotations
 
@@ -59,4 +59,16 @@ def check_table(settings: Settings, found: list[tuple[str, str]]) -> Table:
     table.add_row("writes", "POST /api/public/scores (" + ", ".join(names) + ")")
     for key, value in found:
         table.add_row(key, escape(value))
+    return table
+
+
+def two_columns(title: str, rows: list[tuple[str, str]]) -> Table:
+    """A key and its value a row, no header (`fleet status`)."""
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False)
+    table.add_column("")
+    table.add_column("", overflow="fold")
+    for key, value in rows:
+        table.add_row(key, value)
     return table
