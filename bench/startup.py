@@ -103,7 +103,7 @@ def main() -> None:
             target,
             loaded or "none",
         )
-    Console().print(table)
+    Console(width=150).print(table)
 
 
 if __name__ == "__main__":
