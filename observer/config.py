@@ -1,21 +1,23 @@
-"""Configuration: the only reader of config files and the environment.
+"""Configuration: every section's model, validated at start.
 
 Precedence, highest first: `OBSERVER_*` variables (nested keys joined with
-`__`, e.g. `OBSERVER_CRAG__HIGH=0.7`; lists as JSON), the Langfuse SDK's own
-`LANGFUSE_*` variables, the TOML file given with `--config` (or
-`OBSERVER_CONFIG`), the defaults of docs/signals.md. Everything is validated at
-start; a bad value is a `ConfigError` that names the key. Secrets are read
-from the environment only and never printed.
+`__`, e.g. `OBSERVER_CRAG__HIGH=0.7`; lists as JSON or comma-separated), the
+Langfuse SDK's own `LANGFUSE_*` variables, the TOML file given with `--config`
+(or `OBSERVER_CONFIG`), the defaults of docs/signals.md. The file and the
+variables are read by `observer.config_sources`, the only reader of both;
+everything is validated here at start, and a bad value is a `ConfigError` that
+names the key. Secrets are read from the environment only and never printed.
+`Settings()` is the defaults alone; `load_settings` reads the file and the
+environment.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, cast, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -27,77 +29,38 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.fields import FieldInfo
-from pydantic_settings import (
-    BaseSettings,
-    EnvSettingsSource,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
+
+from observer.config_sources import (
+    CONFIG_ENV,
+    SECRET_KEYS,
+    SECRET_VARIABLES,
+    describe,
+    read_secret_file,
+    read_sources,
 )
+from observer.errors import ConfigError
+from observer.signal_settings import BandSettings, CragSettings, SignalsSettings, signal_params
+from observer.signal_settings import Section as _Section
 
-from observer.alerts.rules import (
-    RuleError,
-    TraceRule,
-    WindowRule,
-    check_trace_rule,
-    check_window_rule,
-    default_trace_rules,
-    default_window_rules,
-    parse_expression,
-)
-from observer.judge.sampler import SamplerParams
-from observer.mapping.convention import MappingRules
-from observer.signals.params import (
-    DEFAULT_ABBREVIATIONS,
-    DEFAULT_PLEASANTRY_PREFIXES,
-    CragParams,
-    SignalParams,
-)
-from observer.times import parse_duration
+if TYPE_CHECKING:  # loaded where used: `config show` needs the models, not the rules' engine
+    from observer.alerts.rules import TraceRule, WindowRule
+    from observer.judge.sampler import SamplerParams
+    from observer.mapping.convention import MappingRules
+    from observer.signals.params import SignalParams
 
-CONFIG_ENV = "OBSERVER_CONFIG"
-SECRET_KEYS = frozenset({("langfuse", "secret_key"), ("judge", "api_key")})
-
-
-class ConfigError(Exception):
-    """The configuration cannot be used; the message names the key and the problem."""
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SignalsSettings(_Section):
-    min_chars: int = Field(8, ge=1, description="characters a substantive sentence needs")
-    pleasantry_prefixes: list[str] = Field(
-        default_factory=lambda: list(DEFAULT_PLEASANTRY_PREFIXES)
-    )
-    abbreviations: list[str] = Field(default_factory=lambda: list(DEFAULT_ABBREVIATIONS))
-
-
-class CragSettings(_Section):
-    high: float = Field(0.65, ge=0.0, le=1.0, allow_inf_nan=False)
-    low: float = Field(0.25, ge=0.0, le=1.0, allow_inf_nan=False)
-    high_gap: float = Field(0.15, ge=0.0, le=1.0, allow_inf_nan=False)
-    low_avg_buffer: float = Field(0.05, ge=0.0, le=1.0, allow_inf_nan=False)
-    mode: Literal["heuristic", "disabled"] = "heuristic"
-
-    @model_validator(mode="after")
-    def _low_below_high(self) -> CragSettings:
-        if self.low >= self.high:
-            raise ValueError(f"crag.low ({self.low}) must be below crag.high ({self.high})")
-        return self
-
-
-class BandSettings(_Section):
-    high: float = Field(0.85, ge=0.0, le=1.0, allow_inf_nan=False)
-    medium: float = Field(0.60, ge=0.0, le=1.0, allow_inf_nan=False)
-
-    @model_validator(mode="after")
-    def _medium_below_high(self) -> BandSettings:
-        if self.medium > self.high:
-            raise ValueError(f"band.medium ({self.medium}) must not exceed band.high ({self.high})")
-        return self
+__all__ = [
+    "CONFIG_ENV",
+    "SECRET_KEYS",
+    "SECRET_VARIABLES",
+    "BandSettings",
+    "ConfigError",
+    "CragSettings",
+    "Settings",
+    "SignalsSettings",
+    "load_settings",
+    "masked",
+    "read_secret_file",
+]
 
 
 class LangfuseSettings(_Section):
@@ -292,11 +255,20 @@ class AlertsSettings(_Section):
 
     def window_rules(self) -> tuple[WindowRule, ...]:
         """The configured window rules, or the defaults when there are none."""
+        from observer.alerts.rules import default_window_rules
+
         if not self.rules:
             return default_window_rules() if self.defaults else ()
         return tuple(_window_rule(r) for r in self.rules)
 
     def trace_rule_list(self) -> tuple[TraceRule, ...]:
+        from observer.alerts.rules import (
+            TraceRule,
+            check_trace_rule,
+            default_trace_rules,
+            parse_expression,
+        )
+
         if not self.trace_rules:
             return default_trace_rules() if self.defaults else ()
         return tuple(
@@ -315,6 +287,9 @@ class AlertsSettings(_Section):
 
 
 def _duration_s(text: str, where: str) -> float:
+    from observer.alerts.rules import RuleError
+    from observer.times import parse_duration
+
     try:
         return parse_duration(text).total_seconds()
     except ValueError as error:
@@ -322,6 +297,8 @@ def _duration_s(text: str, where: str) -> float:
 
 
 def _window_rule(r: WindowRuleSettings) -> WindowRule:
+    from observer.alerts.rules import WindowRule, check_window_rule, parse_expression
+
     where = f"alerts.rules[{r.name}]"
     return check_window_rule(
         WindowRule(
@@ -394,6 +371,29 @@ class TelemetrySettings(_Section):
     )
 
 
+class FleetSettings(_Section):
+    """A fleet of `observer run` on Redis Streams (DESIGN §10); absent: one daemon."""
+
+    secret_env: str = Field(
+        "REDIS_URL", min_length=1, description="the variable holding the Redis URL"
+    )
+    name: str = Field(
+        "observer", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$", description="key prefix"
+    )
+    lease_s: float = Field(15.0, ge=1, description="the reader's lease; a new reader within it")
+    claim_idle_s: float = Field(60.0, gt=0, description="a dead member's entries claimed after")
+    stream_maxlen: int = Field(100_000, ge=100, description="the trace stream's length, about")
+
+    @model_validator(mode="after")
+    def _claim_after_lease(self) -> FleetSettings:
+        if self.claim_idle_s < self.lease_s:
+            raise ValueError(
+                f"fleet.claim_idle_s: {self.claim_idle_s:g} is shorter than fleet.lease_s "
+                f"({self.lease_s:g}): a live member's entries would be claimed"
+            )
+        return self
+
+
 class LogSettings(_Section):
     format: Literal["auto", "json", "console"] = "auto"
     level: Literal["debug", "info", "warning", "error"] = "info"
@@ -414,22 +414,6 @@ def _resolve_hook(spec: str) -> Callable[[list[dict[str, Any]]], Any]:
     return cast(Callable[[list[dict[str, Any]]], Any], function)
 
 
-# Secrets may come from a file named by <VAR>_FILE: the Docker and Kubernetes convention.
-SECRET_VARIABLES = ("LANGFUSE_SECRET_KEY", "LANGFUSE_PUBLIC_KEY", "OPENAI_API_KEY")
-
-
-def read_secret_file(variable: str, environ: Mapping[str, str]) -> str | None:
-    """The content of the file `<variable>_FILE` names (stripped), or None when not set."""
-    name = environ.get(f"{variable}_FILE")
-    if not name:
-        return None
-    try:
-        return Path(name).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or type(error).__name__
-        raise ConfigError(f"{variable}_FILE: {name} cannot be read ({reason})") from None
-
-
 def _named_secret(name: str, where: str) -> str | None:
     """The value of the variable a `secret_env` key names, or of the file `<name>_FILE` names;
     None when the key is empty, a ConfigError naming the key when the variable is unset."""
@@ -441,112 +425,10 @@ def _named_secret(name: str, where: str) -> str | None:
     return value
 
 
-def _with_secret_files(environ: Mapping[str, str]) -> dict[str, str]:
-    merged = dict(environ)
-    for variable in SECRET_VARIABLES:
-        if not merged.get(variable):
-            value = read_secret_file(variable, environ)
-            if value:
-                merged[variable] = value
-    return merged
-
-
-def _scalar_list(annotation: Any) -> bool:
-    """A list of strings or numbers: what a comma-separated variable can stand for."""
-    if get_origin(annotation) is not list:
-        return False
-    (item,) = get_args(annotation) or (Any,)
-    return item in (str, int, float)
-
-
-def _shape(annotation: Any) -> str:
-    origin = get_origin(annotation)
-    if origin is list:
-        return 'a JSON list (for example \'[{"name": "..."}]\')'
-    if origin is dict or annotation is dict:
-        return 'a JSON object (for example \'{"key": "value"}\')'
-    return "JSON"
-
-
-class _Env(EnvSettingsSource):
-    """The OBSERVER_* variables. A list of words may be written comma-separated
-    (`OBSERVER_SOURCE__ENVIRONMENTS=production,staging`) as well as in JSON; any other
-    value that is not the JSON its key needs is a ConfigError naming the variable."""
-
-    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
-        try:
-            return super().decode_complex_value(field_name, field, value)
-        except ValueError as error:
-            annotation = field.annotation if field is not None else None
-            if _scalar_list(annotation) and not str(value).lstrip().startswith(("[", "{")):
-                return [item.strip() for item in str(value).split(",") if item.strip()]
-            # Not a ValueError: pydantic-settings would bury it under a traceback.
-            names = [
-                name
-                for name, held in os.environ.items()
-                if name.upper().startswith("OBSERVER_")
-                and name.upper().endswith(field_name.upper())
-                and held == value
-            ]
-            variable = names[0] if names else f"the variable for {field_name}"
-            expected = (
-                "a comma-separated list or a JSON list"
-                if _scalar_list(annotation)
-                else _shape(annotation)
-            )
-            raise ConfigError(
-                f"{variable}: not valid JSON ({error}); it must be {expected}"
-            ) from None
-
-
-class _LangfuseEnv(PydanticBaseSettingsSource):
-    """Variables the Langfuse SDK and the OpenAI client read themselves, so one set serves both."""
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        env = _with_secret_files(os.environ)
-        found: dict[str, Any] = {}
-        base_url = env.get("LANGFUSE_BASE_URL") or env.get("LANGFUSE_HOST")
-        if base_url:
-            found["base_url"] = base_url
-        if env.get("LANGFUSE_PUBLIC_KEY"):
-            found["public_key"] = env["LANGFUSE_PUBLIC_KEY"]
-        if env.get("LANGFUSE_SECRET_KEY"):
-            found["secret_key"] = env["LANGFUSE_SECRET_KEY"]
-        judge: dict[str, Any] = {}
-        judge_url = env.get("OBSERVER_JUDGE_BASE_URL") or env.get("OPENAI_BASE_URL")
-        if judge_url:
-            judge["base_url"] = judge_url
-        if env.get("OBSERVER_JUDGE_MODEL"):
-            judge["model"] = env["OBSERVER_JUDGE_MODEL"]
-        if env.get("OPENAI_API_KEY"):
-            judge["api_key"] = env["OPENAI_API_KEY"]
-        out: dict[str, Any] = {}
-        http = {
-            key: env[name]
-            for key, name in (("host", "OBSERVER_HTTP_HOST"), ("port", "OBSERVER_HTTP_PORT"))
-            if env.get(name)
-        }
-        if http:
-            out["http"] = http
-        if found:
-            out["langfuse"] = found
-        if judge:
-            out["judge"] = judge
-        return out
-
-
-class Settings(BaseSettings):
+class Settings(BaseModel):
     """The effective configuration of observer."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="OBSERVER_",
-        env_nested_delimiter="__",
-        extra="forbid",
-        frozen=True,
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     signals: SignalsSettings = SignalsSettings()
     crag: CragSettings = CragSettings()
@@ -565,37 +447,14 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = MetricsSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
     log: LogSettings = LogSettings()
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The file arrives as init values; the environment overrides it.
-        del env_settings  # replaced by _Env: the same variables, friendlier lists
-        return _Env(settings_cls), _LangfuseEnv(settings_cls), init_settings
+    fleet: FleetSettings | None = None  # [fleet]: join a fleet (DESIGN §10)
 
     def signal_params(self) -> SignalParams:
-        return SignalParams(
-            min_chars=self.signals.min_chars,
-            pleasantry_prefixes=tuple(p.lower() for p in self.signals.pleasantry_prefixes),
-            abbreviations=frozenset(self.signals.abbreviations),
-            crag=CragParams(
-                high=self.crag.high,
-                low=self.crag.low,
-                high_gap=self.crag.high_gap,
-                low_avg_buffer=self.crag.low_avg_buffer,
-                mode=self.crag.mode,
-            ),
-            band_high=self.band.high,
-            band_medium=self.band.medium,
-        )
+        return signal_params(self.signals, self.crag, self.band)
 
     def sampler_params(self) -> SamplerParams:
+        from observer.judge.sampler import SamplerParams
+
         j = self.judge
         return SamplerParams(
             enabled=j.enabled,
@@ -615,7 +474,28 @@ class Settings(BaseSettings):
         """The value of the variable `resolver.secret_env` names (or its `_FILE`)."""
         return _named_secret(self.resolver.secret_env, "resolver.secret_env")
 
+    def fleet_url(self) -> str:
+        """The Redis URL from the variable `fleet.secret_env` names (or its `_FILE`).
+
+        A ConfigError naming the variable (never its value, which may hold a password)
+        when it is unset or not a redis://, rediss:// or unix:// URL."""
+        assert self.fleet is not None
+        variable = self.fleet.secret_env
+        url = _named_secret(variable, "fleet.secret_env")
+        assert url is not None
+        try:
+            scheme = urlsplit(url).scheme
+        except ValueError:
+            scheme = ""
+        if scheme not in ("redis", "rediss", "unix"):
+            raise ConfigError(
+                f"fleet.secret_env: {variable} must hold a redis://, rediss:// or unix:// URL"
+            )
+        return url
+
     def mapping_rules(self) -> MappingRules:
+        from observer.mapping.convention import MappingRules
+
         m = self.mapping
         return MappingRules(
             generation_types=tuple(m.generation_types),
@@ -638,94 +518,13 @@ class Settings(BaseSettings):
         )
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"config file {path} cannot be read: {error}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"config file {path} is not valid TOML: {error}") from None
-    for section, key in SECRET_KEYS:
-        table = data.get(section)
-        if isinstance(table, dict) and key in table:
-            sdk_name = (
-                "OPENAI_API_KEY" if section == "judge" else f"{section.upper()}_{key.upper()}"
-            )
-            raise ConfigError(
-                f"config file {path}: {section}.{key} is a secret; set it in the environment "
-                f"(OBSERVER_{section.upper()}__{key.upper()} or {sdk_name}) "
-                "instead of the file"
-            )
-    return data
-
-
-# Keys that are usually set through the SDKs' own variables: errors name those too.
-_SDK_VARIABLES = {
-    "langfuse.base_url": "LANGFUSE_BASE_URL",
-    "langfuse.public_key": "LANGFUSE_PUBLIC_KEY",
-    "judge.base_url": "OBSERVER_JUDGE_BASE_URL or OPENAI_BASE_URL",
-    "judge.model": "OBSERVER_JUDGE_MODEL",
-}
-
-
-def _sdk_variable(where: str) -> str:
-    """The variable that set a key: LANGFUSE_HOST when only that one is set."""
-    only_host = not os.environ.get("LANGFUSE_BASE_URL") and os.environ.get("LANGFUSE_HOST")
-    if where == "langfuse.base_url" and only_host:
-        return "LANGFUSE_HOST"
-    return _SDK_VARIABLES[where]
-
-
-def _where(loc: tuple[int | str, ...], data: dict[str, Any]) -> str:
-    """`alerts.rules[ungrounded_rate_high].threshold` rather than `alerts.rules.0.threshold`."""
-    parts: list[str] = []
-    node: Any = data
-    for part in loc:
-        if isinstance(part, int) and parts:
-            name = node[part].get("name") if isinstance(node, list) and part < len(node) else None
-            named = isinstance(name, str) and name
-            parts[-1] += f"[{name}]" if named else f"[{part}]"
-            node = node[part] if isinstance(node, list) and part < len(node) else None
-            continue
-        parts.append(str(part))
-        node = node.get(part) if isinstance(node, dict) else None
-    return ".".join(parts)
-
-
-def _describe(error: ValidationError, origin: str, data: dict[str, Any] | None = None) -> str:
-    lines = [f"invalid configuration ({origin}):"]
-    for item in error.errors(include_url=False):
-        where = _where(item["loc"], data or {}) or "(top level)"
-        message = item["msg"]
-        if item["type"] == "extra_forbidden":
-            message = "unknown key"
-        message = message.removeprefix("Value error, ")
-        if message.startswith((f"{where}.", f"{where}[")):
-            where, message = message.split(": ", 1) if ": " in message else (where, message)
-        if where in _SDK_VARIABLES:
-            where = f"{where} ({_sdk_variable(where)})"
-        # Never echo the rejected value of a secret.
-        lines.append(f"  {where}: {message}")
-    return "\n".join(lines)
-
-
 def load_settings(config_path: str | Path | None = None) -> Settings:
     """Read the config file (if any) and the environment; validate everything."""
-    if config_path is None and os.environ.get(CONFIG_ENV):
-        config_path = os.environ[CONFIG_ENV]
-    data: dict[str, Any] = {}
-    origin = "defaults and environment"
-    if config_path is not None:
-        path = Path(config_path)
-        data = _read_toml(path)
-        origin = f"{path} and environment"
+    data, merged, origin = read_sources(Settings, config_path)
     try:
-        return Settings(**data)
+        return Settings(**merged)
     except ValidationError as error:
-        raise ConfigError(_describe(error, origin, data)) from None
+        raise ConfigError(describe(error, origin, data)) from None
 
 
 def masked(settings: Settings) -> dict[str, Any]:

@@ -12,11 +12,15 @@
 
 `UsageSuspended` is an `AuthRejected` so that every caller stops and waits as it
 does for rejected keys; its message says it is the usage limit, not the keys.
-`ConfigError` (observer.config) and `StateError` (observer.state) are the
-errors of the local files.
+`ConfigError` (here, so that reading a file needs no settings model; observer.config
+re-exports it) and `StateError` (observer.state) are the errors of the local files.
 """
 
 from __future__ import annotations
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the key and the problem."""
 
 
 class ObserverError(Exception):

@@ -21,15 +21,21 @@ at the end of a complete pass, to the oldest root still unsettled (or `now -
 settle_s`); the next pass starts there, and a sweep (a process's first pass,
 then one per `sweep_interval_s`) `overlap_s` before it, to catch late data.
 A crash mid-pass re-reads the same window: fingerprints make that idempotent.
+
+In a fleet (DESIGN §10) the reader's pipeline is given a `Publisher` and its
+`Marks` (the watermark and what is known of traces, kept in Redis): a complete,
+settled trace is published for the workers instead of scored here, and the
+watermark also stays below the oldest published trace not yet acknowledged
+(`next_watermark`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal, Protocol
 
 import structlog
 from opentelemetry import trace
@@ -53,7 +59,7 @@ from observer.traces import (
 )
 
 log = structlog.get_logger("observer.pipeline")
-tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
+NO_SPANS = trace.NoOpTracer()  # without telemetry
 
 # Spans of one trace can come from hosts whose clocks differ a little: a child
 # may "start" just before its root. A trace counts as complete only once the
@@ -68,6 +74,60 @@ FUTURE_READ = timedelta(days=1)
 Lookup = Callable[[list[tuple[RagRecord, Signals]]], list["ResolverFindings | None"]]
 
 
+class Marks(Protocol):
+    """Where the watermark and what is known of traces live: the state file (one daemon),
+    or the fleet's Redis (its reader)."""
+
+    def watermark(self) -> datetime | None: ...
+
+    def set_watermark(self, moment: datetime) -> None: ...
+
+    def trace_marks(
+        self, trace_ids: Sequence[str]
+    ) -> dict[str, tuple[datetime, datetime | None]]: ...
+
+
+PublishKind = Literal["published", "unchanged", "unsettled"]
+
+
+class Publisher(Protocol):
+    """A fleet's reader: complete traces go to the workers instead of being scored."""
+
+    def publish(
+        self,
+        trace_id: str,
+        observations: list[dict[str, Any]],
+        root: datetime,
+        now: datetime,
+        latest: datetime | None,
+        too_large: int | None,
+    ) -> PublishKind: ...
+
+    def oldest_unacked(self) -> datetime | None:
+        """The earliest root of a published trace no worker has acknowledged yet."""
+        ...
+
+
+def next_watermark(
+    current: datetime | None,
+    settled_until: datetime,
+    hold: datetime | None,
+    oldest_unacked: datetime | None = None,
+) -> datetime | None:
+    """Where the watermark moves after a complete pass, or None when it stays.
+
+    Up to `settled_until` (now less the settle time), but not past a trace this
+    pass left undone (`hold`) nor one published and not yet acknowledged; never back.
+    """
+    proposed = settled_until
+    for bound in (hold, oldest_unacked):
+        if bound is not None:
+            proposed = min(proposed, bound)
+    if current is None or proposed > current:
+        return proposed
+    return None
+
+
 @dataclass
 class PassResult:
     start: datetime
@@ -80,6 +140,7 @@ class PassResult:
     skipped: int = 0
     deferred: int = 0
     partial: int = 0
+    published: int = 0  # a fleet reader's: complete traces handed to the workers
     scores: int = 0
     hold: datetime | None = None  # oldest root the watermark must not pass
     sweep: bool = False  # a daemon pass that re-read the overlap before the watermark
@@ -113,6 +174,7 @@ class PassResult:
             + self.unsettled
             + self.skipped
             + self.deferred
+            + self.published
         )
 
 
@@ -149,9 +211,19 @@ class Pipeline:
         lookup: Lookup | None = None,
         should_stop: Callable[[], bool] = lambda: False,
         judge: JudgeGate | None = None,
+        tracer: trace.Tracer = NO_SPANS,
+        marks: Marks | None = None,
+        publisher: Publisher | None = None,
     ) -> None:
+        self.tracer = tracer  # Telemetry.tracer, from the composition root
         self.source = source
         self.state = state
+        self.marks: Marks = marks if marks is not None else state
+        self.publisher = publisher
+        # With a publisher: where the passes have read up to (the watermark trails it
+        # while published traces wait to be acknowledged). In memory only: a new reader
+        # starts from the watermark, and what it publishes again is unchanged.
+        self.cursor: datetime | None = None
         self.metrics = metrics
         self.notify = notify
         self.traces = TraceRecorder(
@@ -188,7 +260,7 @@ class Pipeline:
         whole overlap on every pass would read the same traces `overlap / poll
         interval` times over.
         """
-        watermark = self.state.watermark()
+        watermark = self.marks.watermark()
         if watermark is not None and watermark > now - self.traces.settle + CLOCK_SKEW:
             # Written under a clock that ran ahead (this host's before NTP, an older
             # version that trusted it): the watermark never stands past Langfuse's now.
@@ -199,12 +271,17 @@ class Pipeline:
                 action="moved back to Langfuse's now less the settle time",
             )
             watermark = now - self.traces.settle
-            self.state.set_watermark(watermark)
+            self.marks.set_watermark(watermark)
         sweep = self._swept_at is None or now - self._swept_at >= self.sweep_interval
-        if watermark is None:
-            start = now - self.lookback
-        else:
-            start = watermark - self.overlap if sweep else watermark
+        # A fleet's reader goes on from where its last pass got to, not from the watermark
+        # held below the entries the workers have not acknowledged yet: re-reading those
+        # on every pass would cost pages and publish nothing (they are unchanged).
+        base = watermark
+        if self.cursor is not None and (base is None or self.cursor > base):
+            base = self.cursor
+        start = now - self.lookback if base is None else base
+        if base is not None and sweep:
+            start = base - self.overlap
         began = time.monotonic()
         # Read past now: a trace from an app whose clock runs ahead is stamped in the
         # future, and counts as rooted now (DESIGN §9) instead of waiting for its time.
@@ -214,12 +291,16 @@ class Pipeline:
             # Counted from the sweep's end: when passes last longer than the interval (the
             # daemon is behind), sweeps alternate with passes that only read what is new.
             self._swept_at = now + timedelta(seconds=time.monotonic() - began)
-        proposed = now - self.traces.settle
-        if result.hold is not None:
-            proposed = min(proposed, result.hold)
-        if watermark is None or proposed > watermark:
-            self.state.set_watermark(proposed)
-            watermark = proposed
+        oldest = None
+        if self.publisher is not None:
+            oldest = self.publisher.oldest_unacked()
+            reached = next_watermark(base, now - self.traces.settle, result.hold)
+            self.cursor = reached if reached is not None else base
+        moved = next_watermark(watermark, now - self.traces.settle, result.hold, oldest)
+        if moved is not None:
+            self.marks.set_watermark(moved)
+            watermark = moved
+        assert watermark is not None  # None only moves
         self.metrics.set_watermark(watermark.timestamp())
         return result
 
@@ -233,7 +314,7 @@ class Pipeline:
         before it keeps the children that started just after. Traces rooted at or
         after `end` are left to the next window.
         """
-        with tracer.start_as_current_span("observer.poll_pass") as span:
+        with self.tracer.start_as_current_span("observer.poll_pass") as span:
             result = self._window(start, end, now, max(end, read_until or end))
             if span.is_recording():
                 span.set_attributes(
@@ -266,7 +347,7 @@ class Pipeline:
                 fresh = {
                     t for o in page if isinstance(t := o.get("traceId"), str) and t not in flight
                 }
-                known = self.state.trace_marks(sorted(fresh)) if fresh else {}
+                known = self.marks.trace_marks(sorted(fresh)) if fresh else {}
                 for observation in page:
                     trace_id = observation.get("traceId")
                     if not isinstance(trace_id, str):
@@ -319,7 +400,7 @@ class Pipeline:
     ) -> None:
         if not trace_ids:
             return
-        known = self.state.fingerprints(trace_ids)
+        known = self.state.fingerprints(trace_ids) if self.publisher is None else {}
         handled: list[
             tuple[str, list[dict[str, Any]], datetime, datetime, Prepared, datetime | None]
         ] = []
@@ -353,6 +434,20 @@ class Pipeline:
             if root_start is None:
                 continue  # seen again without its root: nothing to score it from
             self._note_ingestion(trace_id, trace.observations)
+            if self.publisher is not None:
+                kind = self.publisher.publish(
+                    trace_id,
+                    trace.observations,
+                    root_start,
+                    now,
+                    trace.news,
+                    trace.count if trace.too_large else None,
+                )
+                if kind == "published":
+                    result.published += 1
+                else:
+                    result.count(Outcome(kind), min(hold or root_start, now))
+                continue
             prepared = self.traces.prepare(
                 trace_id,
                 trace.observations,
@@ -371,7 +466,7 @@ class Pipeline:
             for item, findings in zip(changed, found, strict=True):
                 item.findings = findings
         for trace_id, observations, root_start, hold, prepared, news in handled:
-            with tracer.start_as_current_span("observer.trace_scored") as span:
+            with self.tracer.start_as_current_span("observer.trace_scored") as span:
                 outcome = self.traces.record(
                     trace_id, prepared, root_start, known.get(trace_id), now, news
                 )

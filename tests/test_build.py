@@ -92,7 +92,7 @@ def test_a_telemetry_passed_in_stays_the_callers(
 ) -> None:
     settings = configure(monkeypatch, fake)
     metrics = Metrics()
-    telemetry = setup_telemetry(metrics)
+    telemetry = setup_telemetry()
     shut: list[float] = []
     monkeypatch.setattr(telemetry, "shutdown", lambda timeout_s=5.0: shut.append(timeout_s) or True)
     state = tmp_path / "s.sqlite"

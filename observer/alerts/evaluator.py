@@ -70,6 +70,10 @@ class AlertEvaluator:
         self._beat = clock()
         self._behind = False
         self._shutdown_result: bool | None = None
+        # A fleet evaluates on one member at a time (observer.fleet.alerts): `active` says
+        # whether this one does; `after_tick` hands the alert state on after each tick.
+        self.active: Callable[[], bool] = lambda: True
+        self.after_tick: Callable[[], None] = lambda: None
 
     # -- the poll loop's side -------------------------------------------------
 
@@ -136,6 +140,8 @@ class AlertEvaluator:
             target = self._target
         if target is None:
             return False  # no pass has ended yet: nothing is known to evaluate
+        if not self.active():
+            return False  # another member of the fleet evaluates
         reader = self._reader
         try:
             step = self.service.evaluate_step(
@@ -152,6 +158,10 @@ class AlertEvaluator:
             self._beat = self.clock()
         self.last = step
         self._behind = step.behind
+        try:
+            self.after_tick()
+        except Exception:
+            log.exception("alert_state_handover_failed")
         if step.behind:
             log.info(
                 "alert_evaluation_behind",

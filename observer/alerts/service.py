@@ -181,6 +181,8 @@ class AlertService:
         self._dropped_seen = self._dropped_total()
         self._evaluating = threading.Lock()  # one step at a time, whichever thread asks
         self._forgot = False
+        # A fleet's: True when this member is the first to raise a trace rule for a trace.
+        self.shared_admit: Callable[[str, str], bool] | None = None
         metrics.notifiers_known(self.notifier_kinds)
         for rule in self.rules:
             for outcome in ("ok", "pending", "firing"):
@@ -234,6 +236,8 @@ class AlertService:
         for rule in self.trace_rules:
             if not rule.matches(row.values, labels):
                 continue
+            if self.shared_admit is not None and not self.shared_admit(rule.name, row.trace_id):
+                continue  # another member of the fleet raised it for this trace
             example = Example(row.trace_id, row.project_id, 1.0)
             notification = trace_notification(rule, row, self.base_url, now)
             outgoing = self._outgoing(self.targets(rule.notify), notification)

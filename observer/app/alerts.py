@@ -4,6 +4,8 @@ and a test alert through the notifiers (`alerts test`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -20,12 +22,15 @@ from observer.state import State, StateError
 from observer.telemetry.metrics import Metrics
 
 
-def open_alerts(settings: Settings, state_path: Path) -> AlertService:
+@contextmanager
+def open_alerts(settings: Settings, state_path: Path) -> Iterator[AlertService]:
     """Rules over an existing state file, for `alerts status` and `backtest`: nothing is
-    sent (no notifier is built). The caller closes `.state`."""
+    sent (no notifier is built). The state file is closed on the way out, also when the
+    rules cannot be built."""
     if not state_path.exists():
         raise StateError(f"state file {state_path} does not exist (run the daemon first)")
-    return build_alerts(settings, State(state_path), Metrics(), notify=False)
+    with closing(State(state_path)) as state:
+        yield build_alerts(settings, state, Metrics(), notify=False)
 
 
 @dataclass

@@ -189,3 +189,27 @@ def check(settings: Settings, state_path: Path) -> CheckResult:
         rows.append(("reachable", f"NO: {error}"))
         code = code or exit_code(error)
     return CheckResult(rows, code, reachable)
+
+
+# How many of the last hour's traces `check` reads for its summary.
+CHECK_TRACES = 200
+
+
+def newest_note(traces: dict[str, Any], limit: int) -> str:
+    """`, the newest N` when a sample of traces was cut at its limit."""
+    return f", the newest {limit}" if len(traces) >= limit else ""
+
+
+def recent_summary(settings: Settings) -> list[tuple[str, str]]:
+    """`check`'s lines of `discover` over the last hour (a failed read is a line too)."""
+    from observer import discover
+
+    try:
+        source = build_source(settings, Metrics(), max_attempts=1)
+        end = source.now()
+        sample = discover.read_sample(source, end - timedelta(hours=1), end, CHECK_TRACES)
+    except RemoteError as error:
+        return [("traces read", f"not read: {error}")]
+    rules = settings.mapping_rules()
+    found = discover.discover(sample.traces, rules, discover.rules_from_settings(settings))
+    return discover.check_rows(found, "the last hour" + newest_note(sample.traces, CHECK_TRACES))

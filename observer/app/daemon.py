@@ -2,23 +2,29 @@
 
 `Daemon` holds the loop's parts (`tick`, `housekeeping`, `shutdown(deadline)`), each
 callable on its own: tests drive one tick with a fake clock; `run_daemon` schedules them.
+
+With `[fleet]` (DESIGN §10) `run_daemon` connects to Redis first (unreachable: exit 3
+naming the variable) and the daemon's `member` does the polling and scoring on its own
+threads (observer.fleet.member); `tick` then only checks the server, once.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import structlog
 
 from observer.alerts.evaluator import AlertEvaluator
 from observer.app.checks import require_supported_server
-from observer.app.exits import EXIT_OK
+from observer.app.exits import EXIT_OK, EXIT_UNREACHABLE
 from observer.app.once import stop_judge
 from observer.app.parts import Parts, start_http
 from observer.config import ConfigError
@@ -27,6 +33,9 @@ from observer.scheduling import background_scheduler
 from observer.sources.langfuse import LangfuseSource, Stopped
 from observer.state import StateError
 from observer.telemetry.http import HttpServer
+
+if TYPE_CHECKING:
+    from observer.fleet.member import Member
 
 log = structlog.get_logger("observer.app")
 
@@ -60,6 +69,7 @@ class Daemon:
             parts.alerts, interval_s=parts.settings.source.poll_interval_s
         )
         self.server: HttpServer | None = None
+        self.member: Member | None = None  # with [fleet]: this process's part of the fleet
         self.refused: list[str] = []  # why the server cannot be used (too old), once checked
         self._busy = threading.Lock()
         self._checked = not isinstance(parts.source, LangfuseSource)
@@ -71,6 +81,8 @@ class Daemon:
         parts = self.parts
         self.server = start_http(parts.settings, parts.metrics, parts.health)
         parts.dispatcher.start()
+        if self.member is not None:
+            self.member.start()
         self.evaluator.start()
         if parts.judge is not None:
             parts.judge.start()
@@ -93,6 +105,8 @@ class Daemon:
                     parts.stop.set()
                     return
                 self._checked = True
+            if self.member is not None:
+                return  # the fleet member's own threads read and score
             if parts.health.not_ready_because and not self._state_writable_again():
                 return  # no new traces while nothing can be recorded
             moment = self.clock()
@@ -140,7 +154,7 @@ class Daemon:
     def housekeeping(self) -> None:
         """Fingerprints and history past their keeping pruned; the dispatcher nudged."""
         parts = self.parts
-        watermark = parts.state.watermark()
+        watermark = parts.state.watermark() if self.member is None else self.member.watermark()
         if watermark is not None:
             keep = timedelta(seconds=parts.settings.source.overlap_s) + timedelta(days=1)
             pruned = parts.state.prune_traces(watermark - keep)
@@ -163,6 +177,8 @@ class Daemon:
         joined = self._busy.acquire(timeout=max(0.0, deadline - time.monotonic()))
         if not joined:
             log.warning("poll_abandoned", reason="still inside a request at the grace's end")
+        if self.member is not None:  # no new entries; the lease given up for the next reader
+            joined = self.member.shutdown(deadline - 1.0) and joined
         # In-flight judging gets half of what is left; unjudged samples are not retried.
         stop_judge(parts, max(0.1, (deadline - time.monotonic()) / 2))
         flushed = parts.dispatcher.shutdown(max(0.5, deadline - time.monotonic()))
@@ -187,6 +203,16 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] | None = None) -> int
     """
     settings = parts.settings
     daemon = Daemon(parts, clock)
+    if settings.fleet is not None:
+        from observer.fleet.connect import FleetUnreachable, connect
+        from observer.fleet.member import Member
+
+        try:
+            daemon.member = Member(parts, connect(settings))
+        except FleetUnreachable as error:
+            log.error("fleet_unreachable", error=str(error))
+            sys.stderr.write(f"observer: {error}\n")
+            return EXIT_UNREACHABLE
     daemon.start()
     scheduler = background_scheduler()
     scheduler.add_job(

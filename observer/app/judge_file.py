@@ -1,7 +1,8 @@
 """`observer judge` over a file: every record judged (no sampling), in input order.
 
-The judge's calls run on `judge.concurrency` threads over a bounded window (four
-records per thread), so memory stays flat however long the input. With a
+The judge's calls run on the daemon's bounded concurrency (`observer.judge.workers`):
+`judge.concurrency` threads, and a window of four records per thread read ahead of
+the one written next, so memory stays flat however long the input. With a
 [resolver] configured, each record's cited chunks are looked up first, one record
 at a time (the lookup is not thread-safe), and the judge's funnel applies.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,8 @@ from observer.app.parts import build_judge_client, build_resolver
 from observer.config import Settings
 from observer.judge.client import JudgeClient
 from observer.judge.outcome import JudgeResult
+from observer.judge.workers import Workers
+from observer.model import RagRecord, Signals
 from observer.output import signals_json
 from observer.records import RecordError, parse_record
 from observer.resolver.core import ResolverFindings
@@ -33,6 +36,14 @@ class Judged:
     signals: dict[str, Any]
     findings: ResolverFindings | None
     result: JudgeResult
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    record: RagRecord
+    signals: Signals
+    findings: ResolverFindings | None
+    future: Future[JudgeResult]
 
 
 class FileJudge:
@@ -58,9 +69,14 @@ class FileJudge:
         handed to `bad_line` with its number and skipped; blank lines are skipped."""
         concurrency = self.settings.judge.concurrency
         params = self.settings.signal_params()
+        held = concurrency * 4  # records read ahead of the one written next
+        workers: Workers[_Job] = Workers(
+            self._work, concurrency=concurrency, queue_size=held, name="observer-judge-file"
+        )
         window: deque[tuple[dict[str, Any], ResolverFindings | None, Future[JudgeResult]]]
         window = deque()
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        workers.start()
+        try:
             for number, line in enumerate(lines, start=1):
                 if not line.strip():
                     continue
@@ -71,11 +87,21 @@ class FileJudge:
                     continue
                 signals = compute(record, params)
                 findings = None if self.resolver is None else self.resolver([(record, signals)])[0]
-                future = pool.submit(self.client.judge, record, signals, findings)
+                future: Future[JudgeResult] = Future()
+                workers.put(_Job(record, signals, findings, future), block=True)
                 window.append((signals_json(signals), findings, future))
-                while len(window) >= concurrency * 4:
+                while len(window) >= held:
                     scored, found, done = window.popleft()
                     yield Judged(scored, found, done.result())
             while window:
                 scored, found, done = window.popleft()
                 yield Judged(scored, found, done.result())
+        finally:  # also when the caller stops reading: what is queued is not judged
+            workers.shutdown(0.0)
+
+    def _work(self, job: _Job) -> None:
+        if job.future.set_running_or_notify_cancel():
+            try:
+                job.future.set_result(self.client.judge(job.record, job.signals, job.findings))
+            except BaseException as error:  # raised again where the result is read
+                job.future.set_exception(error)

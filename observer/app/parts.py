@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from langfuse.api.client import LangfuseAPI
-from opentelemetry import trace
 
 from observer import langfuse_api
 from observer.alerts.delivery import Delivery
@@ -60,10 +59,9 @@ def build_api(settings: Settings) -> LangfuseAPI:
     )
 
 
-def build_judge_client(
-    settings: Settings, langfuse_tracer: trace.Tracer | None = None
-) -> JudgeClient:
-    """The judge's OpenAI-compatible client, built in one place."""
+def build_judge_client(settings: Settings, telemetry: Telemetry | None = None) -> JudgeClient:
+    """The judge's OpenAI-compatible client, built in one place; its calls are spans of
+    `telemetry` (and generations in Langfuse with judge_to_langfuse)."""
     import openai
 
     j = settings.judge
@@ -86,7 +84,8 @@ def build_judge_client(
         max_tokens=j.max_tokens,
         price_prompt_per_1k=j.price_prompt_per_1k,
         price_completion_per_1k=j.price_completion_per_1k,
-        langfuse_tracer=langfuse_tracer,
+        langfuse=telemetry.judge_langfuse if telemetry else None,
+        tracer=telemetry.tracer if telemetry else None,
     )
 
 
@@ -301,7 +300,7 @@ def _build(
     close_resolver = once(resolver.close if resolver is not None else lambda: None)
     closing.callback(close_resolver)
     if telemetry is None:
-        telemetry = setup_telemetry(metrics, judge_to_langfuse=_judge_to_langfuse(settings))
+        telemetry = setup_telemetry(judge_to_langfuse=_judge_to_langfuse(settings))
         closing.callback(telemetry.shutdown, min(5.0, settings.run.shutdown_grace_s))
     alerts = build_alerts(settings, state, metrics)
     api: LangfuseAPI | None = None
@@ -328,12 +327,13 @@ def _build(
         metrics,
         batch_size=settings.sink.batch_size,
         max_backoff_s=settings.sink.max_backoff_s,
+        tracer=telemetry.tracer,
     )
     summary = Summary()
     judge: JudgeService | None = None
     if settings.judge.enabled:
         judge = JudgeService(
-            judge_client or build_judge_client(settings, telemetry.judge_tracer),
+            judge_client or build_judge_client(settings, telemetry),
             state,
             metrics,
             settings.sampler_params(),
@@ -342,6 +342,7 @@ def _build(
             queue_size=settings.judge.queue_size,
             on_judged=_both(alerts.judged, on_judged),
             signal_params=settings.signal_params(),
+            tracer=telemetry.tracer,
         )
 
     disabled = metrics.judge_decisions.labels(decision="disabled")
@@ -367,6 +368,7 @@ def _build(
         lookup=resolver,
         should_stop=_beating(health, stop),
         judge=judge,
+        tracer=telemetry.tracer,
     )
     parts = Parts(
         settings,

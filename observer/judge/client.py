@@ -13,12 +13,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from openai.types.chat.completion_create_params import ResponseFormat
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import NoOpTracer, Tracer
 
 from observer.judge.funnel import route
 from observer.judge.outcome import JudgeResult
@@ -37,10 +37,13 @@ from observer.judge.protocol import (
     response_format,
     verdicts_messages,
 )
+from observer.judge.tracing import judge_trace, llm_call
 from observer.model import RagRecord, Signals
 from observer.resolver.core import ResolverFindings
 from observer.retry import call_with_retries, parse_retry_after
-from observer.telemetry.otel import judge_trace, llm_call
+
+if TYPE_CHECKING:
+    from langfuse import Langfuse
 
 
 class JudgeCallError(Exception):
@@ -91,7 +94,8 @@ class JudgeClient:
         price_prompt_per_1k: float = 0.0,
         price_completion_per_1k: float = 0.0,
         sleep: Callable[[float], None] = time.sleep,
-        langfuse_tracer: Tracer | None = None,
+        langfuse: Langfuse | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self._client = client
         self.model = model
@@ -100,8 +104,10 @@ class JudgeClient:
         self._prices = (price_prompt_per_1k, price_completion_per_1k)
         self._sleep = sleep
         self.json_schema = True
-        # Telemetry's judge_tracer: every call also a generation in Langfuse (observer-judge).
-        self.langfuse_tracer = langfuse_tracer
+        # Telemetry's judge_langfuse: every call also a generation in Langfuse (observer-judge).
+        self.langfuse = langfuse
+        # Telemetry's tracer: every call an `observer.judge_call` span for the collector.
+        self.tracer = tracer or NoOpTracer()
 
     def judge(
         self, record: RagRecord, signals: Signals, findings: ResolverFindings | None = None
@@ -111,7 +117,7 @@ class JudgeClient:
         With the resolver's `findings`, the funnel decides the claims citing only
         missing or stale chunks and keeps those chunks out of the verdicts call.
         """
-        with judge_trace(self.langfuse_tracer, record.trace_id) as traced:
+        with judge_trace(self.langfuse, record.trace_id) as traced:
             result = self._judge(record, signals, findings)
             traced.done(
                 {
@@ -219,6 +225,7 @@ class JudgeClient:
         """One request; the openai client's errors as retryable or final ones."""
         try:
             with llm_call(
+                self.tracer,
                 step=name,
                 model=self.model,
                 messages=messages,

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 import orjson
 import structlog
@@ -29,6 +30,7 @@ from opentelemetry import trace
 from observer.judge.client import JudgeClient
 from observer.judge.outcome import JudgeResult, judge_score_events
 from observer.judge.sampler import SamplerParams, decide
+from observer.judge.workers import Workers
 from observer.model import RagRecord, Signals
 from observer.records import RecordError, record_from_obj
 from observer.resolver.core import ResolverFindings
@@ -40,7 +42,7 @@ from observer.times import iso
 from observer.traces import answer_basis
 
 log = structlog.get_logger("observer.judge")
-tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
+NO_SPANS = trace.NoOpTracer()  # without telemetry
 
 # Called with every result, errors included (alerting reads them all).
 JudgedHook = Callable[[RagRecord, JudgeResult], None]
@@ -63,6 +65,22 @@ class Reservation:
     write: Callable[[sqlite3.Connection], None]
 
 
+class SharedBudget(Protocol):
+    """The caps counted with other processes (a fleet's, in Redis: observer.fleet.budget)."""
+
+    def counts(self, hour: str, day: str) -> tuple[int, int]:
+        """(traces judged this hour, tokens spent or reserved this day) by all of them."""
+        ...
+
+    def claim(self, trace_id: str, basis: str, hour: str, day: str, tokens: int) -> bool:
+        """Take this answer for the judge, counted; False when another one took it."""
+        ...
+
+    def spent(self, trace_id: str, basis: str | None, day: str, tokens: int) -> None:
+        """The tokens judging it used, in place of what `claim` reserved."""
+        ...
+
+
 def buckets(now: datetime) -> tuple[str, str]:
     """(hour bucket, day bucket) of the budget caps, in UTC."""
     moment = now.astimezone(UTC)
@@ -83,7 +101,9 @@ class JudgeService:
         on_judged: JudgedHook | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         signal_params: SignalParams | None = None,
+        tracer: trace.Tracer = NO_SPANS,
     ) -> None:
+        self.tracer = tracer  # Telemetry.tracer, from the composition root
         self.client = client
         self.state = state
         self.metrics = metrics
@@ -93,14 +113,17 @@ class JudgeService:
         self.on_judged = on_judged
         self.clock = clock
         self.signal_params = signal_params or SignalParams()
-        # None is the stop sentinel.
-        self._queue: queue.Queue[_Sample | None] = queue.Queue(maxsize=queue_size)
-        self._workers: list[threading.Thread] = []
+        self._workers: Workers[_Sample] = Workers(
+            self._work,
+            concurrency=concurrency,
+            queue_size=queue_size,
+            on_pending=metrics.judge_pending.set,
+        )
         self._budget_lock = threading.Lock()
-        self._idle = threading.Condition()
-        self._pending = 0  # queued or being judged
+        self._held_lock = threading.Lock()
         self._held: set[tuple[str, str | None]] = set()  # (trace, basis) queued or judged now
         self._started = False
+        self.shared: SharedBudget | None = None  # a fleet's caps, when it is one (DESIGN §10)
 
     # -- intake -----------------------------------------------------------------
 
@@ -139,16 +162,25 @@ class JudgeService:
         flagged = findings is not None and findings.flagged
         with self._budget_lock:
             judged, tokens = self.state.judge.budget(hour, day)
+            if self.shared is not None:
+                judged, tokens = self.shared.counts(hour, day)
             expected = self.state.judge.tokens_per_trace()
             decision = decide(
                 record.trace_id, signals, self.params, judged, tokens, expected, flagged
             )
-        if decision in ("sampled", "risk") and self._queue.full():
+        if decision in ("sampled", "risk") and self._workers.full():
             self.metrics.judge_decisions.labels(decision="queue_full").inc()
             log.warning("judge_dropped", trace_id=record.trace_id, reason="queue_full")
             return None
+        sampled = decision in ("sampled", "risk")
+        if (
+            sampled
+            and self.shared is not None
+            and not self.shared.claim(record.trace_id, basis, hour, day, expected)
+        ):
+            return None  # another member of the fleet took this answer for the judge
         self.metrics.judge_decisions.labels(decision=decision).inc()
-        if decision not in ("sampled", "risk"):
+        if not sampled:
             return None
         payload = orjson.dumps(record)
         found = None if findings is None else orjson.dumps(findings)
@@ -168,13 +200,11 @@ class JudgeService:
 
     def _enqueue(self, sample: _Sample) -> None:
         key = (sample.record.trace_id, sample.basis)
-        with self._idle:
+        with self._held_lock:
             if key in self._held:
                 return  # queued already (a sample this process reserved, then restored)
-            self._queue.put_nowait(sample)
+            self._workers.put(sample)
             self._held.add(key)
-            self._pending += 1
-        self.metrics.judge_pending.set(self.pending())
 
     # -- workers ----------------------------------------------------------------
 
@@ -194,7 +224,7 @@ class JudgeService:
                 self.metrics.judged.labels(result="abandoned").inc()
                 log.warning("judge_sample_abandoned", trace_id=sample.trace_id, error=str(error))
                 continue
-            if self._queue.full():
+            if self._workers.full():
                 break  # the rest waits in the state file for a later start
             signals = compute(record, self.signal_params)
             self._enqueue(_Sample(record, signals, sample.day, findings, sample.basis))
@@ -208,31 +238,18 @@ class JudgeService:
         if not self._started:
             self._started = True
             self.restore()
-        for index in range(self.concurrency - len(self._workers)):
-            worker = threading.Thread(
-                target=self._work, name=f"observer-judge-{index}", daemon=True
-            )
-            worker.start()
-            self._workers.append(worker)
+        self._workers.start()
 
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            try:
-                waiting, basis = self.state.judge.basis(item.record.trace_id)
-                if waiting and basis == item.basis:
-                    self.judge_now(item.record, item.signals, item.day, item.findings, basis)
-                # else: re-scored with another answer since; that sample is queued too
-            except Exception:  # a worker never dies; the sample stays for the next start
-                log.exception("judge_crashed")
-            finally:
-                with self._idle:
-                    self._held.discard((item.record.trace_id, item.basis))
-                    self._pending -= 1
-                    self._idle.notify_all()
-                self.metrics.judge_pending.set(self.pending())
+    def _work(self, item: _Sample) -> None:
+        # An error leaves the sample in the state file for the next start (Workers logs it).
+        try:
+            waiting, basis = self.state.judge.basis(item.record.trace_id)
+            if waiting and basis == item.basis:
+                self.judge_now(item.record, item.signals, item.day, item.findings, basis)
+            # else: re-scored with another answer since; that sample is queued too
+        finally:
+            with self._held_lock:
+                self._held.discard((item.record.trace_id, item.basis))
 
     def judge_now(
         self,
@@ -243,7 +260,7 @@ class JudgeService:
         basis: str | None = None,
     ) -> JudgeResult:
         """Judge one trace (in the calling thread) and record everything about it."""
-        with tracer.start_as_current_span(
+        with self.tracer.start_as_current_span(
             "observer.judge", attributes={"observer.trace_id": record.trace_id}
         ) as span:
             result = self.client.judge(record, signals, findings)
@@ -265,6 +282,8 @@ class JudgeService:
             self.state.judge.spend(hour, day, judged=1, tokens=result.tokens)
         else:
             self.state.judge.settle(record.trace_id, day, result.tokens, basis)
+        if self.shared is not None:
+            self.shared.spent(record.trace_id, basis, day, result.tokens)
         self.metrics.judge_calls.inc(result.calls)
         self.metrics.judge_tokens.labels(kind="prompt").inc(result.prompt_tokens)
         self.metrics.judge_tokens.labels(kind="completion").inc(result.completion_tokens)
@@ -325,18 +344,10 @@ class JudgeService:
 
     def drain(self, timeout_s: float) -> bool:
         """Wait until the queue is empty and no worker is busy; True when done in time."""
-        deadline = time.monotonic() + timeout_s
-        with self._idle:
-            while self._pending:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._idle.wait(min(remaining, 0.1))
-        return True
+        return self._workers.drain(timeout_s)
 
     def pending(self) -> int:
-        with self._idle:
-            return self._pending
+        return self._workers.pending()
 
     def shutdown(self, timeout_s: float) -> bool:
         """Finish in-flight judging within `timeout_s`; True when nothing was left.
@@ -347,25 +358,11 @@ class JudgeService:
         """
         deadline = time.monotonic() + timeout_s
         done = self.drain(timeout_s)
-        kept = 0
-        while True:
-            try:
-                if (item := self._queue.get_nowait()) is not None:
-                    kept += 1
-                    with self._idle:
-                        self._held.discard((item.record.trace_id, item.basis))
-                        self._pending -= 1
-            except queue.Empty:
-                break
-        if kept:
-            log.info("judge_samples_kept", count=kept, reason="judged after the restart")
-        for _ in self._workers:
-            try:
-                self._queue.put_nowait(None)
-            except queue.Full:
-                break
-        for worker in self._workers:
-            worker.join(timeout=max(0.0, deadline - time.monotonic()))
-        self._workers.clear()
+        left = self._workers.shutdown(max(0.0, deadline - time.monotonic()))
+        with self._held_lock:
+            for item in left:
+                self._held.discard((item.record.trace_id, item.basis))
+        if left:
+            log.info("judge_samples_kept", count=len(left), reason="judged after the restart")
         self._started = False
-        return done and not kept
+        return done and not left

@@ -53,7 +53,7 @@ def push_error_kind(error: RemoteError) -> str:
     return "server_error" if error.status is not None else "unreachable"
 
 
-tracer = trace.get_tracer("observer")  # a no-op unless telemetry is set up
+NO_SPANS = trace.NoOpTracer()  # without telemetry
 
 
 def _pushed(result: str, *, failed: bool = False) -> None:
@@ -75,7 +75,9 @@ class Dispatcher:
         interval_s: float = 1.0,
         max_backoff_s: float = 300.0,
         clock: Callable[[], float] = time.time,
+        tracer: trace.Tracer = NO_SPANS,
     ) -> None:
+        self.tracer = tracer  # Telemetry.tracer, from the composition root
         self._state = state
         self.sink = sink
         self._metrics = metrics
@@ -208,7 +210,7 @@ class Dispatcher:
 
     def _send(self, batch: Sequence[ScoreEvent], attempts: int, op: Op = "upsert") -> int | None:
         """One batch; the number acknowledged, or None when sending must pause."""
-        with tracer.start_as_current_span(
+        with self.tracer.start_as_current_span(
             "observer.score_batch_pushed",
             attributes={"observer.batch.size": len(batch), "observer.batch.op": op},
         ):

@@ -82,6 +82,10 @@ class Digest:
     examples: tuple[Example, ...]
 
 
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
 def _group_key(raw: bytes | str) -> GroupKey:
     return tuple((str(k), str(v)) for k, v in orjson.loads(raw))
 
@@ -195,6 +199,35 @@ class AlertStore:
                 for (rule,) in db.execute(f"SELECT DISTINCT rule FROM {table}").fetchall():
                     if rule not in keep:
                         db.execute(f"DELETE FROM {table} WHERE rule = ?", (rule,))
+
+    def export(self) -> bytes:
+        """Every window rule's state and progress, to hand over (a fleet's evaluator)."""
+        with self._file.lock:
+            states = self._file.db.execute("SELECT rule, grp, state FROM alert_state").fetchall()
+            progress = self._file.db.execute(
+                "SELECT rule, evaluated_at FROM alert_progress"
+            ).fetchall()
+        return orjson.dumps(
+            {
+                "states": [[str(r), _text(g), _text(st)] for r, g, st in states],
+                "progress": [[str(r), float(at)] for r, at in progress],
+            }
+        )
+
+    def restore(self, exported: bytes) -> None:
+        """Take over what `export` handed over: this file's window-rule state replaced."""
+        data = orjson.loads(exported)
+        with self._file.transaction() as db:
+            db.execute("DELETE FROM alert_state")
+            db.execute("DELETE FROM alert_progress")
+            db.executemany(
+                "INSERT INTO alert_state (rule, grp, state) VALUES (?, ?, ?)",
+                [(r, g.encode(), st.encode()) for r, g, st in data["states"]],
+            )
+            db.executemany(
+                "INSERT INTO alert_progress (rule, evaluated_at) VALUES (?, ?)",
+                [(r, at) for r, at in data["progress"]],
+            )
 
     # -- the notification outbox ------------------------------------------------
 

@@ -17,9 +17,10 @@ loop, the dispatcher and the judge write under.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,15 @@ def _row(record: tuple[Any, ...], keys: Collection[str] | None, labels: dict[str
 class History:
     def __init__(self, database: Database) -> None:
         self._file = database
+        # Told every trace row this process wrote, once committed (a fleet shares them).
+        self.on_row: Callable[[Row], None] | None = None
+
+    def written(self, row: Row) -> None:
+        """A trace row this process committed: to `on_row`, if any (never raises)."""
+        if self.on_row is not None:
+            # Sharing must never undo or stop what was recorded; the hook logs its failures.
+            with contextlib.suppress(Exception):
+                self.on_row(row)
 
     def put(self, row: Row) -> None:
         with self._file.transaction() as db:
@@ -115,6 +125,7 @@ class History:
                 row.at, merged, row.trace_id, row.project_id, row.environment, row.query_type
             )
             write_row(db, updated)
+        self.written(updated)
         return updated
 
     def add_samples(self, at: float, values: Mapping[str, float]) -> None:

@@ -259,6 +259,8 @@ class State:
                 write_row(db, history)
             if during is not None:
                 during(db)
+        if history is not None:
+            self.history.written(history)
         return deleted
 
     def _replace_set(

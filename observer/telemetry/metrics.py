@@ -1,8 +1,9 @@
 """Every metric observer exposes, declared in one place (`observer_<noun>_<unit>`).
 
 The registry is injected, so tests and the demo each get their own and read
-values back with `value()`. `/metrics` serves it as Prometheus text and the
-OpenTelemetry bridge exports the same registry over OTLP: one declaration.
+values back with `value()`. `/metrics` serves it as Prometheus text, the one
+exposition: an OpenTelemetry collector gets the same metrics by scraping it
+(docs/decisions.md#telemetry).
 
 Counters with a fixed set of label values exist at 0 from the start, so a
 dashboard shows 0, not "no data". Quality metrics carry `environment` and
@@ -16,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from functools import cached_property
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -53,6 +55,7 @@ PUSH_ERROR_KINDS = ("rate_limited", "auth", "server_error", "unreachable")
 JUDGE_DECISIONS = ("sampled", "risk", "not_sampled", "over_budget", "disabled", "queue_full")
 JUDGE_RESULTS = ("judged", "abstained", "error", "abandoned")
 NOTIFICATION_RESULTS = ("sent", "failed", "dropped")
+FLEET_EVENTS = ("published", "read", "acknowledged", "claimed")
 JUDGE_ERROR_REASONS = (
     "rate_limited",
     "timeout",
@@ -61,6 +64,37 @@ JUDGE_ERROR_REASONS = (
     "bad_request",
     "protocol",
 )
+
+
+class FleetMetrics:
+    """A fleet member's own (DESIGN §10), summed across members in Prometheus. Registered
+    when the daemon joins a fleet (`Metrics.fleet`), so a single daemon's /metrics is as
+    it always was."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.reader = Gauge(
+            "observer_fleet_reader", "1 while this member holds the reader's lease", registry=r
+        )
+        self.entries = Counter(
+            "observer_fleet_entries_total",
+            "Stream entries by event (published, read, acknowledged, claimed)",
+            ["event"],
+            registry=r,
+        )
+        self.pending = Gauge(
+            "observer_fleet_pending_entries",
+            "Entries delivered to this member and not yet acknowledged",
+            registry=r,
+        )
+        self.lease_changes = Counter(
+            "observer_fleet_lease_changes_total",
+            "Times this member gained or lost the reader's lease",
+            registry=r,
+        )
+        self.redis_up = Gauge(
+            "observer_fleet_redis_up", "1 while the fleet's Redis answers this member", registry=r
+        )
+        _zero(self.entries, "event", FLEET_EVENTS)
 
 
 class Metrics:
@@ -319,6 +353,11 @@ class Metrics:
         _zero(self.judged, "result", JUDGE_RESULTS)
         _zero(self.judge_tokens, "kind", ("prompt", "completion"))
         _zero(self.judge_errors, "reason", JUDGE_ERROR_REASONS)
+
+    @cached_property
+    def fleet(self) -> FleetMetrics:
+        """The fleet member's metrics, registered on first use."""
+        return FleetMetrics(self.registry)
 
     def notifiers_known(self, names: Iterable[str]) -> None:
         """Each configured notifier's notification counters, at 0 from the start."""

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from observer.config import Settings
+from observer.config import load_settings
 from tests.daemon_helpers import demo_observations
 from tests.deploy.support import DEPLOY, ROOT, daemon_env, run, tool
 from tests.fakes.langfuse_server import FakeLangfuse
@@ -129,7 +129,7 @@ def test_the_environment_the_image_sets_is_valid_configuration(
 ) -> None:
     for key, value in runtime_env().items():
         monkeypatch.setenv(key, value)
-    settings = Settings()
+    settings = load_settings()  # the defaults, then the environment
     assert settings.http.host == "0.0.0.0" and settings.http.port == 9464
     assert settings.state.path == "/var/lib/observer/observer.sqlite"
 

@@ -70,6 +70,7 @@ def test_the_manifests() -> None:
     assert [p.name for p in MANIFESTS] == [
         "observer-configmap.yaml",
         "observer-deployment.yaml",
+        "observer-fleet.yaml",
         "observer-secret.example.yaml",
         "observer-sidecar.yaml",
     ]

@@ -998,6 +998,11 @@ class FakeLangfuse(LoopbackService):
             ]
             return copy.deepcopy(scores)
 
+    def scored_traces(self) -> int:
+        """How many traces have a live score: cheap (no copy), for polling benches."""
+        with self._lock:
+            return len({s.get("traceId") for s in self._scores.values()})
+
     def scores_by_trace(self) -> dict[str, dict[str, list[dict[str, Any]]]]:
         """Live scores by traceId, then by name: more than one under a name is a double."""
         out: dict[str, dict[str, list[dict[str, Any]]]] = {}

@@ -1,0 +1,22 @@
+"""The Redis Streams fleet (DESIGN §10): several `observer run` as one daemon.
+
+    keys      the fleet's key names in Redis (pure)
+    entry     a complete trace as a stream entry, and back (pure)
+    connect   the Redis client, built in one place; Redis errors translated
+    lease     one reader at a time: a fenced, renewed lease
+    stream    the trace stream, its consumer group, the watermark and marks
+    reader    what the lease holder's pipeline publishes instead of scoring
+    worker    every member: read entries, score, outbox, acknowledge
+    budget    the judge's budget counted once for the fleet
+    member    the threads of one member (lease keeper, reader, worker)
+    status    `observer fleet status`
+
+Errors:
+
+    RemoteError (observer.errors)
+     +-- Unreachable
+          +-- FleetUnreachable   Redis refused, timed out or answered an error
+    LeaseLost                    a fenced write found another holder (or none)
+"""
+
+from __future__ import annotations

@@ -1,0 +1,164 @@
+"""Alerts once per fleet: every member's signal rows shared, one evaluator, state handed on.
+
+    <name>:signals          every trace row a member wrote (its history), XADD MAXLEN ~
+    <name>:alerts           the evaluator's window-rule state and progress (fenced)
+    <name>:alert:<rule>:<trace>   a trace rule raised for a trace (SET NX): once per fleet
+
+Every member follows the signals stream into its own history (the rows other
+members wrote), so whichever member evaluates sees the whole fleet's history.
+Before it moves its local watermark (what window rules over traces evaluate up
+to) to the fleet's, it reads the stream up to its end as it was when it read
+the watermark: a trace's row is published when its worker commits, before it
+acknowledges the entry, so before the watermark can pass it.
+
+The window rules are evaluated by the reader alone (the lease holder): on
+gaining the lease a member takes over the alert state the last evaluator handed
+on, and hands its own on after every evaluation, in a write fenced by the lease;
+a change of evaluator neither pages again for an alert that fires nor forgets
+one. A trace rule is raised by the member that scored the trace, once per fleet.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import orjson
+import redis
+import structlog
+
+from observer.alerts.engine import Row
+from observer.fleet.connect import LeaseLost
+from observer.fleet.keys import Keys
+from observer.fleet.lease import fenced
+from observer.state import State
+
+log = structlog.get_logger("observer.fleet")
+
+TRACE_ALERT_KEPT_S = 9 * 86400  # longer than any history is kept
+HAND_OVER = fenced("return redis.call('SET', KEYS[2], ARGV[2])")
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def encode_row(row: Row) -> bytes:
+    return orjson.dumps(
+        [row.at, dict(row.values), row.trace_id, row.project_id, row.environment, row.query_type]
+    )
+
+
+def decode_row(raw: bytes) -> Row:
+    at, values, trace_id, project_id, environment, query_type = orjson.loads(raw)
+    return Row(float(at), values, trace_id, project_id, str(environment), str(query_type))
+
+
+def _id(text: str) -> tuple[int, int]:
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class FleetAlerts:
+    def __init__(
+        self, client: redis.Redis, keys: Keys, state: State, member: str, *, maxlen: int
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.state = state
+        self.member = member
+        self.maxlen = maxlen
+        self.last_id = state.noted("fleet_signals_id") or "0-0"
+        self._hand_over = client.register_script(HAND_OVER)
+
+    @property
+    def signals(self) -> str:
+        return f"{self.keys.prefix}:signals"
+
+    @property
+    def handed(self) -> str:
+        return f"{self.keys.prefix}:alerts"
+
+    # -- rows -------------------------------------------------------------------
+
+    def publish(self, row: Row) -> None:
+        """A row this member committed, for the others (History.on_row)."""
+        try:
+            self.client.xadd(
+                self.signals,
+                {"member": self.member, "row": encode_row(row)},
+                maxlen=self.maxlen,
+                approximate=True,
+            )
+        except redis.RedisError as error:
+            log.warning("signal_row_not_shared", trace_id=row.trace_id, error=str(error))
+
+    def follow(self, block_ms: int | None = None, count: int = 500) -> int:
+        """Rows the other members published since the last call, into this history."""
+        answer = self.client.xread({self.signals: self.last_id}, count=count, block=block_ms)
+        rows: list[Row] = []
+        last = self.last_id
+        for _stream, entries in cast(
+            list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]], answer or []
+        ):
+            for entry_id, fields in entries:
+                last = _text(entry_id)
+                if _text(fields.get(b"member", b"")) == self.member:
+                    continue  # this member's own: in its history already
+                try:
+                    rows.append(decode_row(fields[b"row"]))
+                except (KeyError, ValueError, TypeError) as error:
+                    log.warning("signal_row_dropped", entry_id=last, error=str(error))
+        if rows:
+            self.state.history.put_many(rows)
+        if last != self.last_id:
+            self.last_id = last
+            self.state.note("fleet_signals_id", last)
+        return len(rows)
+
+    def sync(self, watermark: Any) -> None:
+        """Follow the stream to its end as of now, then move the local watermark to the
+        fleet's `watermark` (read before this call): every row below it is in history."""
+        newest = cast(list[tuple[bytes, Any]], self.client.xrevrange(self.signals, count=1))
+        end = _id(_text(newest[0][0])) if newest else (0, 0)
+        while _id(self.last_id) < end:
+            before = self.last_id
+            self.follow()
+            if self.last_id == before:
+                break  # trimmed past: nothing more to read
+        if watermark is not None:
+            local = self.state.watermark()
+            if local is None or watermark > local:
+                self.state.set_watermark(watermark)
+
+    # -- trace rules --------------------------------------------------------------
+
+    def admit(self, rule: str, trace_id: str) -> bool:
+        """True for the first member to raise `rule` for `trace_id`."""
+        key = f"{self.keys.prefix}:alert:{rule}:{trace_id}"
+        try:
+            return bool(self.client.set(key, self.member, nx=True, ex=TRACE_ALERT_KEPT_S))
+        except redis.RedisError:
+            return True  # at least once: the receivers deduplicate by the alert's key
+
+    # -- window rules' state --------------------------------------------------------
+
+    def hand_over(self, lease_value: str | None) -> None:
+        """The evaluator's alert state, for whoever evaluates next (fenced by the lease)."""
+        if lease_value is None:
+            return
+        try:
+            self._hand_over(
+                keys=[self.keys.lease, self.handed], args=[lease_value, self.state.alerts.export()]
+            )
+        except redis.ResponseError as error:
+            if "FENCED" in str(error):
+                raise LeaseLost("the reader's lease is held by another member") from None
+            raise
+
+    def take_over(self) -> bool:
+        """The alert state the last evaluator handed on, into this state file."""
+        raw = self.client.get(self.handed)
+        if raw is None:
+            return False
+        self.state.alerts.restore(cast(bytes, raw))
+        return True

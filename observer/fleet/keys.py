@@ -1,0 +1,67 @@
+"""The fleet's key names in Redis, from its `fleet.name` (pure).
+
+Every key carries the name in a hash tag (`{observer}:...`), so the scripts that
+touch several keys work on a Redis Cluster too: the keys share one slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GROUP = "workers"  # the one consumer group every member reads in
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    name: str
+
+    @property
+    def prefix(self) -> str:
+        return "{" + self.name + "}"
+
+    @property
+    def lease(self) -> str:
+        """The reader's lease: `member:token`, with a time to live."""
+        return f"{self.prefix}:reader"
+
+    @property
+    def fence(self) -> str:
+        """The last token handed out (INCR): every holder's is larger than the last's."""
+        return f"{self.prefix}:reader:fence"
+
+    @property
+    def watermark(self) -> str:
+        return f"{self.prefix}:watermark"
+
+    @property
+    def stream(self) -> str:
+        """The complete traces the reader published, for the workers."""
+        return f"{self.prefix}:traces"
+
+    @property
+    def inflight(self) -> str:
+        """Published entries not yet acknowledged, scored by their trace's root (epoch s)."""
+        return f"{self.prefix}:inflight"
+
+    def seen(self, trace_id: str) -> str:
+        """What the reader last published of a trace: digest, earliest root, latest start."""
+        return f"{self.prefix}:seen:{trace_id}"
+
+    @property
+    def members(self) -> str:
+        """Members by when they were last alive (ms): a sorted set."""
+        return f"{self.prefix}:members"
+
+    def member(self, name: str) -> str:
+        """A member's own figures (role, entries read, acknowledged ...), expiring."""
+        return f"{self.prefix}:member:{name}"
+
+    def judged_hour(self, hour: str) -> str:
+        return f"{self.prefix}:judge:hour:{hour}"
+
+    def judged_tokens(self, day: str) -> str:
+        return f"{self.prefix}:judge:tokens:{day}"
+
+    def judged(self, trace_id: str, basis: str) -> str:
+        """Set once a member took a trace's answer for the judge: judged once per fleet."""
+        return f"{self.prefix}:judge:trace:{trace_id}:{basis}"

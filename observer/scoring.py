@@ -1,0 +1,45 @@
+"""`observer score`'s work: RagRecord JSON lines in, signals out, a bad line skipped.
+
+Kept apart from the composition root (`observer.app`) so the command loads only
+the record parser, the signals and the output encoder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from observer.output import signals_json
+from observer.records import RecordError, parse_record
+from observer.signals import SignalParams, compute
+from observer.summary import Summary
+
+
+def score_lines(
+    lines: Iterable[bytes],
+    params: SignalParams,
+    emit: Callable[[dict[str, Any]], None] | None,
+    report_error: Callable[[int, RecordError], None],
+    summary: Summary,
+) -> None:
+    """Score RagRecord JSON lines; a bad line is reported and skipped."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = parse_record(line)
+        except RecordError as error:
+            summary.bad_lines += 1
+            report_error(number, error)
+            continue
+        try:
+            signals = compute(record, params)
+        except Exception as error:  # a strange record must never stop the stream
+            summary.bad_lines += 1
+            report_error(
+                number,
+                RecordError(f"internal error while scoring: {type(error).__name__}: {error}"),
+            )
+            continue
+        summary.add(signals)
+        if emit is not None:
+            emit(signals_json(signals))

@@ -1,0 +1,13 @@
+"""What the commands print: tables, progress lines, JSON shapes and next steps.
+
+    console  a rich Console that ends quietly on a closed pipe; how to run observer again
+    lines    the JSON line shapes of `score` and `judge` (a bad line, a judged record)
+    passes   a pass's table (run --once, backfill, demo), the progress line and bar
+    check    `check`'s table
+    demo     the demo's report and next steps
+    alerts   `alerts status` (plain columns or a table) and `alerts backtest`
+
+Nothing here reads Langfuse, the state file or the configuration: the commands in
+`observer.cli` hand it what the core (`observer.app`) returned. Each module imports
+rich only when it draws, so `observer score` and `--help` stay quick.
+"""

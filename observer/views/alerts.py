@@ -1,0 +1,140 @@
+"""`alerts status` (a row per rule and group; plain columns off a terminal, a table on
+one, or JSON) and `alerts backtest` (a summary per rule and a timeline)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from observer.times import iso
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from observer.alerts.rules import WindowRule
+    from observer.alerts.service import RuleStatus
+    from observer.app import Backtest
+
+HEADER = ("rule", "group", "value", "samples", "state", "severity", "since")
+
+
+def group_text(group: tuple[tuple[str, str], ...]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in group) or "-"
+
+
+def when(at: float | None) -> str:
+    return iso(datetime.fromtimestamp(at, UTC)) if at is not None else "-"
+
+
+def status_rows(
+    statuses: Sequence[RuleStatus], rules: Sequence[WindowRule]
+) -> list[dict[str, Any]]:
+    """One row per rule and group; a rule with no group yet is listed as `ok (no data)`."""
+    rows: list[dict[str, Any]] = []
+    for item in statuses:
+        s = item.state
+        state: str = s.status
+        if s.samples == 0:
+            state += " (no data)"
+        elif s.samples < item.rule.min_samples:
+            state += f" (under {item.rule.min_samples} samples)"
+        rows.append(
+            {
+                "rule": item.rule.name,
+                "group": dict(item.group),
+                "value": s.value,
+                "samples": s.samples,
+                "state": state,
+                "severity": s.severity,
+                "since": when(s.since) if s.since is not None else None,
+            }
+        )
+    listed = {row["rule"] for row in rows}
+    for rule in rules:  # no data is a state too
+        if rule.name not in listed:
+            rows.append(
+                {
+                    "rule": rule.name,
+                    "group": {},
+                    "value": None,
+                    "samples": 0,
+                    "state": "ok (no data)",
+                    "severity": None,
+                    "since": None,
+                }
+            )
+    return rows
+
+
+def status_cells(rows: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """The rows as the columns of HEADER, as text."""
+    return [
+        (
+            row["rule"],
+            group_text(tuple(row["group"].items())),
+            "-" if row["value"] is None else f"{row['value']:.4g}",
+            str(row["samples"]),
+            row["state"],
+            row["severity"] or "-",
+            row["since"] or "-",
+        )
+        for row in rows
+    ]
+
+
+def plain_columns(cells: Sequence[tuple[str, ...]]) -> list[str]:
+    """For grep and scripts: aligned columns, one row a line, never wrapped."""
+    lines = [HEADER, *cells]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(HEADER))]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    ]
+
+
+def status_table(cells: Sequence[tuple[str, ...]]) -> RenderableType:
+    from rich.table import Table
+
+    table = Table(title="observer alerts status")
+    for column in HEADER:
+        table.add_column(column, overflow="fold")
+    for line in cells:
+        table.add_row(*line)
+    return table
+
+
+def backtest_tables(
+    results: Sequence[Backtest], begin: datetime, finish: datetime
+) -> list[RenderableType]:
+    """The summary per rule, then (when anything would have been sent) the timeline."""
+    from rich.table import Table
+
+    summary = Table(title=f"observer alerts backtest {iso(begin)} .. {iso(finish)}")
+    for column in ("rule", "fired", "resolved", "notifications", "firing at the end"):
+        summary.add_column(column)
+    for result in results:
+        fired = sum(1 for e in result.events if e.transition in ("firing", "no_data"))
+        resolved = sum(1 for e in result.events if e.transition == "resolved")
+        summary.add_row(
+            result.rule.name,
+            str(fired),
+            str(resolved),
+            str(result.notifications),
+            str(fired - resolved),
+        )
+    timeline = Table(title="what would have been notified")
+    for column in ("at", "rule", "group", "event", "severity", "value", "samples"):
+        timeline.add_column(column, overflow="fold")
+    events = sorted((e for r in results for e in r.events if e.notify), key=lambda e: e.at)
+    for event in events:
+        timeline.add_row(
+            when(event.at),
+            event.rule,
+            group_text(event.group),
+            event.transition,
+            event.severity,
+            "-" if event.value is None else f"{event.value:.4g}",
+            str(event.samples),
+        )
+    return [summary, timeline] if events else [summary]

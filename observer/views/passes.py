@@ -1,0 +1,175 @@
+"""A pass's table (run --once, backfill, demo), and what keeps a long pass visible:
+the progress line of run --once and the bar of backfill."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from observer.times import iso
+from observer.views.console import console
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from observer.app import Parts
+    from observer.pipeline import PassResult
+    from observer.telemetry.metrics import Metrics
+
+
+def pass_table(title: str, result: PassResult, parts: Parts, extra: dict[str, str]) -> Table:
+    """What a pass read, scored, skipped, queued and delivered; `extra` rows at the end."""
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False)
+    table.add_column("")
+    table.add_column("", overflow="fold")
+    table.add_row("window", f"{iso(result.start)} .. {iso(result.end)}")
+    table.add_row("observations read", f"{result.observations:,}")
+    table.add_row("traces scored", f"{result.scored:,}")
+    if result.rescored:
+        table.add_row("traces re-scored (changed)", f"{result.rescored:,}")
+    table.add_row("traces unchanged (nothing pushed)", f"{result.unchanged:,}")
+    if result.unsettled:
+        table.add_row("traces still changing (next pass)", f"{result.unsettled:,}")
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(result.skip_reasons.items()))
+    table.add_row("traces skipped", f"{result.skipped:,}" + (f" ({reasons})" if reasons else ""))
+    if result.deferred:
+        table.add_row("traces deferred (outbox full)", f"{result.deferred:,}")
+    metrics = parts.metrics
+    table.add_row("scores queued", f"{result.scores:,}")
+    if parts.judge is not None:
+        from observer.judge.outcome import JUDGE_SCORE_NAMES
+
+        judged = sum(
+            int(metrics.value("observer_judged_traces_total", result=result))
+            for result in ("judged", "abstained")
+        )
+        errors = int(metrics.value("observer_judged_traces_total", result="error"))
+        table.add_row(
+            "traces judged", f"{judged:,}" + (f" ({errors:,} judge errors)" if errors else "")
+        )
+        # Labelled `name`: Metrics.value's own first parameter, so asked of the registry.
+        judge_scores = sum(
+            metrics.registry.get_sample_value("observer_scores_enqueued_total", {"name": n}) or 0.0
+            for n in JUDGE_SCORE_NAMES
+        )
+        table.add_row("judge scores queued", f"{int(judge_scores):,}")
+    # Delivered counts the judge's scores, and any the outbox held from an earlier run.
+    delivered = int(metrics.value("observer_scores_pushed_total"))
+    note = " (the judge's included)" if parts.judge is not None else ""
+    table.add_row("scores delivered", f"{delivered:,}{note}")
+    dropped = sum(
+        parts.metrics.value("observer_scores_dropped_total", reason=r) for r in ("rejected",)
+    )
+    if dropped:
+        table.add_row("scores refused by Langfuse", f"{int(dropped):,}")
+    for key, value in extra.items():
+        table.add_row(key, value)
+    return table
+
+
+def dry_run_rows(written: int, target: str) -> dict[str, str]:
+    """The dry run's row: how many scores went where, and that nothing else did."""
+    where = "stdout" if target == "-" else target
+    return {
+        "dry run": f"{written:,} scores written to {where}; nothing pushed to Langfuse, "
+        "the state file untouched"
+    }
+
+
+@contextmanager
+def progress_line(title: str, metrics: Metrics) -> Iterator[None]:
+    """On a terminal, one line on stderr kept current while the work runs: pages,
+    observations, traces and scores, read from the metrics (a first pass at 25
+    requests a minute can take minutes). Elsewhere, nothing."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    def line() -> str:
+        pages = metrics.value("observer_source_requests_total", result="ok")
+        observations = metrics.value("observer_observations_read_total")
+        traces = metrics.total("observer_traces_total")
+        queued = metrics.total("observer_scores_enqueued_total")
+        delivered = metrics.value("observer_scores_pushed_total")
+        return (
+            f"{pages:,.0f} pages, {observations:,.0f} observations, {traces:,.0f} traces, "
+            f"{queued:,.0f} scores queued, {delivered:,.0f} delivered"
+        )
+
+    done = threading.Event()
+    with Progress(
+        SpinnerColumn(),
+        TextColumn(f"[bold]{title}"),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[note]}"),
+        console=console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(title, total=None, note=line())
+
+        def refresh() -> None:
+            while not done.wait(0.25):
+                bar.update(task, note=line())
+
+        ticker = threading.Thread(target=refresh, name="observer-progress", daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            done.set()
+            ticker.join()
+
+
+@dataclass
+class BackfillProgress:
+    """How far a backfill got: `reached` is the end of the last chunk done."""
+
+    reached: datetime
+    update: Callable[[datetime, PassResult], None]
+
+
+@contextmanager
+def backfill_bar(begin: datetime, finish: datetime) -> Iterator[BackfillProgress]:
+    """A bar on stderr over the window's time, with an ETA and traces and scores so far."""
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(
+        TextColumn("[bold]backfill"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[note]}"),
+        console=console(stderr=True),
+    ) as bar:
+        task = bar.add_task("backfill", total=(finish - begin).total_seconds(), note="")
+        seen = {"scored": 0, "traces": 0}
+
+        def update(at: datetime, result: PassResult) -> None:
+            progress.reached = at
+            seen["scored"] += result.scored + result.rescored
+            seen["traces"] += result.traces
+            bar.update(
+                task,
+                completed=(at - begin).total_seconds(),
+                note=f"{seen['traces']:,} traces, {seen['scored']:,} scored",
+            )
+
+        progress = BackfillProgress(begin, update)
+        yield progress

@@ -1,0 +1,63 @@
+"""Fleet members in-process for tests: each its own Parts and state file, one Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from observer import app
+from observer.config import FleetSettings, Settings
+from observer.fleet.member import Member
+from tests.daemon_helpers import configure, packed_traces
+from tests.fakes.langfuse_server import FakeLangfuse
+
+
+def fleet_settings(
+    monkeypatch: pytest.MonkeyPatch, fake: FakeLangfuse, url: str, **fleet: Any
+) -> Settings:
+    monkeypatch.setenv("FLEET_REDIS", url)
+    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S="7200")
+    return settings.model_copy(
+        update={"fleet": FleetSettings(secret_env="FLEET_REDIS", name="t", **fleet)}
+    )
+
+
+def traces(count_copies: int = 1, *, tag: str = "") -> list[dict[str, Any]]:
+    """The demo's traces under new ids, rooted in the last hour (settled, in the lookback)."""
+    start = datetime.now(UTC) - timedelta(minutes=50)
+    return packed_traces(start, 2.0, count_copies, tag)
+
+
+@contextmanager
+def members(settings: Settings, workdir: Path, names: list[str]) -> Iterator[list[Member]]:
+    """Members named `names`, built (not started); their dispatchers running."""
+    with ExitStack() as stack:
+        built: list[Member] = []
+        for name in names:
+            parts = stack.enter_context(app.build(settings, state_path=workdir / f"{name}.sqlite"))
+            client = redis.Redis.from_url(settings.fleet_url(), socket_timeout=5)
+            stack.callback(client.close)
+            member = Member(parts, client, name=name)
+            member.worker.batch = 10  # small batches: every member gets some of the demo's 80
+            member.stream.ensure_group()
+            parts.dispatcher.start()
+            stack.callback(parts.dispatcher.shutdown, 5.0)
+            built.append(member)
+        yield built
+
+
+def drain(fleet: list[Member], *, rounds: int = 200) -> int:
+    """Every member's worker steps until the stream has nothing left for them; entries read."""
+    read = 0
+    for _ in range(rounds):
+        done = [m.worker.step(block_ms=0) for m in fleet]
+        read += sum(d.read for d in done)
+        if not any(d.read for d in done) and fleet[0].stream.unacked() == 0:
+            return read
+    raise AssertionError(f"not drained: {fleet[0].stream.unacked()} entries unacknowledged")
