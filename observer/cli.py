@@ -14,6 +14,7 @@ in `observer.views`.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -35,6 +36,11 @@ if TYPE_CHECKING:  # each command imports what it needs: `observer --help` stays
     from observer.records import RecordError
     from observer.sinks.jsonl import JsonlScoreSink
     from observer.sources.langfuse import LangfuseSource
+
+# pydantic looks for plugins in the entry points of every installed distribution when it
+# builds its first model: tens of milliseconds of every start in a large environment, for
+# plugins observer does not use. A value set in the environment is left as it is.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -119,12 +125,11 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
     and skipped.
     """
     from observer.output import dumps_line
-    from observer.scoring import score_lines
-    from observer.signal_settings import load_signal_params
+    from observer.scoring import score_lines, signal_params_for
     from observer.summary import Summary, summary_table
     from observer.views.lines import bad_line_json
 
-    params = load_signal_params(config_path)  # the signals' sections, no other
+    params = signal_params_for(config_path)
     out = sys.stdout.buffer
 
     def emit(obj: dict[str, Any]) -> None:

@@ -43,6 +43,16 @@ def config_path(given: str | Path | None) -> Path | None:
     return None if given is None else Path(given)
 
 
+def names_a_section(environ: Mapping[str, str], sections: frozenset[str]) -> bool:
+    """Some OBSERVER_* variable sets one of `sections` or a key of one."""
+    for variable in environ:
+        if variable.upper().startswith(ENV_PREFIX):
+            section = variable[len(ENV_PREFIX) :].lower().split("__")[0]
+            if section in sections:
+                return True
+    return False
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     """The file's tables; a ConfigError for a file that is missing, unreadable, not TOML,
     or that holds a secret (which never echoes the secret)."""

@@ -5,13 +5,29 @@ the record parser, the signals and the output encoder."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
+from observer.config_sources import config_path, names_a_section
 from observer.output import signals_json
 from observer.records import RecordError, parse_record
 from observer.signals import SignalParams, compute
 from observer.summary import Summary
+
+SIGNAL_SECTIONS = frozenset({"signals", "crag", "band"})
+
+
+def signal_params_for(given: str | Path | None) -> SignalParams:
+    """The parameters `observer score` runs with: its three sections of the config file
+    and the environment (observer.signal_settings), or, when neither a file nor a
+    variable sets anything, the defaults, without building a settings model."""
+    if config_path(given) is None and not names_a_section(os.environ, SIGNAL_SECTIONS):
+        return SignalParams()
+    from observer.signal_settings import load_signal_params
+
+    return load_signal_params(given)
 
 
 def score_lines(

@@ -122,3 +122,30 @@ def test_score_sees_what_the_daemon_sees(
     except ConfigError as error:
         got = str(error)
     assert got == expected
+
+
+def test_score_with_nothing_set_runs_on_the_defaults_the_models_hold() -> None:
+    from observer.scoring import signal_params_for
+
+    assert signal_params_for(None) == load_signal_params(None) == load_settings().signal_params()
+
+
+@pytest.mark.parametrize(
+    "variable", ["OBSERVER_CRAG__HIGH", "OBSERVER_BAND", "observer_signals__min_chars"]
+)
+def test_score_reads_a_variable_for_its_sections(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    from observer.scoring import signal_params_for
+
+    monkeypatch.setenv(variable, "not a value")
+    with pytest.raises(ConfigError):
+        signal_params_for(None)
+
+
+def test_score_reads_the_file_it_is_given(tmp_path: Path) -> None:
+    from observer.scoring import signal_params_for
+
+    path = tmp_path / "observer.toml"
+    path.write_text("[crag]\nhigh = 0.9\n")
+    assert signal_params_for(path).crag.high == 0.9
