@@ -181,8 +181,11 @@ class AlertService:
         self._dropped_seen = self._dropped_total()
         self._evaluating = threading.Lock()  # one step at a time, whichever thread asks
         self._forgot = False
-        # A fleet's: True when this member is the first to raise a trace rule for a trace.
-        self.shared_admit: Callable[[str, str], bool] | None = None
+        # A fleet's (observer.fleet.alerts): (rule, trace, hour, max_per_hour) -> whether
+        # this member raises it ("notify"), keeps it for the digest ("over": the fleet's
+        # hourly cap is reached), leaves it to the member that raised it ("duplicate"),
+        # or decides alone ("unknown").
+        self.shared_admit: Callable[[str, str, str, int], str] | None = None
         metrics.notifiers_known(self.notifier_kinds)
         for rule in self.rules:
             for outcome in ("ok", "pending", "firing"):
@@ -236,18 +239,24 @@ class AlertService:
         for rule in self.trace_rules:
             if not rule.matches(row.values, labels):
                 continue
-            if self.shared_admit is not None and not self.shared_admit(rule.name, row.trace_id):
-                continue  # another member of the fleet raised it for this trace
+            hour = hour_of(now)
+            cap = rule.max_per_hour
+            if self.shared_admit is not None:
+                shared = self.shared_admit(rule.name, row.trace_id, hour, cap)
+                if shared == "duplicate":
+                    continue  # another member of the fleet raised it for this trace
+                if shared == "over":
+                    cap = 0  # the fleet notified its hour's worth: kept for the digest
             example = Example(row.trace_id, row.project_id, 1.0)
             notification = trace_notification(rule, row, self.base_url, now)
             outgoing = self._outgoing(self.targets(rule.notify), notification)
             admitted = self.state.alerts.admit(
                 rule.name,
                 row.trace_id,
-                hour_of(now),
+                hour,
                 row.at,
                 example,
-                rule.max_per_hour,
+                cap,
                 outgoing,
                 self.max_queued,
             )

@@ -3,6 +3,7 @@
     <name>:signals          every trace row a member wrote (its history), XADD MAXLEN ~
     <name>:alerts           the evaluator's window-rule state and progress (fenced)
     <name>:alert:<rule>:<trace>   a trace rule raised for a trace (SET NX): once per fleet
+    <name>:alert-hour:<rule>:<hour>   traces a rule raised in an hour, fleet-wide
 
 Every member follows the signals stream into its own history (the rows other
 members wrote), so whichever member evaluates sees the whole fleet's history.
@@ -15,12 +16,14 @@ The window rules are evaluated by the reader alone (the lease holder): on
 gaining the lease a member takes over the alert state the last evaluator handed
 on, and hands its own on after every evaluation, in a write fenced by the lease;
 a change of evaluator neither pages again for an alert that fires nor forgets
-one. A trace rule is raised by the member that scored the trace, once per fleet.
+one. A trace rule is raised by the member that scored the trace, once per fleet,
+and its `max_per_hour` counts the whole fleet's traces: past it, a member keeps
+the trace for its own hourly digest instead of notifying it.
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import orjson
 import redis
@@ -36,6 +39,17 @@ log = structlog.get_logger("observer.fleet")
 
 TRACE_ALERT_KEPT_S = 9 * 86400  # longer than any history is kept
 HAND_OVER = fenced("return redis.call('SET', KEYS[2], ARGV[2])")
+HOUR_KEPT_S = 3 * 3600  # the counter of an hour outlives it
+# KEYS: the trace's key, the hour's counter; ARGV: member, trace key's life, counter's life.
+# -1: raised already; otherwise how many traces the rule raised in the hour, this one too.
+ADMIT = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return -1 end
+local raised = redis.call('INCR', KEYS[2])
+if raised == 1 then redis.call('EXPIRE', KEYS[2], ARGV[3]) end
+return raised
+"""
+
+Shared = Literal["duplicate", "notify", "over", "unknown"]
 
 
 def _text(value: object) -> str:
@@ -69,6 +83,7 @@ class FleetAlerts:
         self.maxlen = maxlen
         self.last_id = state.noted("fleet_signals_id") or "0-0"
         self._hand_over = client.register_script(HAND_OVER)
+        self._admit = client.register_script(ADMIT)
 
     @property
     def signals(self) -> str:
@@ -132,13 +147,23 @@ class FleetAlerts:
 
     # -- trace rules --------------------------------------------------------------
 
-    def admit(self, rule: str, trace_id: str) -> bool:
-        """True for the first member to raise `rule` for `trace_id`."""
-        key = f"{self.keys.prefix}:alert:{rule}:{trace_id}"
+    def admit(self, rule: str, trace_id: str, hour: str, max_per_hour: int) -> Shared:
+        """For the first member to raise `rule` for `trace_id`: "notify" while the fleet
+        has raised at most `max_per_hour` traces of the rule in `hour`, "over" past it;
+        "duplicate" for any other member; "unknown" when Redis cannot say (the member
+        then decides alone: at least once, and the receivers deduplicate by the key)."""
+        keys = [
+            f"{self.keys.prefix}:alert:{rule}:{trace_id}",
+            f"{self.keys.prefix}:alert-hour:{rule}:{hour}",
+        ]
         try:
-            return bool(self.client.set(key, self.member, nx=True, ex=TRACE_ALERT_KEPT_S))
+            args: list[str | int] = [self.member, TRACE_ALERT_KEPT_S, HOUR_KEPT_S]
+            raised = int(cast(int, self._admit(keys=keys, args=args)))
         except redis.RedisError:
-            return True  # at least once: the receivers deduplicate by the alert's key
+            return "unknown"
+        if raised < 0:
+            return "duplicate"
+        return "notify" if raised <= max_per_hour else "over"
 
     # -- window rules' state --------------------------------------------------------
 

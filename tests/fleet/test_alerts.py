@@ -20,6 +20,7 @@ from observer.state import State
 
 KEYS = Keys("a")
 GROUP = (("environment", "production"),)
+HOUR = "2026-12-02T10"
 
 
 @pytest.fixture
@@ -80,9 +81,31 @@ def test_a_trace_rule_is_raised_once_per_fleet(
     one, two = states
     a = FleetAlerts(rclient, KEYS, one, "one", maxlen=1000)
     b = FleetAlerts(rclient, KEYS, two, "two", maxlen=1000)
-    assert a.admit("critical", "t1")
-    assert not b.admit("critical", "t1")  # scored again after a crash, elsewhere
-    assert b.admit("other_rule", "t1")
+    assert a.admit("critical", "t1", HOUR, 20) == "notify"
+    assert b.admit("critical", "t1", HOUR, 20) == "duplicate"  # scored again after a crash
+    assert b.admit("other_rule", "t1", HOUR, 20) == "notify"
+
+
+def test_a_trace_rules_hourly_cap_counts_the_whole_fleet(
+    rclient: redis.Redis, states: tuple[State, State]
+) -> None:
+    """max_per_hour = 2 over two members: two traces notified, the third kept for the
+    digest, whichever member raised them; the next hour starts again."""
+    one, two = states
+    a = FleetAlerts(rclient, KEYS, one, "one", maxlen=1000)
+    b = FleetAlerts(rclient, KEYS, two, "two", maxlen=1000)
+    said = [a.admit("cap", "t1", HOUR, 2), b.admit("cap", "t2", HOUR, 2)]
+    said += [a.admit("cap", "t3", HOUR, 2), b.admit("cap", "t4", HOUR, 2)]
+    assert said == ["notify", "notify", "over", "over"]
+    assert b.admit("cap", "t5", "2026-12-02T11", 2) == "notify"
+
+
+def test_without_redis_a_member_decides_alone(states: tuple[State, State]) -> None:
+    unreachable = redis.Redis(port=1, socket_connect_timeout=0.2)
+    assert (
+        FleetAlerts(unreachable, KEYS, states[0], "one", maxlen=10).admit("cap", "t1", HOUR, 2)
+        == "unknown"
+    )
 
 
 def test_the_alert_state_goes_to_the_next_evaluator_and_a_paused_one_cannot_overwrite_it(
