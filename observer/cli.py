@@ -787,7 +787,7 @@ def fleet_status_command(config_path: str | None, as_json: bool) -> None:
     from observer import app
     from observer.fleet.connect import FleetUnreachable
     from observer.fleet.status import read_status, status_rows
-    from observer.views.check import two_columns
+    from observer.views.console import two_columns
 
     try:
         found = read_status(_settings(config_path))

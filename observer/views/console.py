@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
 
 def closed_pipe_exit() -> None:
@@ -33,6 +34,18 @@ def console(**kwargs: Any) -> Console:
             closed_pipe_exit()
 
     return QuietOnClosedPipe(**kwargs)
+
+
+def two_columns(title: str, rows: list[tuple[str, str]]) -> Table:
+    """A key and its value a row, no header: the reports of check, a pass, fleet status."""
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False)
+    table.add_column("")
+    table.add_column("", overflow="fold")
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
 
 
 def self_command() -> str:
