@@ -1,9 +1,9 @@
 """Alerts once per fleet: every member's signal rows shared, one evaluator, state handed on.
 
-    <name>:signals          every trace row a member wrote (its history), XADD MAXLEN ~
-    <name>:alerts           the evaluator's window-rule state and progress (fenced)
-    <name>:alert:<rule>:<trace>   a trace rule raised for a trace (SET NX): once per fleet
-    <name>:alert-hour:<rule>:<hour>   traces a rule raised in an hour, fleet-wide
+    Keys.signals         every trace row a member wrote (its history), XADD MAXLEN ~
+    Keys.alert_state     the evaluator's window-rule state and progress (fenced)
+    Keys.trace_alert     a trace rule raised for a trace (SET NX): once per fleet
+    Keys.alert_hour      traces a rule raised in an hour, fleet-wide
 
 Every member follows the signals stream into its own history (the rows other
 members wrote), so whichever member evaluates sees the whole fleet's history.
@@ -30,7 +30,7 @@ import redis
 import structlog
 
 from observer.alerts.engine import Row
-from observer.fleet.connect import LeaseLost
+from observer.fleet.connect import LeaseLost, text
 from observer.fleet.keys import Keys
 from observer.fleet.lease import fenced
 from observer.state import State
@@ -52,10 +52,6 @@ return raised
 Shared = Literal["duplicate", "notify", "over", "unknown"]
 
 
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def encode_row(row: Row) -> bytes:
     return orjson.dumps(
         [row.at, dict(row.values), row.trace_id, row.project_id, row.environment, row.query_type]
@@ -67,8 +63,8 @@ def decode_row(raw: bytes) -> Row:
     return Row(float(at), values, trace_id, project_id, str(environment), str(query_type))
 
 
-def _id(text: str) -> tuple[int, int]:
-    ms, _, seq = text.partition("-")
+def _id(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
 
 
@@ -85,21 +81,13 @@ class FleetAlerts:
         self._hand_over = client.register_script(HAND_OVER)
         self._admit = client.register_script(ADMIT)
 
-    @property
-    def signals(self) -> str:
-        return f"{self.keys.prefix}:signals"
-
-    @property
-    def handed(self) -> str:
-        return f"{self.keys.prefix}:alerts"
-
     # -- rows -------------------------------------------------------------------
 
     def publish(self, row: Row) -> None:
         """A row this member committed, for the others (History.on_row)."""
         try:
             self.client.xadd(
-                self.signals,
+                self.keys.signals,
                 {"member": self.member, "row": encode_row(row)},
                 maxlen=self.maxlen,
                 approximate=True,
@@ -109,15 +97,15 @@ class FleetAlerts:
 
     def follow(self, block_ms: int | None = None, count: int = 500) -> int:
         """Rows the other members published since the last call, into this history."""
-        answer = self.client.xread({self.signals: self.last_id}, count=count, block=block_ms)
+        answer = self.client.xread({self.keys.signals: self.last_id}, count=count, block=block_ms)
         rows: list[Row] = []
         last = self.last_id
         for _stream, entries in cast(
             list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]], answer or []
         ):
             for entry_id, fields in entries:
-                last = _text(entry_id)
-                if _text(fields.get(b"member", b"")) == self.member:
+                last = text(entry_id)
+                if text(fields.get(b"member", b"")) == self.member:
                     continue  # this member's own: in its history already
                 try:
                     rows.append(decode_row(fields[b"row"]))
@@ -133,8 +121,8 @@ class FleetAlerts:
     def sync(self, watermark: Any) -> None:
         """Follow the stream to its end as of now, then move the local watermark to the
         fleet's `watermark` (read before this call): every row below it is in history."""
-        newest = cast(list[tuple[bytes, Any]], self.client.xrevrange(self.signals, count=1))
-        end = _id(_text(newest[0][0])) if newest else (0, 0)
+        newest = cast(list[tuple[bytes, Any]], self.client.xrevrange(self.keys.signals, count=1))
+        end = _id(text(newest[0][0])) if newest else (0, 0)
         while _id(self.last_id) < end:
             before = self.last_id
             self.follow()
@@ -152,10 +140,7 @@ class FleetAlerts:
         has raised at most `max_per_hour` traces of the rule in `hour`, "over" past it;
         "duplicate" for any other member; "unknown" when Redis cannot say (the member
         then decides alone: at least once, and the receivers deduplicate by the key)."""
-        keys = [
-            f"{self.keys.prefix}:alert:{rule}:{trace_id}",
-            f"{self.keys.prefix}:alert-hour:{rule}:{hour}",
-        ]
+        keys = [self.keys.trace_alert(rule, trace_id), self.keys.alert_hour(rule, hour)]
         try:
             args: list[str | int] = [self.member, TRACE_ALERT_KEPT_S, HOUR_KEPT_S]
             raised = int(cast(int, self._admit(keys=keys, args=args)))
@@ -173,7 +158,8 @@ class FleetAlerts:
             return
         try:
             self._hand_over(
-                keys=[self.keys.lease, self.handed], args=[lease_value, self.state.alerts.export()]
+                keys=[self.keys.lease, self.keys.alert_state],
+                args=[lease_value, self.state.alerts.export()],
             )
         except redis.ResponseError as error:
             if "FENCED" in str(error):
@@ -182,7 +168,7 @@ class FleetAlerts:
 
     def take_over(self) -> bool:
         """The alert state the last evaluator handed on, into this state file."""
-        raw = self.client.get(self.handed)
+        raw = self.client.get(self.keys.alert_state)
         if raw is None:
             return False
         self.state.alerts.restore(cast(bytes, raw))

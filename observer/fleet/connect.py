@@ -55,6 +55,11 @@ def connect(settings: Settings, *, check: bool = True) -> redis.Redis:
     return client
 
 
+def text(reply: object) -> str:
+    """A Redis reply (bytes, as the client is built) as text."""
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+
 def _scrubbed(message: str, url: str) -> str:
     """An error message without the URL (and so without its password)."""
     return message.replace(url, "<the URL>")

@@ -65,3 +65,21 @@ class Keys:
     def judged(self, trace_id: str, basis: str) -> str:
         """Set once a member took a trace's answer for the judge: judged once per fleet."""
         return f"{self.prefix}:judge:trace:{trace_id}:{basis}"
+
+    @property
+    def signals(self) -> str:
+        """Every trace row a member committed to its history, for the others."""
+        return f"{self.prefix}:signals"
+
+    @property
+    def alert_state(self) -> str:
+        """The window rules' state the last evaluator handed on."""
+        return f"{self.prefix}:alerts"
+
+    def trace_alert(self, rule: str, trace_id: str) -> str:
+        """Set once a member raised `rule` for a trace: raised once per fleet."""
+        return f"{self.prefix}:alert:{rule}:{trace_id}"
+
+    def alert_hour(self, rule: str, hour: str) -> str:
+        """How many traces `rule` raised in `hour`, the whole fleet's."""
+        return f"{self.prefix}:alert-hour:{rule}:{hour}"

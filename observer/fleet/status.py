@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 import redis
 
 from observer.errors import ConfigError
+from observer.fleet.connect import text
 from observer.fleet.keys import GROUP, Keys
 from observer.fleet.stream import TraceStream
 from observer.times import iso
@@ -48,10 +49,6 @@ class FleetStatus:
         return data
 
 
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def fleet_status(
     client: redis.Redis, name: str, lease_s: float, *, now_ms: int | None = None
 ) -> FleetStatus:
@@ -66,22 +63,22 @@ def fleet_status(
     )
     members = []
     for raw, at in seen:
-        member = _text(raw)
+        member = text(raw)
         figures = cast(dict[bytes, bytes], client.hgetall(keys.member(member)))
         members.append(
             MemberStatus(
                 member,
                 round((now_ms - at) / 1000, 1),
-                {_text(k): _text(v) for k, v in sorted(figures.items())},
+                {text(k): text(v) for k, v in sorted(figures.items())},
             )
         )
     exists = bool(client.exists(keys.stream))
     groups = cast(list[dict[str, Any]], client.xinfo_groups(keys.stream)) if exists else []
-    pending = stream.pending() if any(_text(g["name"]) == GROUP for g in groups) else None
+    pending = stream.pending() if any(text(g["name"]) == GROUP for g in groups) else None
     holder = client.get(keys.lease)
     return FleetStatus(
         fleet=name,
-        reader=_text(holder) if holder is not None else None,
+        reader=text(holder) if holder is not None else None,
         watermark=stream.watermark(),
         stream_length=stream.length() if exists else 0,
         pending=pending.count if pending else 0,

@@ -25,7 +25,7 @@ from typing import Any, cast
 
 import redis
 
-from observer.fleet.connect import LeaseLost
+from observer.fleet.connect import LeaseLost, text
 from observer.fleet.entry import Entry, encode
 from observer.fleet.keys import GROUP, Keys
 from observer.fleet.lease import fenced
@@ -58,10 +58,6 @@ class Pending:
 
     count: int
     consumers: dict[str, int]
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _seconds(moment: datetime) -> str:
@@ -121,8 +117,8 @@ class TraceStream:
             if "FENCED" in str(error):
                 raise LeaseLost("the reader's lease is held by another member") from None
             raise
-        text = _text(found)
-        return text or None
+        published = text(found)
+        return published or None
 
     def set_watermark(self, lease_value: str, moment: datetime) -> None:
         try:
@@ -137,7 +133,7 @@ class TraceStream:
 
     def watermark(self) -> datetime | None:
         raw = self.client.get(self.keys.watermark)
-        return None if raw is None else _moment(int(_text(raw)) / 1000)
+        return None if raw is None else _moment(int(text(raw)) / 1000)
 
     def unacked(self) -> int:
         """Entries published and not yet acknowledged (delivered or not)."""
@@ -161,7 +157,7 @@ class TraceStream:
         for trace_id, raw in zip(trace_ids, raws, strict=True):
             if raw is None:
                 continue
-            _digest, root, latest = _text(raw).split(" ")
+            _digest, root, latest = text(raw).split(" ")
             marks[trace_id] = (
                 _moment(float(root)),
                 None if latest == "-" else _moment(float(latest)),
@@ -188,9 +184,9 @@ class TraceStream:
         ):
             for entry_id, fields in entries:
                 if fields:  # trimmed away while pending: nothing to read, acked below
-                    messages.append((_text(entry_id), fields))
+                    messages.append((text(entry_id), fields))
                 else:
-                    self.ack([_text(entry_id)])
+                    self.ack([text(entry_id)])
         return messages
 
     def claim(self, member: str, idle_ms: int, count: int) -> list[Message]:
@@ -200,10 +196,10 @@ class TraceStream:
             self.client.xautoclaim(self.keys.stream, GROUP, member, idle_ms, "0-0", count=count),
         )
         claimed = cast(list[tuple[bytes, dict[bytes, bytes] | None]], answer[1])
-        deleted = [_text(i) for i in answer[2]] if len(answer) > 2 else []
+        deleted = [text(i) for i in answer[2]] if len(answer) > 2 else []
         if deleted:  # trimmed while pending: they cannot be scored, only forgotten
             self.client.zrem(self.keys.inflight, *deleted)
-        return [(_text(i), f) for i, f in claimed if f]
+        return [(text(i), f) for i, f in claimed if f]
 
     def ack(self, entry_ids: Sequence[str]) -> None:
         """Acknowledge entries whose traces are in an outbox: out of `inflight` with them."""
@@ -216,7 +212,7 @@ class TraceStream:
 
     def pending(self) -> Pending:
         summary = cast(dict[str, Any], self.client.xpending(self.keys.stream, GROUP))
-        consumers = {_text(c["name"]): int(c["pending"]) for c in summary.get("consumers") or []}
+        consumers = {text(c["name"]): int(c["pending"]) for c in summary.get("consumers") or []}
         return Pending(int(summary.get("pending") or 0), consumers)
 
     def length(self) -> int:
