@@ -133,7 +133,6 @@ class Member:
     def start(self) -> None:
         """The stream's group, then the three threads (the lease tried at once)."""
         self.stream.ensure_group()
-        self.parts.metrics.fleet.redis_up.set(1)
         evaluator = self.parts.evaluator
         if evaluator is not None:
             evaluator.active = lambda: self.evaluating and self.lease.held()
@@ -165,6 +164,7 @@ class Member:
             self.client.zrem(self.keys.members, self.name)
         except redis.RedisError:
             pass  # the lease runs out by itself
+        self.client.close()
         log.info("fleet_left", member=self.name)
         return joined
 

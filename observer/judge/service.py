@@ -161,8 +161,9 @@ class JudgeService:
         hour, day = buckets(now)
         flagged = findings is not None and findings.flagged
         with self._budget_lock:
-            judged, tokens = self.state.judge.budget(hour, day)
-            if self.shared is not None:
+            if self.shared is None:
+                judged, tokens = self.state.judge.budget(hour, day)
+            else:  # the fleet's counts stand in for this state file's
                 judged, tokens = self.shared.counts(hour, day)
             expected = self.state.judge.tokens_per_trace()
             decision = decide(
