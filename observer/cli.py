@@ -544,10 +544,9 @@ def demo(out: str, state_path: str, config_path: str | None, serve: bool) -> Non
     run stay up for Prometheus and Grafana to look at.
     """
     from observer import app
-    from observer.telemetry.logging import configure_logging
 
     settings = _settings(config_path)
-    configure_logging(settings.log.format, "warning")
+    _quiet_logging(settings)
     outcome, parts = app.demo(settings, Path(out), Path(state_path))
     with parts:
         _demo_report(parts, outcome, out, state_path, serve)
@@ -591,11 +590,10 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
     from observer import app
     from observer.app.judge_file import FileJudge
     from observer.output import dumps_line
-    from observer.telemetry.logging import configure_logging
     from observer.views.lines import JudgeTally, bad_line_json, judge_json
 
     settings = _settings(config_path)
-    configure_logging(settings.log.format, "warning")
+    _quiet_logging(settings)
     out = sys.stdout.buffer
     tally = JudgeTally()
     progress = Progress(
@@ -655,10 +653,9 @@ def _alert_service(
 ) -> AbstractContextManager[AlertService]:
     """The rules over the state file, which closes with the block."""
     from observer import app
-    from observer.telemetry.logging import configure_logging
 
     settings = _settings(config_path)
-    configure_logging(settings.log.format, "warning")
+    _quiet_logging(settings)
     return app.open_alerts(settings, Path(state_path or settings.state.path))
 
 
