@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 CONFIG_ENV = "OBSERVER_CONFIG"
 ENV_PREFIX = "OBSERVER_"
 SECRET_KEYS = frozenset({("langfuse", "secret_key"), ("judge", "api_key")})
+SIGNAL_SECTIONS = frozenset({"signals", "crag", "band"})  # all `observer score` reads
 # Secrets may come from a file named by <VAR>_FILE: the Docker and Kubernetes convention.
 SECRET_VARIABLES = ("LANGFUSE_SECRET_KEY", "LANGFUSE_PUBLIC_KEY", "OPENAI_API_KEY")
 

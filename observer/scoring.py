@@ -10,13 +10,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from observer.config_sources import config_path, names_a_section
+from observer.config_sources import SIGNAL_SECTIONS, config_path, names_a_section
 from observer.output import signals_json
 from observer.records import RecordError, parse_record
 from observer.signals import SignalParams, compute
 from observer.summary import Summary
-
-SIGNAL_SECTIONS = frozenset({"signals", "crag", "band"})
 
 
 def signal_params_for(given: str | Path | None) -> SignalParams:

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from observer.config_sources import describe, read_sources
+from observer.config_sources import SIGNAL_SECTIONS, describe, read_sources
 from observer.errors import ConfigError
 from observer.signals.params import (
     DEFAULT_ABBREVIATIONS,
@@ -81,6 +81,8 @@ def signal_params(signals: SignalsSettings, crag: CragSettings, band: BandSettin
 
 
 class _SignalSections(BaseModel):
+    """The sections of SIGNAL_SECTIONS, and no other."""
+
     model_config = ConfigDict(frozen=True)
 
     signals: SignalsSettings = SignalsSettings()
@@ -88,13 +90,10 @@ class _SignalSections(BaseModel):
     band: BandSettings = BandSettings()
 
 
-_SECTIONS = frozenset(_SignalSections.model_fields)
-
-
 def load_signal_params(config_path: str | Path | None = None) -> SignalParams:
     """The signals' parameters from the config file (if any) and the environment; the
     other sections are not read. A bad value is a ConfigError naming the key."""
-    data, merged, origin = read_sources(_SignalSections, config_path, _SECTIONS)
+    data, merged, origin = read_sources(_SignalSections, config_path, SIGNAL_SECTIONS)
     try:
         sections = _SignalSections(**merged)
     except ValidationError as error:

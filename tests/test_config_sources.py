@@ -149,3 +149,10 @@ def test_score_reads_the_file_it_is_given(tmp_path: Path) -> None:
     path = tmp_path / "observer.toml"
     path.write_text("[crag]\nhigh = 0.9\n")
     assert signal_params_for(path).crag.high == 0.9
+
+
+def test_score_validates_exactly_the_sections_it_reads() -> None:
+    from observer.config_sources import SIGNAL_SECTIONS
+    from observer.signal_settings import _SignalSections
+
+    assert set(_SignalSections.model_fields) == SIGNAL_SECTIONS
