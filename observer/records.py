@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Iterator
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -68,3 +69,19 @@ def record_from_obj(obj: object) -> RagRecord:
         return _ADAPTER.validate_python(obj)
     except ValidationError as error:
         raise _describe(error) from None
+
+
+def parsed_lines(
+    lines: Iterable[bytes], bad_line: Callable[[int, RecordError], None]
+) -> Iterator[tuple[int, RagRecord]]:
+    """Each record of JSON lines with its line number; blank lines are passed over, a
+    line that is not a record goes to `bad_line` with its number and is skipped."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = parse_record(line)
+        except RecordError as error:
+            bad_line(number, error)
+            continue
+        yield number, record

@@ -12,7 +12,7 @@ from typing import Any
 
 from observer.config_sources import SIGNAL_SECTIONS, config_path, names_a_section
 from observer.output import signals_json
-from observer.records import RecordError, parse_record
+from observer.records import RecordError, parsed_lines
 from observer.signals import SignalParams, compute
 from observer.summary import Summary
 
@@ -36,20 +36,16 @@ def score_lines(
     summary: Summary,
 ) -> None:
     """Score RagRecord JSON lines; a bad line is reported and skipped."""
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = parse_record(line)
-        except RecordError as error:
-            summary.bad_lines += 1
-            report_error(number, error)
-            continue
+
+    def bad_line(number: int, error: RecordError) -> None:
+        summary.bad_lines += 1
+        report_error(number, error)
+
+    for number, record in parsed_lines(lines, bad_line):
         try:
             signals = compute(record, params)
         except Exception as error:  # a strange record must never stop the stream
-            summary.bad_lines += 1
-            report_error(
+            bad_line(
                 number,
                 RecordError(f"internal error while scoring: {type(error).__name__}: {error}"),
             )

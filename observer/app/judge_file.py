@@ -22,7 +22,7 @@ from observer.judge.outcome import JudgeResult
 from observer.judge.workers import Workers
 from observer.model import RagRecord, Signals
 from observer.output import signals_json
-from observer.records import RecordError, parse_record
+from observer.records import RecordError, parsed_lines
 from observer.resolver.core import ResolverFindings
 from observer.resolver.daemon import ResolverLookup
 from observer.signals import compute
@@ -77,14 +77,7 @@ class FileJudge:
         window = deque()
         workers.start()
         try:
-            for number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = parse_record(line)
-                except RecordError as error:
-                    bad_line(number, error)
-                    continue
+            for _number, record in parsed_lines(lines, bad_line):
                 signals = compute(record, params)
                 findings = None if self.resolver is None else self.resolver([(record, signals)])[0]
                 future: Future[JudgeResult] = Future()
