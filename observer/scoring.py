@@ -6,11 +6,12 @@ the record parser, the signals and the output encoder."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from observer.config_sources import SIGNAL_SECTIONS, config_path, names_a_section
+from observer.model import RagRecord, Signals
 from observer.output import signals_json
 from observer.records import RecordError, parsed_lines
 from observer.signals import SignalParams, compute
@@ -28,6 +29,26 @@ def signal_params_for(given: str | Path | None) -> SignalParams:
     return load_signal_params(given)
 
 
+def scored_lines(
+    lines: Iterable[bytes],
+    params: SignalParams,
+    bad_line: Callable[[int, RecordError], None],
+) -> Iterator[tuple[int, RagRecord, Signals]]:
+    """Each record of JSON lines with its number and signals. A line that is not a
+    record, or one whose signals could not be computed, goes to `bad_line` and is skipped:
+    a strange record never stops the stream (`observer score` and `observer judge`)."""
+    for number, record in parsed_lines(lines, bad_line):
+        try:
+            signals = compute(record, params)
+        except Exception as error:
+            bad_line(
+                number,
+                RecordError(f"internal error while scoring: {type(error).__name__}: {error}"),
+            )
+            continue
+        yield number, record, signals
+
+
 def score_lines(
     lines: Iterable[bytes],
     params: SignalParams,
@@ -41,15 +62,7 @@ def score_lines(
         summary.bad_lines += 1
         report_error(number, error)
 
-    for number, record in parsed_lines(lines, bad_line):
-        try:
-            signals = compute(record, params)
-        except Exception as error:  # a strange record must never stop the stream
-            bad_line(
-                number,
-                RecordError(f"internal error while scoring: {type(error).__name__}: {error}"),
-            )
-            continue
+    for _number, _record, signals in scored_lines(lines, params, bad_line):
         summary.add(signals)
         if emit is not None:
             emit(signals_json(signals))

@@ -15,6 +15,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from observer.cli import main
+from observer.model import RagRecord, Signals
+from observer.signals import SignalParams
 from tests.daemon_helpers import ROOT, configure, demo_counts, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.fakes.openai_stub import OpenAIStub
@@ -306,6 +308,34 @@ def test_judge_command_says_what_it_judged_on_stderr(
     summary = result.stderr.strip().splitlines()[-1]
     assert summary.startswith("observer judge: 5 records, 5 judged, ")
     assert summary.endswith(" tokens, 1 bad lines") and " 0 tokens" not in summary
+
+
+@pytest.mark.parametrize("command", ["score", "judge"])
+def test_a_record_whose_signals_fail_is_skipped_with_its_line_and_the_rest_go_on(
+    command: str, judge_stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A fault injected into the signals (a bug a strange record could hit): the line is
+    reported with its number, as a bad line, and every other record is still written."""
+    import observer.scoring
+    from observer.signals import compute
+
+    def failing_on_the_second(record: RagRecord, params: SignalParams) -> Signals:
+        if record.trace_id == second:
+            raise ZeroDivisionError("division by zero")
+        return compute(record, params)
+
+    lines = (Path(__file__).parent.parent / "examples" / "records.jsonl").read_text()
+    first_three = lines.splitlines()[:3]
+    second = json.loads(first_three[1])["trace_id"]
+    monkeypatch.setattr(observer.scoring, "compute", failing_on_the_second)
+    source = tmp_path / "in.jsonl"
+    source.write_text("\n".join(first_three) + "\n")
+    result = run([command, str(source)])
+    assert result.exit_code == 0, result.output
+    written = [json.loads(line)["trace_id"] for line in result.stdout.splitlines()]
+    assert written == [json.loads(first_three[i])["trace_id"] for i in (0, 2)]
+    assert '"line": 2' in result.stderr
+    assert "internal error while scoring: ZeroDivisionError: division by zero" in result.stderr
 
 
 def test_judge_command_against_an_unreachable_endpoint_exits_3_and_says_so(

@@ -22,10 +22,10 @@ from observer.judge.outcome import JudgeResult
 from observer.judge.workers import Workers
 from observer.model import RagRecord, Signals
 from observer.output import signals_json
-from observer.records import RecordError, parsed_lines
+from observer.records import RecordError
 from observer.resolver.core import ResolverFindings
 from observer.resolver.daemon import ResolverLookup
-from observer.signals import compute
+from observer.scoring import scored_lines
 from observer.telemetry.metrics import Metrics
 
 
@@ -66,7 +66,8 @@ class FileJudge:
         self, lines: Iterable[bytes], bad_line: Callable[[int, RecordError], None]
     ) -> Iterator[Judged]:
         """Each record of `lines` judged, in input order; a line that is not a record is
-        handed to `bad_line` with its number and skipped; blank lines are skipped."""
+        handed to `bad_line` with its number and skipped (so is one whose signals could not
+        be computed, as in `observer score`); blank lines are skipped."""
         concurrency = self.settings.judge.concurrency
         params = self.settings.signal_params()
         held = concurrency * 4  # records read ahead of the one written next
@@ -77,8 +78,7 @@ class FileJudge:
         window = deque()
         workers.start()
         try:
-            for _number, record in parsed_lines(lines, bad_line):
-                signals = compute(record, params)
+            for _number, record, signals in scored_lines(lines, params, bad_line):
                 findings = None if self.resolver is None else self.resolver([(record, signals)])[0]
                 future: Future[JudgeResult] = Future()
                 workers.put(_Job(record, signals, findings, future), block=True)
