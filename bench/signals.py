@@ -8,14 +8,13 @@ and, for the synthetic set, next to the baselines and targets of issue 18
 wanted. Timed in CPU time of this process (`time.process_time`), so other
 work on a shared machine does not count against either side.
 
-CPU times still vary on a shared machine; instruction counts do not.
-`--score-only N --passes P` scores the first N synthetic records P times and
-prints nothing, so two runs under valgrind give the instructions per record
-(`PYTHONHASHSEED=0` keeps them repeatable):
-
-    PYTHONHASHSEED=0 valgrind --tool=cachegrind --cache-sim=no \
-        .venv/bin/python bench/signals.py --score-only 200 --passes 1   # then --passes 2
-    # instructions per record = (I refs of 2 passes - I refs of 1 pass) / 200
+CPU times still vary on a shared machine, the ratio too (a neighbour's load
+slows observer's regex-heavy work more than the JSON codec's); instruction
+counts do not. `--instructions` prints them instead, per synthetic record, for
+both sides: each side runs under valgrind once for one pass over 200 records
+and once for three (`--only score|round-trip N --passes P`, which prints
+nothing), and the difference, over 400, is its cost per record, start-up and
+imports cancelled out (`PYTHONHASHSEED=0` keeps it repeatable). A minute or two.
 """
 
 from __future__ import annotations
@@ -23,9 +22,13 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import random
+import re
+import shutil
+import subprocess
+import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -114,16 +117,59 @@ def _round_trip(lines: list[str], params: SignalParams) -> None:
         json.dumps(json.loads(line), ensure_ascii=False)
 
 
-def _best_rate(
-    func: Callable[[list[str], SignalParams], None], lines: list[str], repeat: int
-) -> float:
+_SIDES = {"score": _observer, "round-trip": _round_trip}
+_COUNTED = 200  # synthetic records per pass under valgrind
+
+
+def _instructions(side: str, passes: int) -> int:
+    """Instructions valgrind counts for `--only side _COUNTED --passes passes`."""
+    command = [
+        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+        sys.executable, __file__, "--only", side, str(_COUNTED), "--passes", str(passes),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    found = re.search(r"Collected : ([0-9]+)", done.stderr)
+    if found is None:
+        raise SystemExit(f"valgrind printed no count:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def _print_instructions() -> None:
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (Debian: apt-get install valgrind)")
+    per_record = {}
+    for side in _SIDES:
+        one, three = _instructions(side, 1), _instructions(side, 3)
+        per_record[side] = (three - one) / (2 * _COUNTED)
+    ratio = per_record["score"] / per_record["round-trip"]
+    verdict = "ok" if ratio <= TARGET[1] else "MISSED"
+    table = Table(title="observer signals cost (instructions per synthetic record, valgrind)")
+    for column in ("observer", "json round trip", "ratio", "target"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        f"{per_record['score']:,.0f}",
+        f"{per_record['round-trip']:,.0f}",
+        f"{ratio:.1f}x",
+        f"<= {TARGET[1]:.0f}x {verdict}",
+    )
+    Console(width=160).print(table)
+
+
+def _best_rates(lines: list[str], repeat: int) -> tuple[float, float]:
+    """Records/s of observer and of the JSON round trip, best of `repeat` each.
+
+    The two run in turn within each repeat, so a neighbour's load on the shared
+    machine falls on both sides of the ratio alike rather than on one of them.
+    """
     params = SignalParams()
-    best = float("inf")
+    best = [float("inf"), float("inf")]
     for _ in range(repeat):
-        start = time.process_time()
-        func(lines, params)
-        best = min(best, time.process_time() - start)
-    return len(lines) / best
+        for side, func in enumerate((_observer, _round_trip)):
+            start = time.process_time()
+            func(lines, params)
+            best[side] = min(best[side], time.process_time() - start)
+    return len(lines) / best[0], len(lines) / best[1]
 
 
 def main() -> None:
@@ -131,19 +177,29 @@ def main() -> None:
     parser.add_argument("--synthetic", type=int, default=20_000, help="synthetic record count")
     parser.add_argument("--repeat", type=int, default=3, help="best of N runs")
     parser.add_argument(
-        "--score-only",
-        type=int,
-        metavar="N",
-        help="score the first N synthetic records --passes times, print nothing (for valgrind)",
+        "--instructions",
+        action="store_true",
+        help="instructions per synthetic record of both sides, counted by valgrind",
     )
-    parser.add_argument("--passes", type=int, default=1, help="with --score-only")
+    parser.add_argument(
+        "--only",
+        nargs=2,
+        metavar=("SIDE", "N"),
+        help="run one side (score or round-trip) over the first N synthetic records "
+        "--passes times and print nothing (what --instructions runs under valgrind)",
+    )
+    parser.add_argument("--passes", type=int, default=1, help="with --only")
     args = parser.parse_args()
-    if args.score_only is not None:
-        lines = synthetic_lines(args.score_only)
+    if args.only is not None:
+        side, count = args.only
+        lines = synthetic_lines(int(count))
         gc.collect()
         gc.freeze()  # the lines are not what a pass collects
         for _ in range(args.passes):
-            _observer(lines, SignalParams())
+            _SIDES[side](lines, SignalParams())
+        return
+    if args.instructions:
+        _print_instructions()
         return
 
     datasets = []
@@ -169,8 +225,7 @@ def main() -> None:
         table.add_column(column, justify="right")
     for name, lines in datasets:
         avg = sum(len(line.encode()) for line in lines) / len(lines)
-        ours = _best_rate(_observer, lines, args.repeat)
-        plain = _best_rate(_round_trip, lines, args.repeat)
+        ours, plain = _best_rates(lines, args.repeat)
         ratio = plain / ours
         if name == "synthetic":
             rate_verdict = "ok" if ours >= TARGET[0] else "MISSED"
