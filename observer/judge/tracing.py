@@ -11,8 +11,9 @@ never a child of observer's spans, skipped by observer's mapping (`observer.` na
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -32,17 +33,17 @@ JUDGE_CALL_SPAN = "observer.judge_call"
 _root: ContextVar[LangfuseSpan | None] = ContextVar("observer_judge_root", default=None)
 
 
+@dataclass
 class JudgeTrace:
     """One judged trace in Langfuse (a no-op without a Langfuse client)."""
 
-    def __init__(self, root: LangfuseSpan | None) -> None:
-        self._root = root
+    root: LangfuseSpan | None
 
     def done(self, summary: Mapping[str, Any], error: str | None = None) -> None:
-        if self._root is not None:
-            self._root.update(output=dict(summary))
-        if self._root is not None and error:
-            self._root.update(level="ERROR", status_message=error[:300])
+        if self.root is not None:
+            self.root.update(output=dict(summary))
+            if error:
+                self.root.update(level="ERROR", status_message=error[:300])
 
 
 @contextmanager
@@ -82,60 +83,50 @@ def _server(base_url: str | None) -> dict[str, AttributeValue]:
     return {key: value for key, value in found.items() if value}
 
 
+@dataclass
 class LlmCall:
     """One chat completion, as a GenAI client span and (when on) a Langfuse generation."""
 
-    def __init__(
-        self,
-        span: trace.Span,
-        generation: LangfuseGeneration | None,
-        generation_span: trace.Span | None,
-        prices_per_1k: tuple[float, float],
-    ) -> None:
-        self._span = span
-        self._generation = generation
-        self._spans = [span] if generation_span is None else [span, generation_span]
-        self._prices = prices_per_1k
+    spans: list[trace.Span]  # ours, then the generation's
+    generation: LangfuseGeneration | None
+    prices_per_1k: tuple[float, float]
 
     def completed(self, response: ChatCompletion) -> None:
         """The response's model, id, finish reason and token usage (and its text, to Langfuse)."""
-        if not self._span.is_recording() and self._generation is None:
-            return
         attributes: dict[str, AttributeValue] = {"gen_ai.response.model": response.model}
         if response.id:
             attributes["gen_ai.response.id"] = response.id
         reasons = [c.finish_reason for c in response.choices if c.finish_reason]
         if reasons:
             attributes["gen_ai.response.finish_reasons"] = reasons
-        usage = response.usage
-        if usage is not None:
+        tokens: dict[str, int] | None = None
+        if (usage := response.usage) is not None:
+            tokens = {"input": usage.prompt_tokens, "output": usage.completion_tokens}
             attributes["gen_ai.usage.input_tokens"] = usage.prompt_tokens
             attributes["gen_ai.usage.output_tokens"] = usage.completion_tokens
-        for span in self._spans:
+        for span in self.spans:
             span.set_attributes(attributes)
-        if self._generation is None:
+        if self.generation is None:
             return
         cost: dict[str, float] | None = None
-        if usage is not None and any(self._prices):
-            cost_in = usage.prompt_tokens / 1000 * self._prices[0]
-            cost_out = usage.completion_tokens / 1000 * self._prices[1]
+        if tokens is not None and any(self.prices_per_1k):
+            cost_in = tokens["input"] / 1000 * self.prices_per_1k[0]
+            cost_out = tokens["output"] / 1000 * self.prices_per_1k[1]
             cost = {"input": cost_in, "output": cost_out, "total": cost_in + cost_out}
-        self._generation.update(
+        self.generation.update(
             output=response.choices[0].message.content if response.choices else None,
-            usage_details={"input": usage.prompt_tokens, "output": usage.completion_tokens}
-            if usage is not None
-            else None,
+            usage_details=tokens,
             cost_details=cost,
         )
 
     def failed(self, error: BaseException) -> None:
         kind = type(error).__name__
         message = f"{kind}: {error}"[:300]
-        for span in self._spans:
+        for span in self.spans:
             span.set_attribute("error.type", kind)
             span.set_status(Status(StatusCode.ERROR, message))
-        if self._generation is not None:
-            self._generation.update(level="ERROR", status_message=message)
+        if self.generation is not None:
+            self.generation.update(level="ERROR", status_message=message)
 
 
 @contextmanager
@@ -166,25 +157,23 @@ def llm_call(
     }
     span = tracer.start_span(JUDGE_CALL_SPAN, kind=SpanKind.CLIENT, attributes=request)
     root = _root.get()
-    with ExitStack() as generation_open:
-        generation = generation_span = None
-        if root is not None:
-            generation = generation_open.enter_context(
-                root.start_as_current_observation(
-                    name=step,
-                    as_type="generation",
-                    model=model,
-                    model_parameters={
-                        "temperature": temperature,
-                        "max_tokens": max_tokens,
-                        "response_format": response_format,
-                    },
-                    input=list(messages),
-                )
-            )
-            generation_span = trace.get_current_span()
-            generation_span.set_attributes(request)
-        call = LlmCall(span, generation, generation_span, prices_per_1k)
+    parameters = {"temperature": temperature, "max_tokens": max_tokens}
+    opened: AbstractContextManager[LangfuseGeneration | None] = (
+        nullcontext()
+        if root is None
+        else root.start_as_current_observation(
+            name=step,
+            as_type="generation",
+            model=model,
+            model_parameters={**parameters, "response_format": response_format},
+            input=list(messages),
+        )
+    )
+    with opened as generation:
+        call = LlmCall([span], generation, prices_per_1k)
+        if generation is not None:
+            call.spans.append(trace.get_current_span())
+            call.spans[-1].set_attributes(request)
         try:
             yield call
         except BaseException as error:
