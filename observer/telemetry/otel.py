@@ -9,8 +9,9 @@ Metrics are not pushed: a collector scrapes `/metrics` (docs/decisions.md#teleme
 
 With `judge_to_langfuse`, `Telemetry.judge_langfuse` is a Langfuse SDK client over a
 private TracerProvider whose spans go through `LangfuseSpanExporter`, a transport of
-its own: the collector's `OTEL_EXPORTER_OTLP_HEADERS` never reach Langfuse. The SDK
-keeps one client per public key and process: one such setup a process.
+our own that reads no `OTEL_EXPORTER_OTLP_*` variable: the SDK's OTLP exporter would
+merge `OTEL_EXPORTER_OTLP_HEADERS`, meant for the collector, into its requests to
+Langfuse. The SDK keeps one client per public key and process: one such setup a process.
 
 Nothing here raises. A failing export is logged once per outage
 (`telemetry_export_failed`, then `telemetry_export_recovered`; the SDK exporter's
@@ -21,7 +22,6 @@ collector does (the SDK's own shutdown waits out its retries).
 from __future__ import annotations
 
 import atexit
-import base64
 import logging
 import os
 import threading
@@ -175,22 +175,22 @@ class LangfuseOtlp:
 class LangfuseSpanExporter(SpanExporter):
     """Spans to Langfuse's OTLP endpoint: HTTP protobuf (the SDK's encoder), Basic auth.
 
-    Its own transport, so no `OTEL_EXPORTER_OTLP_*` variable (meant for the collector)
-    applies here. Sends `x-langfuse-ingestion-version: 4`, as the Langfuse SDK's own
-    exporter does: Langfuse v4 then writes the spans straight away, readable at once
-    (without it, up to 15 minutes later). One retry after a network error, a 5xx or a 429.
+    Sends `x-langfuse-ingestion-version: 4`, as the Langfuse SDK's own exporter does:
+    Langfuse v4 then writes the spans straight away, readable at once (without it, up to
+    15 minutes later). One retry after a network error, a 5xx or a 429.
     """
 
-    def __init__(self, target: LangfuseOtlp, client: httpx.Client | None = None) -> None:
-        token = base64.b64encode(f"{target.public_key}:{target.secret_key}".encode()).decode()
+    def __init__(self, target: LangfuseOtlp) -> None:
         self.url = target.traces_url
-        self._client = client or httpx.Client(timeout=target.timeout_s)
-        self._headers = {
-            "Authorization": f"Basic {token}",
-            "Content-Type": "application/x-protobuf",
-            "User-Agent": f"observer/{__version__}",
-            "x-langfuse-ingestion-version": "4",
-        }
+        self._client = httpx.Client(
+            auth=(target.public_key, target.secret_key),
+            headers={
+                "Content-Type": "application/x-protobuf",
+                "User-Agent": f"observer/{__version__}",
+                "x-langfuse-ingestion-version": "4",
+            },
+            timeout=target.timeout_s,
+        )
         self._closing = threading.Event()
         self.reason: str | None = None  # why the last export failed
 
@@ -200,7 +200,7 @@ class LangfuseSpanExporter(SpanExporter):
         body = encode_spans(spans).SerializeToString()
         for attempt in range(2):
             try:
-                response = self._client.post(self.url, content=body, headers=self._headers)
+                response = self._client.post(self.url, content=body)
             except httpx.HTTPError as error:
                 self.reason = f"{type(error).__name__}: {error}"[:300]
             else:
