@@ -22,6 +22,7 @@ collector does (the SDK's own shutdown waits out its retries).
 from __future__ import annotations
 
 import atexit
+import importlib
 import logging
 import os
 import threading
@@ -49,6 +50,7 @@ log = structlog.get_logger("observer.telemetry")
 SERVICE_NAME = TRACER_NAME = "observer"
 JUDGE_ENVIRONMENT = "observer-judge"
 LANGFUSE_OTLP_PATH = "/api/public/otel/v1/traces"
+_OWN = {"service.name": SERVICE_NAME, "service.version": __version__}
 _NOOP = trace.NoOpTracer()
 
 
@@ -68,8 +70,7 @@ def asked_for(signal: str) -> bool:
 
 def resource() -> Resource:
     """`service.name=observer` and the version, under what the environment says."""
-    own = Resource.create({"service.name": SERVICE_NAME, "service.version": __version__})
-    return own.merge(OTELResourceDetector().detect())
+    return Resource.create(_OWN).merge(OTELResourceDetector().detect())
 
 
 def _safe_url(url: str) -> str:
@@ -79,44 +80,55 @@ def _safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", "")) if parts.scheme else url
 
 
-class _Watched(SpanExporter):
-    """An exporter whose failures are logged once per outage; exceptions become failures
-    (the batch worker must not die); shutdown is idempotent."""
+class _Part(SpanExporter):
+    """A TracerProvider of ours and, wrapped, the exporter its spans go through.
+
+    A failing export is logged once per outage. The SDK exporter's own warnings (one per
+    retry, per batch) are held back until the part is closed: the first of an outage
+    becomes, at once, its reason. An exception is a failure (the batch worker must not
+    die). The exporter is shut down once, by the provider or at the deadline.
+    """
 
     def __init__(
-        self,
-        inner: SpanExporter,
-        what: str,
-        endpoint: str,
-        reason: Callable[[], str | None] = lambda: None,
+        self, name: str, exporter: SpanExporter, endpoint: str, provider: TracerProvider
     ) -> None:
-        self._inner = inner
-        self.what = what
+        self.name = name
         self.endpoint = _safe_url(endpoint)
-        self._reason = reason
-        self._lock = threading.Lock()
+        self.provider = provider
+        self.langfuse: Langfuse | None = None  # the judge's client, closed after the provider
         self.down = False
+        self._inner = exporter
+        self._lock = threading.Lock()
         self._closed = False
+        self._loggers = [
+            logging.getLogger(cls.__module__)
+            for cls in type(exporter).__mro__
+            if cls.__module__.startswith("opentelemetry.exporter")
+        ]
+        for logger in self._loggers:
+            logger.addFilter(self._held_back)
+
+    def _held_back(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        self._set_down(True, record.getMessage()[:300])
+        return False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
             result = self._inner.export(spans)
         except Exception as error:
-            self.failed(f"{type(error).__name__}: {error}"[:300])
+            self._set_down(True, f"{type(error).__name__}: {error}"[:300])
             return SpanExportResult.FAILURE
-        if result is SpanExportResult.SUCCESS:
-            self._down(False)
-        else:
-            self.failed(self._reason() or "the exporter reported a failure")
+        # LangfuseSpanExporter says why in `reason`; the SDK's says it in its warnings.
+        reason = getattr(self._inner, "reason", None) or "the exporter reported a failure"
+        self._set_down(result is not SpanExportResult.SUCCESS, reason)
         return result
 
-    def failed(self, reason: str) -> None:
-        self._down(True, reason)
-
-    def _down(self, down: bool, reason: str = "") -> None:
+    def _set_down(self, down: bool, reason: str) -> None:
         with self._lock:
             changed, self.down = self.down != down, down
-        where = {"what": self.what, "endpoint": self.endpoint}
+        where = {"what": self.name, "endpoint": self.endpoint}
         if changed and down:
             log.warning("telemetry_export_failed", **where, reason=reason)
         elif changed:
@@ -131,31 +143,14 @@ class _Watched(SpanExporter):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._inner.force_flush(timeout_millis)
 
-
-class _HeldBack(logging.Filter):
-    """The SDK exporter's own warnings (one per retry, per batch) held back: the first of
-    an outage becomes, at once, the reason of its one `telemetry_export_failed`."""
-
-    def __init__(self, watched: _Watched, exporter: SpanExporter) -> None:
-        super().__init__()
-        self._watched = watched
-        self._loggers = [
-            logging.getLogger(cls.__module__)
-            for cls in type(exporter).__mro__
-            if cls.__module__.startswith("opentelemetry.exporter")
-        ]
+    def close(self) -> bool:
+        """The batch worker's last export, the exporter shut down, then the judge's client."""
+        self.provider.shutdown()
         for logger in self._loggers:
-            logger.addFilter(self)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING:
-            return True
-        self._watched.failed(record.getMessage()[:300])
-        return False
-
-    def remove(self) -> None:
-        for logger in self._loggers:
-            logger.removeFilter(self)
+            logger.removeFilter(self._held_back)
+        if self.langfuse is not None:
+            self.langfuse.shutdown()
+        return not self.down
 
 
 @dataclass(frozen=True)
@@ -221,21 +216,6 @@ class LangfuseSpanExporter(SpanExporter):
         return True
 
 
-@dataclass
-class _Part:
-    """A TracerProvider, its watched exporter, and what to do once it is shut down."""
-
-    name: str
-    provider: TracerProvider
-    exporter: _Watched
-    then: Callable[[], None] = lambda: None
-
-    def close(self) -> bool:
-        self.provider.shutdown()  # the batch worker's last export, then the exporter
-        self.then()
-        return not self.exporter.down
-
-
 class Telemetry:
     """What `setup_telemetry` built. `tracer` makes observer's spans (non-recording when
     nothing is exported, and after shutdown); `judge_langfuse` (None unless
@@ -245,42 +225,33 @@ class Telemetry:
     everything went out); `shutdown` is idempotent.
     """
 
-    def __init__(self, parts: Sequence[_Part] = (), judge_langfuse: Langfuse | None = None) -> None:
+    def __init__(self, parts: Sequence[_Part] = ()) -> None:
         self._parts = list(parts)
-        self.judge_langfuse = judge_langfuse
-        spans = next((part.provider for part in self._parts if part.name == "spans"), None)
-        self._tracer = spans.get_tracer(TRACER_NAME, __version__) if spans else None
+        self.parts = [part.name for part in self._parts]
+        self.enabled = bool(self._parts)  # something is exported (spans or generations)
+        spans = [part.provider for part in self._parts if part.name == "spans"]
+        self.tracer: trace.Tracer = (
+            spans[0].get_tracer(TRACER_NAME, __version__) if spans else _NOOP
+        )
+        self.judge_langfuse = next((p.langfuse for p in self._parts if p.langfuse), None)
         self._lock = threading.Lock()
         self._closed: bool | None = None  # once shut down: whether everything went out
         if self._parts:
             atexit.register(self.shutdown, 2.0)
-
-    @property
-    def tracer(self) -> trace.Tracer:
-        return self._tracer if self._tracer is not None and self._closed is None else _NOOP
-
-    @property
-    def enabled(self) -> bool:
-        """Something is exported (spans or judge generations)."""
-        return bool(self._parts)
-
-    @property
-    def parts(self) -> list[str]:
-        return [part.name for part in self._parts]
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
         """Export the spans ended so far."""
         if self._closed is not None:
             return not self._parts
         ms = int(timeout_s * 1000)
-        return self._run(lambda p: p.provider.force_flush(ms) and not p.exporter.down, timeout_s)
+        return self._run(lambda part: part.provider.force_flush(ms) and not part.down, timeout_s)
 
     def shutdown(self, timeout_s: float = 5.0) -> bool:
         """Flush the spans, then stop; spans started later are no-ops."""
         with self._lock:
             if self._closed is not None:
                 return self._closed
-            self._closed = True
+            self._closed, self.tracer = True, _NOOP
         if self._parts:
             atexit.unregister(self.shutdown)
             self._closed = self._run(_Part.close, timeout_s, abort_late=True)
@@ -290,7 +261,8 @@ class Telemetry:
         self, work: Callable[[_Part], bool], timeout_s: float, *, abort_late: bool = False
     ) -> bool:
         """`work` on every part, each in a daemon thread of its own, until the deadline;
-        a part still at work then has its exporter shut down (its retries end at once)."""
+        with `abort_late`, a part still at work then has its exporter shut down (its
+        retries end at once)."""
         deadline = time.monotonic() + max(0.0, timeout_s)
         results: dict[str, bool] = {}
 
@@ -301,68 +273,58 @@ class Telemetry:
                 log.exception("telemetry_flush_failed", part=part.name)
 
         threads = [
-            (part, threading.Thread(target=run, args=(part,), name="observer-otel", daemon=True))
+            threading.Thread(target=run, args=(part,), name="observer-otel", daemon=True)
             for part in self._parts
         ]
-        for _part, thread in threads:
+        for thread in threads:
             thread.start()
         late = []
-        for part, thread in threads:
+        for part, thread in zip(self._parts, threads, strict=True):
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 late.append(part.name)
                 if abort_late:
-                    part.exporter.shutdown()
+                    part.shutdown()
         if late:
             log.warning("telemetry_flush_incomplete", parts=late, timeout_s=timeout_s)
         return not late and len(results) == len(self._parts) and all(results.values())
 
 
 def _spans_part() -> _Part:
-    """The SDK's OTLP span exporter, built by the SDK from the standard variables."""
+    """The SDK's OTLP span exporter (http/protobuf, or gRPC), built from the variables."""
     protocol = _env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or _env("OTEL_EXPORTER_OTLP_PROTOCOL")
-    exporter: SpanExporter
-    if protocol.lower() == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-        exporter = OTLPSpanExporter()
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-            OTLPSpanExporter as HttpSpanExporter,
-        )
-
-        exporter = HttpSpanExporter()
-    watched = _Watched(exporter, "spans", str(getattr(exporter, "_endpoint", "")))
-    held = _HeldBack(watched, exporter)
+    kind = "grpc" if protocol.lower() == "grpc" else "http"
+    module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{kind}.trace_exporter")
+    exporter: SpanExporter = module.OTLPSpanExporter()
     provider = TracerProvider(resource=resource(), shutdown_on_exit=False)
-    provider.add_span_processor(BatchSpanProcessor(watched))
-    # The exporter's warnings stay held back until its last export is done, late or not.
-    return _Part("spans", provider, watched, held.remove)
+    part = _Part("spans", exporter, str(getattr(exporter, "_endpoint", "")), provider)
+    provider.add_span_processor(BatchSpanProcessor(part))
+    return part
 
 
-def _judge_part(target: LangfuseOtlp) -> tuple[_Part, Langfuse]:
+def _judge_part(target: LangfuseOtlp) -> _Part:
     """The Langfuse SDK's client over a private provider; the SDK adds its span processor
     to the provider and sends through our exporter (`span_exporter`) as it is."""
     from langfuse import Langfuse
 
-    exporter = LangfuseSpanExporter(target)
-    watched = _Watched(exporter, "judge_generations", target.traces_url, lambda: exporter.reason)
-    attributes = {"service.name": SERVICE_NAME, "service.version": __version__}
-    for key in ("langfuse.environment", "deployment.environment.name"):
-        attributes[key] = JUDGE_ENVIRONMENT
+    environment = {"langfuse.environment": JUDGE_ENVIRONMENT}
+    environment["deployment.environment.name"] = JUDGE_ENVIRONMENT
     provider = TracerProvider(
-        resource=Resource(attributes), sampler=sampling.ALWAYS_ON, shutdown_on_exit=False
+        resource=Resource({**_OWN, **environment}),
+        sampler=sampling.ALWAYS_ON,  # not OTEL_TRACES_SAMPLER: that one is for our spans
+        shutdown_on_exit=False,
     )
-    client = Langfuse(
+    part = _Part("judge_generations", LangfuseSpanExporter(target), target.traces_url, provider)
+    part.langfuse = Langfuse(
         public_key=target.public_key,
         secret_key=target.secret_key,
         base_url=target.base_url,
         timeout=max(1, int(target.timeout_s)),
         environment=JUDGE_ENVIRONMENT,
         tracer_provider=provider,
-        span_exporter=watched,
+        span_exporter=part,
     )
-    return _Part("judge_generations", provider, watched, client.shutdown), client
+    return part
 
 
 def setup_telemetry(*, judge_to_langfuse: LangfuseOtlp | None = None) -> Telemetry:
@@ -372,7 +334,6 @@ def setup_telemetry(*, judge_to_langfuse: LangfuseOtlp | None = None) -> Telemet
     built is logged and left out.
     """
     parts: list[_Part] = []
-    judge_langfuse = None
     try:
         if asked_for("traces"):
             parts.append(_spans_part())
@@ -380,16 +341,15 @@ def setup_telemetry(*, judge_to_langfuse: LangfuseOtlp | None = None) -> Telemet
         log.exception("telemetry_setup_failed", part="spans")
     try:
         if judge_to_langfuse is not None:
-            judge_part, judge_langfuse = _judge_part(judge_to_langfuse)
-            parts.append(judge_part)
+            parts.append(_judge_part(judge_to_langfuse))
     except Exception:
         log.exception("telemetry_setup_failed", part="judge_generations")
-    if not parts:
-        return Telemetry()
-    log.info(
-        "telemetry_started",
-        traces=parts[0].exporter.endpoint if parts[0].name == "spans" else None,
-        metrics="not pushed: scrape /metrics" if asked_for("metrics") else None,
-        judge_to_langfuse=parts[-1].exporter.endpoint if judge_langfuse else None,
-    )
-    return Telemetry(parts, judge_langfuse)
+    if parts:
+        where = {part.name: part.endpoint for part in parts}
+        log.info(
+            "telemetry_started",
+            traces=where.get("spans"),
+            metrics="not pushed: scrape /metrics" if asked_for("metrics") else None,
+            judge_to_langfuse=where.get("judge_generations"),
+        )
+    return Telemetry(parts)
