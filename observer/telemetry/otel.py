@@ -14,9 +14,11 @@ merge `OTEL_EXPORTER_OTLP_HEADERS`, meant for the collector, into its requests t
 Langfuse. The SDK keeps one client per public key and process: one such setup a process.
 
 Nothing here raises. A failing export is logged once per outage
-(`telemetry_export_failed`, then `telemetry_export_recovered`; the SDK exporter's
-per-retry warnings held back), and `shutdown(timeout_s)` keeps its budget whatever the
-collector does (the SDK's own shutdown waits out its retries).
+(`telemetry_export_failed`, then `telemetry_export_recovered`), not once per retry: the
+SDK exporter's own warnings are held back. `force_flush` and `shutdown` keep their
+budget whatever the collector does, each provider at work in a thread of its own and its
+exporter aborted at the deadline: the SDK's own shutdown waits out the exporter's
+retries (it took 9.4 s on a 2 s budget against a dead collector).
 """
 
 from __future__ import annotations
@@ -81,25 +83,21 @@ def _safe_url(url: str) -> str:
 
 
 class _Part(SpanExporter):
-    """A TracerProvider of ours and, wrapped, the exporter its spans go through.
+    """A TracerProvider of ours and, wrapped, the exporter its spans go through: its
+    failures logged once per outage (an exception is one too), its shutdown done once
+    (by the provider, or at the deadline)."""
 
-    A failing export is logged once per outage. The SDK exporter's own warnings (one per
-    retry, per batch) are held back until the part is closed: the first of an outage
-    becomes, at once, its reason. An exception is a failure (the batch worker must not
-    die). The exporter is shut down once, by the provider or at the deadline.
-    """
-
-    def __init__(
-        self, name: str, exporter: SpanExporter, endpoint: str, provider: TracerProvider
-    ) -> None:
+    def __init__(self, name: str, exporter: SpanExporter, provider: TracerProvider) -> None:
         self.name = name
-        self.endpoint = _safe_url(endpoint)
+        self.endpoint = _safe_url(str(getattr(exporter, "_endpoint", "")))
         self.provider = provider
         self.langfuse: Langfuse | None = None  # the judge's client, closed after the provider
         self.down = False
         self._inner = exporter
         self._lock = threading.Lock()
         self._closed = False
+        # The SDK exporter's warnings (one per retry, per batch) are held back until the part
+        # is closed: the first of an outage becomes, at once, its reason.
         self._loggers = [
             logging.getLogger(cls.__module__)
             for cls in type(exporter).__mro__
@@ -120,7 +118,6 @@ class _Part(SpanExporter):
         except Exception as error:
             self._set_down(True, f"{type(error).__name__}: {error}"[:300])
             return SpanExportResult.FAILURE
-        # LangfuseSpanExporter says why in `reason`; the SDK's says it in its warnings.
         reason = getattr(self._inner, "reason", None) or "the exporter reported a failure"
         self._set_down(result is not SpanExportResult.SUCCESS, reason)
         return result
@@ -140,12 +137,8 @@ class _Part(SpanExporter):
         if not closed:
             self._inner.shutdown()
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
     def close(self) -> bool:
-        """The batch worker's last export, the exporter shut down, then the judge's client."""
-        self.provider.shutdown()
+        self.provider.shutdown()  # the batch worker's last export, then the exporter's shutdown
         for logger in self._loggers:
             logger.removeFilter(self._held_back)
         if self.langfuse is not None:
@@ -176,7 +169,7 @@ class LangfuseSpanExporter(SpanExporter):
     """
 
     def __init__(self, target: LangfuseOtlp) -> None:
-        self.url = target.traces_url
+        self._endpoint = target.traces_url
         self._client = httpx.Client(
             auth=(target.public_key, target.secret_key),
             headers={
@@ -195,7 +188,7 @@ class LangfuseSpanExporter(SpanExporter):
         body = encode_spans(spans).SerializeToString()
         for attempt in range(2):
             try:
-                response = self._client.post(self.url, content=body)
+                response = self._client.post(self._endpoint, content=body)
             except httpx.HTTPError as error:
                 self.reason = f"{type(error).__name__}: {error}"[:300]
             else:
@@ -212,27 +205,18 @@ class LangfuseSpanExporter(SpanExporter):
         self._closing.set()
         self._client.close()
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
-
 
 class Telemetry:
-    """What `setup_telemetry` built. `tracer` makes observer's spans (non-recording when
-    nothing is exported, and after shutdown); `judge_langfuse` (None unless
-    judge_to_langfuse) makes the judge's generations in Langfuse.
-
-    `force_flush` and `shutdown` never raise and return within their budget (True:
-    everything went out); `shutdown` is idempotent.
-    """
+    """What `setup_telemetry` built: `tracer` makes observer's spans (non-recording when
+    nothing is exported, and after shutdown), `judge_langfuse` the judge's generations.
+    `force_flush` and `shutdown` return True when everything went out."""
 
     def __init__(self, parts: Sequence[_Part] = ()) -> None:
         self._parts = list(parts)
         self.parts = [part.name for part in self._parts]
         self.enabled = bool(self._parts)  # something is exported (spans or generations)
-        spans = [part.provider for part in self._parts if part.name == "spans"]
-        self.tracer: trace.Tracer = (
-            spans[0].get_tracer(TRACER_NAME, __version__) if spans else _NOOP
-        )
+        spans = next((part.provider for part in self._parts if part.name == "spans"), None)
+        self.tracer: trace.Tracer = spans.get_tracer(TRACER_NAME, __version__) if spans else _NOOP
         self.judge_langfuse = next((p.langfuse for p in self._parts if p.langfuse), None)
         self._lock = threading.Lock()
         self._closed: bool | None = None  # once shut down: whether everything went out
@@ -247,7 +231,7 @@ class Telemetry:
         return self._run(lambda part: part.provider.force_flush(ms) and not part.down, timeout_s)
 
     def shutdown(self, timeout_s: float = 5.0) -> bool:
-        """Flush the spans, then stop; spans started later are no-ops."""
+        """Flush the spans, then stop; spans started later are no-ops. Idempotent."""
         with self._lock:
             if self._closed is not None:
                 return self._closed
@@ -260,9 +244,8 @@ class Telemetry:
     def _run(
         self, work: Callable[[_Part], bool], timeout_s: float, *, abort_late: bool = False
     ) -> bool:
-        """`work` on every part, each in a daemon thread of its own, until the deadline;
-        with `abort_late`, a part still at work then has its exporter shut down (its
-        retries end at once)."""
+        """`work` on every part, each in a daemon thread, until the deadline; with
+        `abort_late`, a part still at work then has its exporter shut down."""
         deadline = time.monotonic() + max(0.0, timeout_s)
         results: dict[str, bool] = {}
 
@@ -284,7 +267,7 @@ class Telemetry:
             if thread.is_alive():
                 late.append(part.name)
                 if abort_late:
-                    part.shutdown()
+                    part.shutdown()  # its retries end at once
         if late:
             log.warning("telemetry_flush_incomplete", parts=late, timeout_s=timeout_s)
         return not late and len(results) == len(self._parts) and all(results.values())
@@ -295,9 +278,8 @@ def _spans_part() -> _Part:
     protocol = _env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or _env("OTEL_EXPORTER_OTLP_PROTOCOL")
     kind = "grpc" if protocol.lower() == "grpc" else "http"
     module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{kind}.trace_exporter")
-    exporter: SpanExporter = module.OTLPSpanExporter()
     provider = TracerProvider(resource=resource(), shutdown_on_exit=False)
-    part = _Part("spans", exporter, str(getattr(exporter, "_endpoint", "")), provider)
+    part = _Part("spans", module.OTLPSpanExporter(), provider)
     provider.add_span_processor(BatchSpanProcessor(part))
     return part
 
@@ -307,14 +289,14 @@ def _judge_part(target: LangfuseOtlp) -> _Part:
     to the provider and sends through our exporter (`span_exporter`) as it is."""
     from langfuse import Langfuse
 
-    environment = {"langfuse.environment": JUDGE_ENVIRONMENT}
-    environment["deployment.environment.name"] = JUDGE_ENVIRONMENT
+    attributes = {**_OWN, "langfuse.environment": JUDGE_ENVIRONMENT}
+    attributes["deployment.environment.name"] = JUDGE_ENVIRONMENT
     provider = TracerProvider(
-        resource=Resource({**_OWN, **environment}),
+        resource=Resource(attributes),
         sampler=sampling.ALWAYS_ON,  # not OTEL_TRACES_SAMPLER: that one is for our spans
         shutdown_on_exit=False,
     )
-    part = _Part("judge_generations", LangfuseSpanExporter(target), target.traces_url, provider)
+    part = _Part("judge_generations", LangfuseSpanExporter(target), provider)
     part.langfuse = Langfuse(
         public_key=target.public_key,
         secret_key=target.secret_key,
@@ -328,22 +310,17 @@ def _judge_part(target: LangfuseOtlp) -> _Part:
 
 
 def setup_telemetry(*, judge_to_langfuse: LangfuseOtlp | None = None) -> Telemetry:
-    """Build what the variables ask for; a no-op `Telemetry` when they ask for nothing.
-
-    `judge_to_langfuse` is observer's own setting. Never raises: a part that cannot be
-    built is logged and left out.
-    """
-    parts: list[_Part] = []
-    try:
-        if asked_for("traces"):
-            parts.append(_spans_part())
-    except Exception:
-        log.exception("telemetry_setup_failed", part="spans")
-    try:
-        if judge_to_langfuse is not None:
-            parts.append(_judge_part(judge_to_langfuse))
-    except Exception:
-        log.exception("telemetry_setup_failed", part="judge_generations")
+    """Build what the variables (and observer's own `judge_to_langfuse`) ask for; a part
+    that cannot be built is logged and left out."""
+    wanted: dict[str, Callable[[], _Part]] = {"spans": _spans_part} if asked_for("traces") else {}
+    if judge_to_langfuse is not None:
+        wanted["judge_generations"] = lambda: _judge_part(judge_to_langfuse)
+    parts = []
+    for name, build in wanted.items():
+        try:
+            parts.append(build())
+        except Exception:
+            log.exception("telemetry_setup_failed", part=name)
     if parts:
         where = {part.name: part.endpoint for part in parts}
         log.info(
