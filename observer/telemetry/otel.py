@@ -183,21 +183,19 @@ class LangfuseSpanExporter(SpanExporter):
         self.reason: str | None = None  # why the last export failed
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self._closing.is_set():
-            return SpanExportResult.FAILURE
         body = encode_spans(spans).SerializeToString()
-        for attempt in range(2):
+        for pause_s in (0.0, 1.0):  # before each of the two attempts; none once shut down
+            if self._closing.wait(pause_s):
+                break
             try:
                 response = self._client.post(self._endpoint, content=body)
             except httpx.HTTPError as error:
                 self.reason = f"{type(error).__name__}: {error}"[:300]
-            else:
-                if response.is_success:
-                    return SpanExportResult.SUCCESS
-                self.reason = f"Langfuse answered {response.status_code}"
-                if response.status_code < 500 and response.status_code != 429:
-                    break
-            if attempt == 0 and self._closing.wait(1.0):
+                continue
+            if response.is_success:
+                return SpanExportResult.SUCCESS
+            self.reason = f"Langfuse answered {response.status_code}"
+            if response.status_code < 500 and response.status_code != 429:
                 break
         return SpanExportResult.FAILURE
 
