@@ -39,8 +39,9 @@ import structlog
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider, sampling
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Sampler
 
 from observer import __version__
 
@@ -87,10 +88,12 @@ class _Part(SpanExporter):
     failures logged once per outage (an exception is one too), its shutdown done once
     (by the provider, or at the deadline)."""
 
-    def __init__(self, name: str, exporter: SpanExporter, provider: TracerProvider) -> None:
+    def __init__(
+        self, name: str, exporter: SpanExporter, resource: Resource, sampler: Sampler | None = None
+    ) -> None:
         self.name = name
         self.endpoint = _safe_url(str(getattr(exporter, "_endpoint", "")))
-        self.provider = provider
+        self.provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False)
         self.langfuse: Langfuse | None = None  # the judge's client, closed after the provider
         self.down = False
         self._inner = exporter
@@ -204,13 +207,53 @@ class LangfuseSpanExporter(SpanExporter):
         self._client.close()
 
 
-class Telemetry:
-    """What `setup_telemetry` built: `tracer` makes observer's spans (non-recording when
-    nothing is exported, and after shutdown), `judge_langfuse` the judge's generations.
-    `force_flush` and `shutdown` return True when everything went out."""
+def _spans_part() -> _Part:
+    """The SDK's OTLP span exporter (http/protobuf, or gRPC), built from the variables."""
+    protocol = _env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or _env("OTEL_EXPORTER_OTLP_PROTOCOL")
+    kind = "grpc" if protocol.lower() == "grpc" else "http"
+    module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{kind}.trace_exporter")
+    part = _Part("spans", module.OTLPSpanExporter(), resource())
+    part.provider.add_span_processor(BatchSpanProcessor(part))
+    return part
 
-    def __init__(self, parts: Sequence[_Part] = ()) -> None:
-        self._parts = list(parts)
+
+def _judge_part(target: LangfuseOtlp) -> _Part:
+    """The Langfuse SDK's client over a private provider; the SDK adds its span processor
+    to the provider and sends through our exporter (`span_exporter`) as it is."""
+    from langfuse import Langfuse
+
+    attributes = {**_OWN, "langfuse.environment": JUDGE_ENVIRONMENT}
+    attributes["deployment.environment.name"] = JUDGE_ENVIRONMENT
+    # Always sampled: OTEL_TRACES_SAMPLER is for observer's own spans.
+    part = _Part("judge_generations", LangfuseSpanExporter(target), Resource(attributes), ALWAYS_ON)
+    part.langfuse = Langfuse(
+        public_key=target.public_key,
+        secret_key=target.secret_key,
+        base_url=target.base_url,
+        timeout=max(1, int(target.timeout_s)),
+        environment=JUDGE_ENVIRONMENT,
+        tracer_provider=part.provider,
+        span_exporter=part,
+    )
+    return part
+
+
+class Telemetry:
+    """What the variables (and observer's own `judge_to_langfuse`) ask for, a part that
+    cannot be built logged and left out: `tracer` makes observer's spans (non-recording
+    when nothing is exported, and after shutdown), `judge_langfuse` the judge's
+    generations. `force_flush` and `shutdown` return True when everything went out."""
+
+    def __init__(self, *, judge_to_langfuse: LangfuseOtlp | None = None) -> None:
+        wanted = {"spans": _spans_part} if asked_for("traces") else {}
+        if judge_to_langfuse is not None:
+            wanted["judge_generations"] = lambda: _judge_part(judge_to_langfuse)
+        self._parts: list[_Part] = []
+        for name, build in wanted.items():
+            try:
+                self._parts.append(build())
+            except Exception:
+                log.exception("telemetry_setup_failed", part=name)
         self.parts = [part.name for part in self._parts]
         self.enabled = bool(self._parts)  # something is exported (spans or generations)
         spans = next((part.provider for part in self._parts if part.name == "spans"), None)
@@ -220,6 +263,13 @@ class Telemetry:
         self._closed: bool | None = None  # once shut down: whether everything went out
         if self._parts:
             atexit.register(self.shutdown, 2.0)
+            where = {part.name: part.endpoint for part in self._parts}
+            log.info(
+                "telemetry_started",
+                traces=where.get("spans"),
+                metrics="not pushed: scrape /metrics" if asked_for("metrics") else None,
+                judge_to_langfuse=where.get("judge_generations"),
+            )
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
         """Export the spans ended so far."""
@@ -236,14 +286,12 @@ class Telemetry:
             self._closed, self.tracer = True, _NOOP
         if self._parts:
             atexit.unregister(self.shutdown)
-            self._closed = self._run(_Part.close, timeout_s, abort_late=True)
+            self._closed = self._run(_Part.close, timeout_s, abort=True)
         return self._closed
 
-    def _run(
-        self, work: Callable[[_Part], bool], timeout_s: float, *, abort_late: bool = False
-    ) -> bool:
-        """`work` on every part, each in a daemon thread, until the deadline; with
-        `abort_late`, a part still at work then has its exporter shut down."""
+    def _run(self, work: Callable[[_Part], bool], timeout_s: float, *, abort: bool = False) -> bool:
+        """`work` on every part, each in a daemon thread, until the deadline; with `abort`,
+        a part still at work then has its exporter shut down."""
         deadline = time.monotonic() + max(0.0, timeout_s)
         results: dict[str, bool] = {}
 
@@ -264,67 +312,11 @@ class Telemetry:
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 late.append(part.name)
-                if abort_late:
+                if abort:
                     part.shutdown()  # its retries end at once
         if late:
             log.warning("telemetry_flush_incomplete", parts=late, timeout_s=timeout_s)
         return not late and len(results) == len(self._parts) and all(results.values())
 
 
-def _spans_part() -> _Part:
-    """The SDK's OTLP span exporter (http/protobuf, or gRPC), built from the variables."""
-    protocol = _env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or _env("OTEL_EXPORTER_OTLP_PROTOCOL")
-    kind = "grpc" if protocol.lower() == "grpc" else "http"
-    module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{kind}.trace_exporter")
-    provider = TracerProvider(resource=resource(), shutdown_on_exit=False)
-    part = _Part("spans", module.OTLPSpanExporter(), provider)
-    provider.add_span_processor(BatchSpanProcessor(part))
-    return part
-
-
-def _judge_part(target: LangfuseOtlp) -> _Part:
-    """The Langfuse SDK's client over a private provider; the SDK adds its span processor
-    to the provider and sends through our exporter (`span_exporter`) as it is."""
-    from langfuse import Langfuse
-
-    attributes = {**_OWN, "langfuse.environment": JUDGE_ENVIRONMENT}
-    attributes["deployment.environment.name"] = JUDGE_ENVIRONMENT
-    provider = TracerProvider(
-        resource=Resource(attributes),
-        sampler=sampling.ALWAYS_ON,  # not OTEL_TRACES_SAMPLER: that one is for our spans
-        shutdown_on_exit=False,
-    )
-    part = _Part("judge_generations", LangfuseSpanExporter(target), provider)
-    part.langfuse = Langfuse(
-        public_key=target.public_key,
-        secret_key=target.secret_key,
-        base_url=target.base_url,
-        timeout=max(1, int(target.timeout_s)),
-        environment=JUDGE_ENVIRONMENT,
-        tracer_provider=provider,
-        span_exporter=part,
-    )
-    return part
-
-
-def setup_telemetry(*, judge_to_langfuse: LangfuseOtlp | None = None) -> Telemetry:
-    """Build what the variables (and observer's own `judge_to_langfuse`) ask for; a part
-    that cannot be built is logged and left out."""
-    wanted: dict[str, Callable[[], _Part]] = {"spans": _spans_part} if asked_for("traces") else {}
-    if judge_to_langfuse is not None:
-        wanted["judge_generations"] = lambda: _judge_part(judge_to_langfuse)
-    parts = []
-    for name, build in wanted.items():
-        try:
-            parts.append(build())
-        except Exception:
-            log.exception("telemetry_setup_failed", part=name)
-    if parts:
-        where = {part.name: part.endpoint for part in parts}
-        log.info(
-            "telemetry_started",
-            traces=where.get("spans"),
-            metrics="not pushed: scrape /metrics" if asked_for("metrics") else None,
-            judge_to_langfuse=where.get("judge_generations"),
-        )
-    return Telemetry(parts)
+setup_telemetry = Telemetry  # what the composition root and the tests call
