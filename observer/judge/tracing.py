@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
@@ -55,19 +54,16 @@ def judge_trace(langfuse: Langfuse | None, judged_trace_id: str) -> Iterator[Jud
         return
     from langfuse import propagate_attributes
 
-    detached = otel_context.attach(otel_context.Context())  # a root, not a child of ours
-    try:
-        with (
-            propagate_attributes(
-                trace_name=JUDGE_TRACE_NAME, metadata={"judged_trace_id": judged_trace_id}
-            ),
-            langfuse.start_as_current_observation(
-                name=JUDGE_TRACE_NAME, as_type="span", end_on_exit=False
-            ) as root,
-        ):
-            trace.get_current_span().set_attribute("observer.trace_id", judged_trace_id)
-    finally:
-        otel_context.detach(detached)
+    with (
+        trace.use_span(trace.INVALID_SPAN),  # no current span: a root, not a child of ours
+        propagate_attributes(
+            trace_name=JUDGE_TRACE_NAME, metadata={"judged_trace_id": judged_trace_id}
+        ),
+        langfuse.start_as_current_observation(
+            name=JUDGE_TRACE_NAME, as_type="span", end_on_exit=False
+        ) as root,
+    ):
+        trace.get_current_span().set_attribute("observer.trace_id", judged_trace_id)
     token = _root.set(root)
     try:
         yield JudgeTrace(root)
@@ -119,15 +115,6 @@ class LlmCall:
             cost_details=cost,
         )
 
-    def failed(self, error: BaseException) -> None:
-        kind = type(error).__name__
-        message = f"{kind}: {error}"[:300]
-        for span in self.spans:
-            span.set_attribute("error.type", kind)
-            span.set_status(Status(StatusCode.ERROR, message))
-        if self.generation is not None:
-            self.generation.update(level="ERROR", status_message=message)
-
 
 @contextmanager
 def llm_call(
@@ -177,7 +164,13 @@ def llm_call(
         try:
             yield call
         except BaseException as error:
-            call.failed(error)
+            kind = type(error).__name__
+            message = f"{kind}: {error}"[:300]
+            for failed in call.spans:
+                failed.set_attribute("error.type", kind)
+                failed.set_status(Status(StatusCode.ERROR, message))
+            if generation is not None:
+                generation.update(level="ERROR", status_message=message)
             raise
         finally:
             span.end()
