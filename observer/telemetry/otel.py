@@ -1,24 +1,15 @@
 """OpenTelemetry: observer's own spans over OTLP; the transport of the judge's calls to Langfuse.
 
-observer only decides whether spans are exported (`asked_for`); the SDK reads the rest
-of the standard variables itself: `OTLPSpanExporter()` (http/protobuf, or gRPC) takes
-endpoint, headers, timeout and compression, `Resource.create()` and its environment
-detector `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME`. `Telemetry.tracer` is
-handed by the composition root to what makes spans; no global provider is set.
-Metrics are not pushed: a collector scrapes `/metrics` (docs/decisions.md#telemetry).
-
-With `judge_to_langfuse`, `Telemetry.judge_langfuse` is a Langfuse SDK client over a
-private TracerProvider whose spans go through `LangfuseSpanExporter`, a transport of
-our own that reads no `OTEL_EXPORTER_OTLP_*` variable: the SDK's OTLP exporter would
-merge `OTEL_EXPORTER_OTLP_HEADERS`, meant for the collector, into its requests to
-Langfuse. The SDK keeps one client per public key and process: one such setup a process.
-
-Nothing here raises. A failing export is logged once per outage
-(`telemetry_export_failed`, then `telemetry_export_recovered`), not once per retry: the
-SDK exporter's own warnings are held back. `force_flush` and `shutdown` keep their
-budget whatever the collector does, each provider at work in a thread of its own and its
-exporter aborted at the deadline: the SDK's own shutdown waits out the exporter's
-retries (it took 9.4 s on a 2 s budget against a dead collector).
+observer only decides whether spans are exported (`asked_for`): the SDK's
+`OTLPSpanExporter()` and `Resource.create()` read the other standard variables. No global
+provider is set; metrics are not pushed, a collector scrapes `/metrics`. Nothing here
+raises. Three things are ours on purpose (docs/decisions.md#telemetry): the judge's spans
+go to Langfuse through `LangfuseSpanExporter`, as the SDK's exporter would merge
+`OTEL_EXPORTER_OTLP_HEADERS`, meant for the collector, into its requests to Langfuse;
+`force_flush` and `shutdown` keep their budget, each provider in a thread of its own and
+its exporter aborted at the deadline, as the SDK's own shutdown waits out the exporter's
+retries (9.4 s on a 2 s budget against a dead collector); and an outage is logged once
+(`telemetry_export_failed`, then `telemetry_export_recovered`), not once per retry.
 """
 
 from __future__ import annotations
@@ -84,9 +75,8 @@ def _safe_url(url: str) -> str:
 
 
 class _Part(SpanExporter):
-    """A TracerProvider of ours and, wrapped, the exporter its spans go through: its
-    failures logged once per outage (an exception is one too), its shutdown done once
-    (by the provider, or at the deadline)."""
+    """A TracerProvider of ours and, wrapped, the exporter its spans go through: shut down
+    once (by the provider, or at the deadline); an exception from it is a failed export."""
 
     def __init__(
         self, name: str, exporter: SpanExporter, resource: Resource, sampler: Sampler | None = None
@@ -95,12 +85,11 @@ class _Part(SpanExporter):
         self.endpoint = _safe_url(str(getattr(exporter, "_endpoint", "")))
         self.provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False)
         self.langfuse: Langfuse | None = None  # the judge's client, closed after the provider
-        self.down = False
+        self.down = self._closed = False
         self._inner = exporter
         self._lock = threading.Lock()
-        self._closed = False
         # The SDK exporter's warnings (one per retry, per batch) are held back until the part
-        # is closed: the first of an outage becomes, at once, its reason.
+        # is closed: the first of an outage is the reason of its one log line.
         self._loggers = [
             logging.getLogger(cls.__module__)
             for cls in type(exporter).__mro__
@@ -110,10 +99,9 @@ class _Part(SpanExporter):
             logger.addFilter(self._held_back)
 
     def _held_back(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING:
-            return True
-        self._set_down(True, record.getMessage()[:300])
-        return False
+        if record.levelno >= logging.WARNING:
+            self._set_down(True, record.getMessage()[:300])
+        return record.levelno < logging.WARNING
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
@@ -164,12 +152,9 @@ class LangfuseOtlp:
 
 
 class LangfuseSpanExporter(SpanExporter):
-    """Spans to Langfuse's OTLP endpoint: HTTP protobuf (the SDK's encoder), Basic auth.
-
-    Sends `x-langfuse-ingestion-version: 4`, as the Langfuse SDK's own exporter does:
-    Langfuse v4 then writes the spans straight away, readable at once (without it, up to
-    15 minutes later). One retry after a network error, a 5xx or a 429.
-    """
+    """Spans to Langfuse's OTLP endpoint, as protobuf, with one retry after a network error,
+    a 5xx or a 429. `x-langfuse-ingestion-version: 4`, as the Langfuse SDK's own exporter
+    sends: Langfuse v4 then writes the spans at once (without it, up to 15 minutes later)."""
 
     def __init__(self, target: LangfuseOtlp) -> None:
         self._endpoint = target.traces_url
@@ -218,8 +203,8 @@ def _spans_part() -> _Part:
 
 
 def _judge_part(target: LangfuseOtlp) -> _Part:
-    """The Langfuse SDK's client over a private provider; the SDK adds its span processor
-    to the provider and sends through our exporter (`span_exporter`) as it is."""
+    """The Langfuse SDK's client over the part's provider: the SDK adds its span processor,
+    which sends through the part. The SDK keeps one client per public key and process."""
     from langfuse import Langfuse
 
     attributes = {**_OWN, "langfuse.environment": JUDGE_ENVIRONMENT}
@@ -239,10 +224,9 @@ def _judge_part(target: LangfuseOtlp) -> _Part:
 
 
 class Telemetry:
-    """What the variables (and observer's own `judge_to_langfuse`) ask for, a part that
-    cannot be built logged and left out: `tracer` makes observer's spans (non-recording
-    when nothing is exported, and after shutdown), `judge_langfuse` the judge's
-    generations. `force_flush` and `shutdown` return True when everything went out."""
+    """What the variables and `judge_to_langfuse` ask for (a part that cannot be built is
+    logged and left out): `tracer` makes observer's spans (non-recording when nothing is
+    exported, and after shutdown), `judge_langfuse` the judge's generations."""
 
     def __init__(self, *, judge_to_langfuse: LangfuseOtlp | None = None) -> None:
         wanted = {"spans": _spans_part} if asked_for("traces") else {}
@@ -272,7 +256,7 @@ class Telemetry:
             )
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
-        """Export the spans ended so far."""
+        """Export the spans ended so far; True when everything went out."""
         if self._closed is not None:
             return not self._parts
         ms = int(timeout_s * 1000)
@@ -284,9 +268,8 @@ class Telemetry:
             if self._closed is not None:
                 return self._closed
             self._closed, self.tracer = True, _NOOP
-        if self._parts:
-            atexit.unregister(self.shutdown)
-            self._closed = self._run(_Part.close, timeout_s, abort=True)
+        atexit.unregister(self.shutdown)
+        self._closed = self._run(_Part.close, timeout_s, abort=True)
         return self._closed
 
     def _run(self, work: Callable[[_Part], bool], timeout_s: float, *, abort: bool = False) -> bool:
@@ -301,12 +284,11 @@ class Telemetry:
             except Exception:
                 log.exception("telemetry_flush_failed", part=part.name)
 
-        threads = [
-            threading.Thread(target=run, args=(part,), name="observer-otel", daemon=True)
-            for part in self._parts
-        ]
-        for thread in threads:
+        threads = []
+        for part in self._parts:
+            thread = threading.Thread(target=run, args=(part,), name="observer-otel", daemon=True)
             thread.start()
+            threads.append(thread)
         late = []
         for part, thread in zip(self._parts, threads, strict=True):
             thread.join(max(0.0, deadline - time.monotonic()))
