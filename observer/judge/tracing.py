@@ -1,24 +1,21 @@
 """The judge's LLM calls as spans, for observer's collector and in the user's Langfuse.
 
-`llm_call(tracer, ...)`: an `observer.judge_call` span on `Telemetry.tracer` with the
-GenAI semantic conventions (model, tokens, error type; never the text). Inside
-`judge_trace(Telemetry.judge_langfuse, ...)` each call is also a generation (model,
-parameters, input, output, usage, cost) of one `observer.judge` trace, made with the
-Langfuse SDK's observation API in environment `observer-judge`: a root of its own,
-never a child of observer's spans, skipped by observer's mapping (`observer.` names).
+`llm_call`: an `observer.judge_call` span on `Telemetry.tracer`, GenAI conventions (model,
+tokens, error type; never the text). Inside `judge_trace(Telemetry.judge_langfuse, ...)`,
+also a generation (model, parameters, input, output, usage, cost) of one `observer.judge`
+trace in environment `observer-judge`, its own root, skipped by observer's mapping.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 if TYPE_CHECKING:
@@ -70,13 +67,6 @@ def judge_trace(langfuse: Langfuse | None, judged_trace_id: str) -> Iterator[Jud
     finally:
         _root.reset(token)
         root.end()
-
-
-def _server(base_url: str | None) -> dict[str, AttributeValue]:
-    parts = urlsplit(base_url or "")
-    port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
-    found = {"server.address": parts.hostname, "server.port": port}
-    return {key: value for key, value in found.items() if value}
 
 
 @dataclass
@@ -140,25 +130,26 @@ def llm_call(
         "gen_ai.request.max_tokens": max_tokens,
         "gen_ai.output.type": "json",
         "observer.judge.step": step,
-        **_server(base_url),
     }
-    span = tracer.start_span(JUDGE_CALL_SPAN, kind=SpanKind.CLIENT, attributes=request)
-    root = _root.get()
+    server = urlsplit(base_url or "")
+    if server.hostname:
+        request["server.address"] = server.hostname
+    if port := server.port or {"https": 443, "http": 80}.get(server.scheme):
+        request["server.port"] = port
+    span = tracer.start_span(JUDGE_CALL_SPAN, kind=trace.SpanKind.CLIENT, attributes=request)
     parameters = {"temperature": temperature, "max_tokens": max_tokens}
-    opened: AbstractContextManager[LangfuseGeneration | None] = (
-        nullcontext()
-        if root is None
-        else root.start_as_current_observation(
-            name=step,
-            as_type="generation",
-            model=model,
-            model_parameters={**parameters, "response_format": response_format},
-            input=list(messages),
-        )
-    )
-    with opened as generation:
-        call = LlmCall([span], generation, prices_per_1k)
-        if generation is not None:
+    with ExitStack() as generation_open:
+        call = LlmCall([span], None, prices_per_1k)
+        if (root := _root.get()) is not None:
+            call.generation = generation_open.enter_context(
+                root.start_as_current_observation(
+                    name=step,
+                    as_type="generation",
+                    model=model,
+                    model_parameters={**parameters, "response_format": response_format},
+                    input=list(messages),
+                )
+            )
             call.spans.append(trace.get_current_span())
             call.spans[-1].set_attributes(request)
         try:
@@ -168,9 +159,9 @@ def llm_call(
             message = f"{kind}: {error}"[:300]
             for failed in call.spans:
                 failed.set_attribute("error.type", kind)
-                failed.set_status(Status(StatusCode.ERROR, message))
-            if generation is not None:
-                generation.update(level="ERROR", status_message=message)
+                failed.set_status(trace.Status(trace.StatusCode.ERROR, message))
+            if call.generation is not None:
+                call.generation.update(level="ERROR", status_message=message)
             raise
         finally:
             span.end()
