@@ -49,15 +49,14 @@ _NOOP = trace.NoOpTracer()
 
 
 def _env(name: str) -> str:
-    return os.environ.get(name, "").strip()
+    """A standard variable, stripped and lower-cased: observer only tests them."""
+    return os.environ.get(name, "").strip().lower()
 
 
 def asked_for(signal: str) -> bool:
     """The standard variables ask for `signal` ("traces", "metrics") over OTLP."""
     upper = signal.upper()
-    if _env("OTEL_SDK_DISABLED").lower() == "true":
-        return False
-    if _env(f"OTEL_{upper}_EXPORTER").lower() == "none":
+    if _env("OTEL_SDK_DISABLED") == "true" or _env(f"OTEL_{upper}_EXPORTER") == "none":
         return False
     return bool(_env(f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT") or _env("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
@@ -106,10 +105,9 @@ class _Part(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
             result = self._inner.export(spans)
+            reason = getattr(self._inner, "reason", None) or "the exporter reported a failure"
         except Exception as error:
-            self._set_down(True, f"{type(error).__name__}: {error}"[:300])
-            return SpanExportResult.FAILURE
-        reason = getattr(self._inner, "reason", None) or "the exporter reported a failure"
+            result, reason = SpanExportResult.FAILURE, f"{type(error).__name__}: {error}"[:300]
         self._set_down(result is not SpanExportResult.SUCCESS, reason)
         return result
 
@@ -195,7 +193,7 @@ class LangfuseSpanExporter(SpanExporter):
 def _spans_part() -> _Part:
     """The SDK's OTLP span exporter (http/protobuf, or gRPC), built from the variables."""
     protocol = _env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or _env("OTEL_EXPORTER_OTLP_PROTOCOL")
-    kind = "grpc" if protocol.lower() == "grpc" else "http"
+    kind = "grpc" if protocol == "grpc" else "http"
     module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{kind}.trace_exporter")
     part = _Part("spans", module.OTLPSpanExporter(), resource())
     part.provider.add_span_processor(BatchSpanProcessor(part))
@@ -276,7 +274,7 @@ class Telemetry:
         """`work` on every part, each in a daemon thread, until the deadline; with `abort`,
         a part still at work then has its exporter shut down."""
         deadline = time.monotonic() + max(0.0, timeout_s)
-        results: dict[str, bool] = {}
+        results = dict.fromkeys(self.parts, False)
 
         def run(part: _Part) -> None:
             try:
@@ -298,7 +296,7 @@ class Telemetry:
                     part.shutdown()  # its retries end at once
         if late:
             log.warning("telemetry_flush_incomplete", parts=late, timeout_s=timeout_s)
-        return not late and len(results) == len(self._parts) and all(results.values())
+        return not late and all(results.values())
 
 
 setup_telemetry = Telemetry  # what the composition root and the tests call
