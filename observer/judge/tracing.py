@@ -82,8 +82,7 @@ class LlmCall:
         attributes: dict[str, AttributeValue] = {"gen_ai.response.model": response.model}
         if response.id:
             attributes["gen_ai.response.id"] = response.id
-        reasons = [c.finish_reason for c in response.choices if c.finish_reason]
-        if reasons:
+        if reasons := [c.finish_reason for c in response.choices if c.finish_reason]:
             attributes["gen_ai.response.finish_reasons"] = reasons
         tokens: dict[str, int] | None = None
         if (usage := response.usage) is not None:
