@@ -105,6 +105,7 @@ class _Part(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
             result = self._inner.export(spans)
+            # LangfuseSpanExporter says why in `reason`; the SDK's said it in its warnings.
             reason = getattr(self._inner, "reason", None) or "the exporter reported a failure"
         except Exception as error:
             result, reason = SpanExportResult.FAILURE, f"{type(error).__name__}: {error}"[:300]
