@@ -1,11 +1,9 @@
 """The judge's LLM calls as spans, for observer's collector and in the user's Langfuse.
 
-`llm_call(tracer, ...)`: an `observer.judge_call` span on `Telemetry.tracer` with the
-GenAI semantic conventions (model, tokens, error type; never the text). Inside
-`judge_trace(Telemetry.judge_langfuse, ...)` each call is also a generation (model,
-parameters, input, output, usage, cost) of one `observer.judge` trace, made with the
-Langfuse SDK's observation API in environment `observer-judge`: a root of its own,
-never a child of observer's spans, skipped by observer's mapping (`observer.` names).
+`llm_call`: an `observer.judge_call` span on `Telemetry.tracer`, GenAI conventions (model,
+tokens, error type; never the text). Inside `judge_trace(Telemetry.judge_langfuse, ...)`,
+also a generation (model, parameters, input, output, usage, cost) of one `observer.judge`
+trace in environment `observer-judge`, its own root, skipped by observer's mapping.
 """
 
 from __future__ import annotations
@@ -13,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 if TYPE_CHECKING:
@@ -32,17 +29,17 @@ JUDGE_CALL_SPAN = "observer.judge_call"
 _root: ContextVar[LangfuseSpan | None] = ContextVar("observer_judge_root", default=None)
 
 
+@dataclass
 class JudgeTrace:
     """One judged trace in Langfuse (a no-op without a Langfuse client)."""
 
-    def __init__(self, root: LangfuseSpan | None) -> None:
-        self._root = root
+    root: LangfuseSpan | None
 
     def done(self, summary: Mapping[str, Any], error: str | None = None) -> None:
-        if self._root is not None:
-            self._root.update(output=dict(summary))
-        if self._root is not None and error:
-            self._root.update(level="ERROR", status_message=error[:300])
+        if self.root is not None:
+            self.root.update(output=dict(summary))
+            if error:
+                self.root.update(level="ERROR", status_message=error[:300])
 
 
 @contextmanager
@@ -54,19 +51,16 @@ def judge_trace(langfuse: Langfuse | None, judged_trace_id: str) -> Iterator[Jud
         return
     from langfuse import propagate_attributes
 
-    detached = otel_context.attach(otel_context.Context())  # a root, not a child of ours
-    try:
-        with (
-            propagate_attributes(
-                trace_name=JUDGE_TRACE_NAME, metadata={"judged_trace_id": judged_trace_id}
-            ),
-            langfuse.start_as_current_observation(
-                name=JUDGE_TRACE_NAME, as_type="span", end_on_exit=False
-            ) as root,
-        ):
-            trace.get_current_span().set_attribute("observer.trace_id", judged_trace_id)
-    finally:
-        otel_context.detach(detached)
+    with (
+        trace.use_span(trace.INVALID_SPAN),  # no current span: a root, not a child of ours
+        propagate_attributes(
+            trace_name=JUDGE_TRACE_NAME, metadata={"judged_trace_id": judged_trace_id}
+        ),
+        langfuse.start_as_current_observation(
+            name=JUDGE_TRACE_NAME, as_type="span", end_on_exit=False
+        ) as root,
+    ):
+        trace.get_current_span().set_attribute("observer.trace_id", judged_trace_id)
     token = _root.set(root)
     try:
         yield JudgeTrace(root)
@@ -75,67 +69,40 @@ def judge_trace(langfuse: Langfuse | None, judged_trace_id: str) -> Iterator[Jud
         root.end()
 
 
-def _server(base_url: str | None) -> dict[str, AttributeValue]:
-    parts = urlsplit(base_url or "")
-    port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
-    found = {"server.address": parts.hostname, "server.port": port}
-    return {key: value for key, value in found.items() if value}
-
-
+@dataclass
 class LlmCall:
     """One chat completion, as a GenAI client span and (when on) a Langfuse generation."""
 
-    def __init__(
-        self,
-        span: trace.Span,
-        generation: LangfuseGeneration | None,
-        generation_span: trace.Span | None,
-        prices_per_1k: tuple[float, float],
-    ) -> None:
-        self._span = span
-        self._generation = generation
-        self._spans = [span] if generation_span is None else [span, generation_span]
-        self._prices = prices_per_1k
+    spans: list[trace.Span]  # ours, then the generation's
+    generation: LangfuseGeneration | None
+    prices_per_1k: tuple[float, float]
 
     def completed(self, response: ChatCompletion) -> None:
         """The response's model, id, finish reason and token usage (and its text, to Langfuse)."""
-        if not self._span.is_recording() and self._generation is None:
-            return
         attributes: dict[str, AttributeValue] = {"gen_ai.response.model": response.model}
         if response.id:
             attributes["gen_ai.response.id"] = response.id
-        reasons = [c.finish_reason for c in response.choices if c.finish_reason]
-        if reasons:
+        if reasons := [c.finish_reason for c in response.choices if c.finish_reason]:
             attributes["gen_ai.response.finish_reasons"] = reasons
-        usage = response.usage
-        if usage is not None:
+        tokens: dict[str, int] | None = None
+        if (usage := response.usage) is not None:
+            tokens = {"input": usage.prompt_tokens, "output": usage.completion_tokens}
             attributes["gen_ai.usage.input_tokens"] = usage.prompt_tokens
             attributes["gen_ai.usage.output_tokens"] = usage.completion_tokens
-        for span in self._spans:
+        for span in self.spans:
             span.set_attributes(attributes)
-        if self._generation is None:
+        if self.generation is None:
             return
         cost: dict[str, float] | None = None
-        if usage is not None and any(self._prices):
-            cost_in = usage.prompt_tokens / 1000 * self._prices[0]
-            cost_out = usage.completion_tokens / 1000 * self._prices[1]
+        if tokens is not None and any(self.prices_per_1k):
+            cost_in = tokens["input"] / 1000 * self.prices_per_1k[0]
+            cost_out = tokens["output"] / 1000 * self.prices_per_1k[1]
             cost = {"input": cost_in, "output": cost_out, "total": cost_in + cost_out}
-        self._generation.update(
+        self.generation.update(
             output=response.choices[0].message.content if response.choices else None,
-            usage_details={"input": usage.prompt_tokens, "output": usage.completion_tokens}
-            if usage is not None
-            else None,
+            usage_details=tokens,
             cost_details=cost,
         )
-
-    def failed(self, error: BaseException) -> None:
-        kind = type(error).__name__
-        message = f"{kind}: {error}"[:300]
-        for span in self._spans:
-            span.set_attribute("error.type", kind)
-            span.set_status(Status(StatusCode.ERROR, message))
-        if self._generation is not None:
-            self._generation.update(level="ERROR", status_message=message)
 
 
 @contextmanager
@@ -162,33 +129,38 @@ def llm_call(
         "gen_ai.request.max_tokens": max_tokens,
         "gen_ai.output.type": "json",
         "observer.judge.step": step,
-        **_server(base_url),
     }
-    span = tracer.start_span(JUDGE_CALL_SPAN, kind=SpanKind.CLIENT, attributes=request)
-    root = _root.get()
+    server = urlsplit(base_url or "")
+    if server.hostname:
+        request["server.address"] = server.hostname
+    if port := server.port or {"https": 443, "http": 80}.get(server.scheme):
+        request["server.port"] = port
+    span = tracer.start_span(JUDGE_CALL_SPAN, kind=trace.SpanKind.CLIENT, attributes=request)
+    parameters = {"temperature": temperature, "max_tokens": max_tokens}
     with ExitStack() as generation_open:
-        generation = generation_span = None
-        if root is not None:
-            generation = generation_open.enter_context(
+        call = LlmCall([span], None, prices_per_1k)
+        if (root := _root.get()) is not None:
+            call.generation = generation_open.enter_context(
                 root.start_as_current_observation(
                     name=step,
                     as_type="generation",
                     model=model,
-                    model_parameters={
-                        "temperature": temperature,
-                        "max_tokens": max_tokens,
-                        "response_format": response_format,
-                    },
+                    model_parameters={**parameters, "response_format": response_format},
                     input=list(messages),
                 )
             )
-            generation_span = trace.get_current_span()
-            generation_span.set_attributes(request)
-        call = LlmCall(span, generation, generation_span, prices_per_1k)
+            call.spans.append(trace.get_current_span())
+            call.spans[-1].set_attributes(request)
         try:
             yield call
         except BaseException as error:
-            call.failed(error)
+            kind = type(error).__name__
+            message = f"{kind}: {error}"[:300]
+            for failed in call.spans:
+                failed.set_attribute("error.type", kind)
+                failed.set_status(trace.Status(trace.StatusCode.ERROR, message))
+            if call.generation is not None:
+                call.generation.update(level="ERROR", status_message=message)
             raise
         finally:
             span.end()
