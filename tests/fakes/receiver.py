@@ -19,6 +19,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -89,18 +90,24 @@ class Receiver(LoopbackService):
         with self._lock:
             return list(self._requests)
 
-    def wait_for(self, count: int, timeout_s: float = 5.0) -> list[Received]:
-        """The first `count` requests, waiting up to `timeout_s` for them; AssertionError if not."""
+    def wait_for(
+        self,
+        count: int,
+        timeout_s: float = 5.0,
+        where: Callable[[Received], bool] = lambda _request: True,
+    ) -> list[Received]:
+        """The first `count` requests (those `where` accepts), waiting up to `timeout_s` for
+        them; AssertionError if not."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            while len(self._requests) < count:
+            while len(found := [r for r in self._requests if where(r)]) < count:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise AssertionError(
-                        f"expected {count} requests within {timeout_s}s, got {len(self._requests)}"
+                        f"expected {count} requests within {timeout_s}s, got {len(found)}"
                     )
                 self._lock.wait(remaining)
-            return list(self._requests[:count])
+            return found[:count]
 
     # -- serving --------------------------------------------------------------
 

@@ -73,7 +73,8 @@ def test_a_window_alert_fires_once_for_the_fleet_across_a_change_of_evaluator(
             assert m2.parts.evaluator.last is None
             m1.parts.evaluator.tick()
             assert m1.parts.evaluator.last is not None
-            receiver.wait_for(1, timeout_s=10)
+            # Trace rules page too, as the rows arrive: wait for the window rule's page.
+            receiver.wait_for(1, timeout_s=10, where=lambda r: r.json()["kind"] == "window")
             window = _bodies(receiver, "window")
             assert [(b["rule"], b["state"]) for b in window] == [("ungrounded_rate_high", "firing")]
             # The lease (and the evaluation) moves to m2: it takes the firing alert over.
