@@ -501,7 +501,9 @@ def test_only_sweeps_re_read_the_overlap_and_they_catch_late_observations(
         assert window_starts() == {mark - skew}
         mark = parts.state.watermark()
         assert mark is not None
-        sweep = parts.pipeline.poll(now + timedelta(seconds=61))
+        # The interval counts from the first sweep's end (`now` plus its real duration,
+        # seconds on a loaded machine): half an interval more than it is certainly past.
+        sweep = parts.pipeline.poll(now + timedelta(seconds=90))
         assert sweep.sweep and sweep.scored == 1
         # The demo's traces include langfuse-python 3.6.2 ones, which Langfuse may show up
         # to 15 minutes late: the sweeps re-read that, a sweep interval and two minutes
