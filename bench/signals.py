@@ -163,13 +163,13 @@ def _best_rates(lines: list[str], repeat: int) -> tuple[float, float]:
     machine falls on both sides of the ratio alike rather than on one of them.
     """
     params = SignalParams()
-    best = [float("inf"), float("inf")]
+    best = dict.fromkeys(_SIDES, float("inf"))
     for _ in range(repeat):
-        for side, func in enumerate((_observer, _round_trip)):
+        for side, func in _SIDES.items():
             start = time.process_time()
             func(lines, params)
             best[side] = min(best[side], time.process_time() - start)
-    return len(lines) / best[0], len(lines) / best[1]
+    return len(lines) / best["score"], len(lines) / best["round-trip"]
 
 
 def main() -> None:
@@ -192,6 +192,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.only is not None:
         side, count = args.only
+        if side not in _SIDES or not count.isdigit():
+            parser.error(f"--only takes a side ({' or '.join(_SIDES)}) and a record count")
         lines = synthetic_lines(int(count))
         gc.collect()
         gc.freeze()  # the lines are not what a pass collects
