@@ -136,7 +136,6 @@ def llm_call(
     if port := server.port or {"https": 443, "http": 80}.get(server.scheme):
         request["server.port"] = port
     span = tracer.start_span(JUDGE_CALL_SPAN, kind=trace.SpanKind.CLIENT, attributes=request)
-    parameters = {"temperature": temperature, "max_tokens": max_tokens}
     with ExitStack() as generation_open:
         call = LlmCall([span], None, prices_per_1k)
         if (root := _root.get()) is not None:
@@ -145,7 +144,11 @@ def llm_call(
                     name=step,
                     as_type="generation",
                     model=model,
-                    model_parameters={**parameters, "response_format": response_format},
+                    model_parameters={
+                        "temperature": temperature,
+                        "max_tokens": max_tokens,
+                        "response_format": response_format,
+                    },
                     input=list(messages),
                 )
             )
