@@ -32,13 +32,14 @@ All seven apps run offline here; none had to be left out.
 from __future__ import annotations
 
 import base64
+import fcntl
 import gzip
+import importlib
 import json
 import os
 import subprocess
 import sys
 import threading
-import time
 import zlib
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -52,18 +53,21 @@ EXPECTED = HERE / "expected.json"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.fakes.openai_stub import OpenAIStub, _Reply  # noqa: E402
-from tests.instrumentations.otel_to_v2 import convert  # noqa: E402
-from tests.instrumentations.scenarios import CHUNKS, SCENARIOS, Scenario  # noqa: E402
-
-MODEL = "gpt-4o-mini"
-# Searches and reranks take this long: observation times have millisecond precision, and
-# instant steps would all start in the same millisecond, which no real app does.
-WORK_S = 0.015
-TOOL_CALL = "TOOL_CALL:"
-SYSTEM_PROMPT = (
-    "Answer from the numbered sources only. Cite the n-th source as [n] after each claim."
+from tests.instrumentations.kit import (  # noqa: E402
+    CHUNKS,
+    MODEL,
+    SCENARIOS,
+    SYSTEM_PROMPT,
+    TOOL_CALL,
+    ToolCallingStub,
+    candidates,
+    chat_messages,
+    cross_encoder,
+    numbered,
+    rerank_ids,
+    scenario_for,
 )
+from tests.instrumentations.otel_to_v2 import convert  # noqa: E402
 
 APPS: dict[str, str] = {
     "sdk_typed": "Langfuse SDK 5 @observe: retriever typed as_type='retriever' (5 candidates), "
@@ -190,65 +194,6 @@ class CaptureServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
-
-
-class ToolCallingStub(OpenAIStub):
-    """The OpenAI stub, answering ``TOOL_CALL:{"name", "arguments"}`` with a tool call."""
-
-    def _completion(self, request: dict[str, Any], content: str, number: int) -> _Reply:
-        reply = super()._completion(request, content, number)
-        if content.startswith(TOOL_CALL):
-            call = json.loads(content[len(TOOL_CALL) :])
-            choice = reply.body["choices"][0]
-            choice["message"]["content"] = None
-            choice["message"]["tool_calls"] = [
-                {
-                    "id": f"call_{number:04d}",
-                    "type": "function",
-                    "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])},
-                }
-            ]
-            choice["finish_reason"] = "tool_calls"
-        return reply
-
-
-# ---- shared app pieces -----------------------------------------------------------------------
-
-
-def scenario_for(question: str) -> Scenario:
-    return next(s for s in SCENARIOS if s.question == question)
-
-
-def candidates(question: str) -> list[tuple[str, float]]:
-    """The first stage: 5 candidates with their similarity (a search takes a few ms)."""
-    time.sleep(WORK_S)
-    return list(scenario_for(question).candidates)
-
-
-def cross_encoder(question: str, chunk_id: str) -> float:
-    """A fixed cross-encoder: the scenario's rerank score (0 for a chunk it never saw)."""
-    return scenario_for(question).rerank.get(chunk_id, 0.0)
-
-
-def rerank_ids(question: str, chunk_ids: list[str]) -> list[tuple[str, float]]:
-    time.sleep(WORK_S)  # a cross-encoder takes a few ms too
-    scored = sorted(((c, cross_encoder(question, c)) for c in chunk_ids), key=lambda p: -p[1])
-    return scored[: scenario_for(question).keep]
-
-
-def numbered(texts: list[str]) -> str:
-    return "\n".join(f"[{i}] {text}" for i, text in enumerate(texts, 1))
-
-
-def user_prompt(question: str, texts: list[str]) -> str:
-    return f"Sources:\n{numbered(texts)}\n\nQuestion: {question}"
-
-
-def chat_messages(question: str, texts: list[str]) -> list[dict[str, str]]:
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": user_prompt(question, texts)},
-    ]
 
 
 # ---- the apps ----------------------------------------------------------------------------------
@@ -685,6 +630,17 @@ RUNNERS: dict[str, Callable[[ToolCallingStub], None]] = {
 }
 
 
+def _more_apps() -> None:
+    """The apps under ``apps/``, one module each: its ``DESCRIPTION`` and ``run(stub)``."""
+    for path in sorted((HERE / "apps").glob("[!_]*.py")):
+        module = importlib.import_module(f"tests.instrumentations.apps.{path.stem}")
+        APPS[path.stem] = module.DESCRIPTION
+        RUNNERS[path.stem] = module.run
+
+
+_more_apps()
+
+
 # ---- child: run one app ----------------------------------------------------------------------
 
 
@@ -789,9 +745,7 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"unknown apps {unknown}; known: {list(APPS)}", file=sys.stderr)
         return 2
-    expected: dict[str, Any] = {"apps": {}}
-    if EXPECTED.exists():
-        expected = json.loads(EXPECTED.read_text())
+    written: dict[str, Any] = {}
     for app in apps:
         subprocess.run([sys.executable, __file__, "--child", app], check=True, cwd=ROOT)
         otlp = json.loads((FIXTURES / f"{app}.otlp.json").read_text())
@@ -799,12 +753,16 @@ def main(argv: list[str]) -> int:
         (FIXTURES / f"{app}.observations.json").write_text(
             json.dumps(observations, indent=1, ensure_ascii=False) + "\n"
         )
-        expected["apps"][app] = {
-            "description": APPS[app],
-            "traces": expectations(app, observations),
-        }
-    expected["apps"] = {a: expected["apps"][a] for a in APPS if a in expected["apps"]}
-    EXPECTED.write_text(json.dumps(expected, indent=1, ensure_ascii=False) + "\n")
+        written[app] = {"description": APPS[app], "traces": expectations(app, observations)}
+    # Apps may be regenerated side by side: the read-modify-write of expected.json is locked.
+    with (HERE / ".expected.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        expected: dict[str, Any] = {"apps": {}}
+        if EXPECTED.exists():
+            expected = json.loads(EXPECTED.read_text())
+        expected["apps"].update(written)
+        expected["apps"] = {a: expected["apps"][a] for a in APPS if a in expected["apps"]}
+        EXPECTED.write_text(json.dumps(expected, indent=1, ensure_ascii=False) + "\n")
     return 0
 
 

@@ -1,0 +1,1 @@
+"""One instrumented RAG app per module (generate.py runs them): DESCRIPTION and run(stub)."""
