@@ -505,7 +505,9 @@ def record_trace(
             name="answer",
             start=cursor,
             end=generation_end,
-            input_=_prompt(record, sources),
+            # A masked prompt (Langfuse's masking, or an app that logs none): only the
+            # rules can say which documents the model saw.
+            input_=record["answer_input"] if "answer_input" in record else _prompt(record, sources),
             output=output,
             metadata=_metadata(gen_values, style, sdk_version),
             completion_start=_ms(cursor, _pick(key, "ttft", 250, 900))
@@ -672,7 +674,8 @@ def demo_traces() -> dict[str, list[Obs]]:
             ],
             tags=("health",),
         ),
-        # skip: malformed_sources (the rerank RETRIEVER's output is a string)
+        # skip: malformed_sources (the rerank RETRIEVER's output is a string, and the prompt
+        # is masked, so nothing shows which documents the model saw)
         "demo-skip-malformed-sources": _demo_rag(
             "demo-skip-malformed-sources",
             "2026-11-28T09:00:00.000Z",
@@ -680,6 +683,7 @@ def demo_traces() -> dict[str, list[Obs]]:
             token_a,
             trace_name="rag-query-malformed-sources",
             rerank_output="not a list",
+            answer_input=None,
         ),
         # skip: no_answer_text (the GENERATION timed out, output null)
         "demo-skip-no-answer-text": _demo_rag(

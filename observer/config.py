@@ -128,14 +128,21 @@ class MappingSettings(_Section):
     question_keys: list[str] = Field(
         default_factory=lambda: ["question", "query", "input", "message"]
     )
-    answer_keys: list[str] = Field(default_factory=lambda: ["content", "text", "answer"])
+    answer_keys: list[str] = Field(
+        default_factory=lambda: ["content", "text", "answer", "response"]
+    )
     sources_keys: list[str] = Field(
         default_factory=lambda: ["documents", "sources", "chunks", "nodes"]
     )
     text_keys: list[str] = Field(default_factory=lambda: ["text", "content", "page_content"])
     chunk_id_keys: list[str] = Field(default_factory=lambda: ["chunk_id", "id"])
     score_keys: list[str] = Field(
-        default_factory=lambda: ["score", "rerank_score", "relevance_score"]
+        default_factory=lambda: ["rerank_score", "relevance_score", "score"]
+    )
+    verify_sources: bool = Field(
+        True,
+        description="skip as sources_unverified when the recorded prompt shows none of the "
+        "documents; false: the rules decide (a prompt recorded without its documents)",
     )
     hook: str = Field("", description="module:function building the RagRecord instead")
 
@@ -508,6 +515,7 @@ class Settings(BaseModel):
             text_keys=tuple(m.text_keys),
             chunk_id_keys=tuple(m.chunk_id_keys),
             score_keys=tuple(m.score_keys),
+            verify_sources=m.verify_sources,
             environments=tuple(self.source.environments),
             trace_names=tuple(self.source.trace_names),
             tags=tuple(self.source.tags),

@@ -27,7 +27,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from observer.mapping.convention import MappingRules, Skip, Step, explain_trace, find_root
+from observer.mapping.convention import (
+    MappingRules,
+    Provenance,
+    Skip,
+    Step,
+    explain_trace,
+    find_root,
+)
 from observer.model import RagRecord, ScoreEvent, Signals
 from observer.output import signals_json
 from observer.scores import score_events
@@ -63,6 +70,7 @@ class Explanation:
     signals: Signals | None = None
     scores: tuple[ScoreEvent, ...] = ()
     skip: Skip | None = None
+    provenance: Provenance | None = None
 
     @property
     def stopped_at(self) -> Step | None:
@@ -85,7 +93,13 @@ def explain(
     daemon sets it (DESIGN §4); the resolver and the judge are not asked."""
     explained = explain_trace(trace_id, observations, rules)
     if isinstance(explained.result, Skip):
-        return Explanation(trace_id, len(observations), explained.steps, skip=explained.result)
+        return Explanation(
+            trace_id,
+            len(observations),
+            explained.steps,
+            skip=explained.result,
+            provenance=explained.provenance,
+        )
     record = explained.result
     root = find_root(observations)
     root_start = parse_time(root.get("startTime")) if root is not None else None
@@ -93,7 +107,15 @@ def explain(
         record = replace(record, timestamp=iso(root_start))
     signals = compute(record, params)
     scores = tuple(score_events(record, signals, params))
-    return Explanation(trace_id, len(observations), explained.steps, record, signals, scores)
+    return Explanation(
+        trace_id,
+        len(observations),
+        explained.steps,
+        record,
+        signals,
+        scores,
+        provenance=explained.provenance,
+    )
 
 
 def step_json(step: Step) -> dict[str, Any]:
@@ -143,6 +165,7 @@ def explanation_json(explanation: Explanation) -> dict[str, Any]:
             "detail": skip.detail,
             "stopped_at": None if stopped is None else step_json(stopped),
         },
+        "provenance": None if explanation.provenance is None else asdict(explanation.provenance),
         "record": None if explanation.record is None else _plain(asdict(explanation.record)),
         "signals": None if explanation.signals is None else signals_json(explanation.signals),
         "scores": [score_json(score) for score in explanation.scores],
@@ -182,6 +205,40 @@ _FLAGS = (
 )
 
 
+# What each verdict of the content checks means to a reader (docs/trace-convention.md).
+SOURCES_VERDICTS = {
+    "all": "confirmed: the answer's prompt shows every one of them",
+    "some": "partly confirmed: the answer's prompt shows some of them",
+    "none": "CONTRADICTED: the answer's prompt shows none of the document lists",
+    "not_recorded": "not checked: the answer's prompt is not recorded (masked?); the rules chose",
+    "prompt_passages": "from the prompt: no retrieval was traced; chunk ids unknown",
+    "no_retrieval": "none: the trace holds no documents and the prompt no numbered passages",
+}
+ANSWER_VERDICTS = {
+    "confirmed": "confirmed: the root's output holds it",
+    "differs": "NOT confirmed: the root's output holds other text",
+    "no_root_output": "not checked: the root has no output",
+    "root": "the generation is the root",
+}
+
+
+def provenance_lines(provenance: Provenance) -> list[str]:
+    """Where each part came from and what the content checks said of it."""
+    sources = SOURCES_VERDICTS.get(provenance.sources_check, provenance.sources_check)
+    answer = ANSWER_VERDICTS.get(provenance.answer_check, provenance.answer_check)
+    rows = [
+        ("question", provenance.question or "-", ""),
+        ("answer", provenance.answer or "-", answer),
+        ("sources", provenance.sources or "-", sources),
+    ]
+    lines = ["", "provenance (where each part came from, checked by content)"]
+    for part, where, verdict in rows:
+        lines.append(f"  {part:<9} {where}")
+        if verdict:
+            lines.append(f"  {'':<9} {verdict}")
+    return lines
+
+
 def explanation_lines(explanation: Explanation, *, text_chars: int = 160) -> list[str]:
     """The explanation for a person reading a terminal: rules, record, signals, scores."""
     skip = explanation.skip
@@ -192,6 +249,8 @@ def explanation_lines(explanation: Explanation, *, text_chars: int = 160) -> lis
         if step.part == "skip":
             continue
         lines.append(f"  {step.part:<9} {describe_observation(step)}: {step.rule}")
+    if explanation.provenance is not None:
+        lines += provenance_lines(explanation.provenance)
     if skip is not None:
         stopped = explanation.stopped_at
         lines += ["", f"skipped: {skip.reason}" + (f" ({skip.detail})" if skip.detail else "")]

@@ -24,7 +24,7 @@ import orjson
 import structlog
 
 from observer.alerts.history import resolver_values, signal_values, skip_row, trace_row
-from observer.mapping.convention import MappingRules, Skip, find_root, map_trace
+from observer.mapping.convention import MappingRules, Provenance, Skip, find_root, read_trace
 from observer.model import RagRecord, Signals
 from observer.resolver.core import ResolverFindings
 from observer.resolver.scores import resolver_score_events
@@ -117,6 +117,8 @@ class Prepared:
     last_activity: datetime | None = None  # the latest time the trace shows (not after now)
     environment: str | None = None  # a skipped trace's, from its root
     project_id: str | None = None  # a skipped trace's, from its root
+    # Where its parts came from and the content checks' verdicts (an answer's).
+    provenance: Provenance | None = None
 
     @property
     def changed(self) -> bool:
@@ -190,11 +192,16 @@ class TraceRecorder:
         last = last_activity(observations, now)
         if last is not None and now - last < self.settle:
             return Prepared(unsettled=True)
-        mapped = map_trace(trace_id, observations, self.rules)
+        read = read_trace(trace_id, observations, self.rules)
+        mapped, provenance = read.result, read.provenance
         if isinstance(mapped, Skip):
             environment, project_id = _root_labels(observations)
             return Prepared(
-                skip=mapped, last_activity=last, environment=environment, project_id=project_id
+                skip=mapped,
+                last_activity=last,
+                environment=environment,
+                project_id=project_id,
+                provenance=provenance,
             )
         if root_start is not None:
             mapped = replace(mapped, timestamp=iso(root_start))
@@ -204,7 +211,13 @@ class TraceRecorder:
         ).hexdigest()
         if fingerprint == known:
             return Prepared(record=mapped, signals=signals, last_activity=last)
-        return Prepared(record=mapped, signals=signals, fingerprint=fingerprint, last_activity=last)
+        return Prepared(
+            record=mapped,
+            signals=signals,
+            fingerprint=fingerprint,
+            last_activity=last,
+            provenance=provenance,
+        )
 
     def record(
         self,
@@ -267,6 +280,7 @@ class TraceRecorder:
             self.metrics.scores_enqueued.labels(name=score.name).inc()
         if kind == "scored":  # a changed trace was counted when first scored
             self.metrics.observe_answer(mapped, signals)
+            self._count_provenance(prepared.provenance)
         cites = signals.citations
         log.info(
             "trace_scored" if kind == "scored" else "trace_rescored",
@@ -286,6 +300,13 @@ class TraceRecorder:
             self.on_scored(mapped, signals, prepared.findings)
         return Outcome(kind, scores=len(scores))
 
+    def _count_provenance(self, provenance: Provenance | None) -> None:
+        """An answer trace's verdicts, counted once: when first scored or first skipped."""
+        if provenance is not None:
+            self.metrics.count_provenance(
+                provenance.trace_name, provenance.sources_check, provenance.answer_check
+            )
+
     def _skip(
         self,
         trace_id: str,
@@ -303,6 +324,7 @@ class TraceRecorder:
         if fingerprint != known:  # else counted and logged when first seen
             self.metrics.traces.labels(outcome="skipped").inc()
             self.metrics.skips.labels(reason=skip.reason).inc()
+            self._count_provenance(prepared.provenance)
             log.info("trace_skipped", trace_id=trace_id, reason=skip.reason, detail=skip.detail)
             row = skip_row(
                 trace_id, skip.reason, root_start, prepared.environment, prepared.project_id

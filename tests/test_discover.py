@@ -39,6 +39,16 @@ DOCUMENTS = [
 ]
 
 
+def prompt(documents: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The chat messages the app sends: its documents numbered, then the question."""
+    texts = [str(d.get("text") or d.get("body") or "") for d in documents]
+    numbered = "\n".join(f"[{n}] {text}" for n, text in enumerate(texts, 1))
+    return [
+        {"role": "system", "content": "Answer from the sources; cite them as [n]."},
+        {"role": "user", "content": f"Sources:\n{numbered}\n\nHow long are refunds open?"},
+    ]
+
+
 def rag_trace(
     trace_id: str,
     name: str,
@@ -91,7 +101,7 @@ def rag_trace(
             "name": llm_name,
             "startTime": at(0.5),
             "endTime": at(2.5),
-            "input": json.dumps([{"role": "user", "content": "How long are refunds open?"}]),
+            "input": json.dumps(prompt(DOCUMENTS if documents is None else documents)),
             "output": output if isinstance(output, str) else json.dumps(output),
             "metadata": {},
         },
@@ -211,7 +221,7 @@ def test_each_unread_shape_gets_the_key_that_reads_it_and_the_result_is_shown() 
     assert (suggestion.scored_before, suggestion.scored_after) == (4, ANSWERS)
     assert suggestion.lost == ()
     assert suggestion.mapping == {
-        "answer_keys": ["content", "text", "answer", "reply"],
+        "answer_keys": ["content", "text", "answer", "response", "reply"],
         "text_keys": ["text", "content", "page_content", "body"],
         # names replace types: the generation read today stays one
         "generation_names": ["llm", "openai.chat"],
@@ -253,17 +263,15 @@ def test_the_default_convention_needs_no_suggestion_on_the_demo_traces() -> None
     )
 
 
-def test_documents_under_an_unknown_key_of_an_object() -> None:
+def test_documents_under_an_unknown_key_of_an_object_are_read_and_said_where() -> None:
     now = datetime.now(UTC)
     observations = rag_trace("hits-0", "hits", now, documents=None)
     observations[1]["output"] = json.dumps({"hits": DOCUMENTS, "took_ms": 3})
     found = discovered(observations, Settings())
-    assert dict(found.names[0].skips) == {"malformed_sources": 1}
-    assert found.suggestion is not None
-    assert found.suggestion.mapping == {
-        "sources_keys": ["documents", "sources", "chunks", "nodes", "hits"]
-    }
-    assert found.suggestion.scored_after == 1
+    report = found.names[0]
+    assert (report.scored, dict(report.skips)) == (1, {})
+    assert report.found["sources"].most_common(1)[0] == ("output.hits: N documents", 1)
+    assert found.suggestion is None
 
 
 def test_scores_and_ids_under_unknown_keys_are_suggested_without_changing_counts() -> None:
@@ -277,7 +285,7 @@ def test_scores_and_ids_under_unknown_keys_are_suggested_without_changing_counts
     assert found.suggestion is not None
     assert found.suggestion.mapping == {
         "chunk_id_keys": ["chunk_id", "id", "uid"],
-        "score_keys": ["score", "rerank_score", "relevance_score", "similarity"],
+        "score_keys": ["rerank_score", "relevance_score", "score", "similarity"],
     }
     assert (found.suggestion.scored_before, found.suggestion.scored_after) == (1, 1)
 

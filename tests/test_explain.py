@@ -102,6 +102,7 @@ def test_json_is_the_same_explanation_from_langfuse_and_from_a_file(
         "root",
         "answer",
         "sources",
+        "check",
         "question",
         "flags",
     ]

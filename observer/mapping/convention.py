@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from observer.mapping.decode import (
@@ -28,6 +27,8 @@ from observer.mapping.decode import (
     clean_text,
     decode,
 )
+from observer.mapping.evidence import normalised, positions, prompt_passages, prompt_text, reduced
+from observer.mapping.tree import ancestors, sibling_key, tree_order
 from observer.model import RagRecord, Source
 from observer.records import RecordError, record_from_obj
 from observer.signals.text import prepare
@@ -36,7 +37,6 @@ from observer.times import iso, parse_time
 Observation = Mapping[str, Any]
 JUDGE_ENVIRONMENT = "langfuse-llm-as-a-judge"
 DEFAULT_ENVIRONMENT = "default"
-_EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +54,15 @@ class MappingRules:
     retriever_types: tuple[str, ...] = ("RETRIEVER",)
     retriever_names: tuple[str, ...] = ()
     question_keys: tuple[str, ...] = ("question", "query", "input", "message")
-    answer_keys: tuple[str, ...] = ("content", "text", "answer")
+    answer_keys: tuple[str, ...] = ("content", "text", "answer", "response")
     sources_keys: tuple[str, ...] = ("documents", "sources", "chunks", "nodes")
     text_keys: tuple[str, ...] = ("text", "content", "page_content")
     chunk_id_keys: tuple[str, ...] = ("chunk_id", "id")
-    score_keys: tuple[str, ...] = ("score", "rerank_score", "relevance_score")
+    # In order of preference: a reranker's own score wins over a first-stage similarity.
+    score_keys: tuple[str, ...] = ("rerank_score", "relevance_score", "score")
+    # A recorded prompt that shows none of the documents skips the trace
+    # (`sources_unverified`); False: the rules decide (a prompt recorded without them).
+    verify_sources: bool = True
     # Traces are read only when they match these (empty: all).
     environments: tuple[str, ...] = ()
     trace_names: tuple[str, ...] = ()
@@ -91,7 +95,7 @@ class MappingRules:
 class Step:
     """One rule the mapping applied: which part of the record, from which observation."""
 
-    part: str  # root, question, answer, sources, flags, skip
+    part: str  # root, question, answer, sources, check, flags, skip
     rule: str
     observation_id: str | None = None
     name: str | None = None
@@ -120,10 +124,21 @@ def _note(
     )
 
 
+def _fold(key: str) -> str:
+    return key.replace("_", "").replace("-", "").lower()
+
+
 def _first_key(obj: Mapping[str, Any], keys: Sequence[str]) -> Any:
+    """The first of `keys` the object holds a value under; each key also in another case
+    style (`relevance_score` is `relevanceScore` in a JavaScript app's documents)."""
     for key in keys:
         if key in obj and obj[key] is not None:
             return obj[key]
+    folded = {_fold(k): k for k in obj if isinstance(k, str)}
+    for key in keys:
+        found = folded.get(_fold(key))
+        if found is not None and obj[found] is not None:
+            return obj[found]
     return None
 
 
@@ -153,9 +168,12 @@ def question_of(value: Any, rules: MappingRules) -> tuple[str, str]:
             found = _keyed(kwargs, rules.question_keys)
             if found is not None:
                 return found[1], f"input.kwargs.{found[0]}"
-            for index, arg in enumerate(args):
-                if isinstance(arg, str):
-                    return arg, f"input.args[{index}] (the first string argument)"
+            strings = [(i, a) for i, a in enumerate(args) if isinstance(a, str)]
+            # A client passed first is recorded as its class name: the text after it.
+            texts = [(i, a) for i, a in strings if not is_object_name(a)] or strings
+            if texts:
+                index, arg = texts[0]
+                return arg, f"input.args[{index}] (the first text argument)"
         for component, inner in value.items():
             # Keyed by component, one level down: {"retriever": {"query": ...}} (Haystack).
             if isinstance(inner, Mapping):
@@ -281,6 +299,17 @@ def _lookup(item: Mapping[str, Any], keys: Sequence[str]) -> Any:
     return found
 
 
+def _score(item: Mapping[str, Any], keys: Sequence[str]) -> Any:
+    """The first score key, in order of preference, on the item or in its metadata: a
+    document carrying a first-stage `score` and a reranker's `relevance_score` gives the
+    reranker's, wherever each sits."""
+    for key in keys:
+        found = _lookup(item, (key,))
+        if found is not None:
+            return found
+    return None
+
+
 def _document_list(output: Any, rules: MappingRules) -> tuple[list[Any] | None, str]:
     """The list an output holds (itself, or under a sources key), and where."""
     items = decode(output)
@@ -291,6 +320,62 @@ def _document_list(output: Any, rules: MappingRules) -> tuple[list[Any] | None, 
             if isinstance(items.get(key), list):
                 return items[key], f"output.{key}"
     return None, ""
+
+
+# How deep under an output's keys document lists are looked for (a graph state's field, a
+# component's result: `{"ranker": {"documents": [...]}}`).
+_LIST_DEPTH = 3
+
+
+# Documents kept as parallel columns, a list of texts beside lists of ids and scores of the
+# same length (DSPy's `Prediction(passages, pids, scores)`): the text keys, then the others.
+_TEXT_COLUMNS = ("passages", "texts", "contexts", "context", "docs", "documents", "chunks")
+_ID_COLUMNS = ("pids", "ids", "chunk_ids", "doc_ids")
+_SCORE_COLUMNS = ("rerank_scores", "relevance_scores", "scores")
+
+
+def _columns(value: Mapping[str, Any], rules: MappingRules) -> tuple[list[Any], str] | None:
+    """Documents held as parallel columns: ([{"text", "id", "score"}, ...], the text key)."""
+    for key in _TEXT_COLUMNS:
+        texts = value.get(key)
+        if not isinstance(texts, list) or not texts:
+            continue
+        if not all(isinstance(t, str) and t.strip() for t in texts):
+            continue
+        rows: list[dict[str, Any]] = [{rules.text_keys[0]: t} for t in texts]
+        for names, field_name in ((_ID_COLUMNS, "id"), (_SCORE_COLUMNS, "score")):
+            for name in names:
+                column = value.get(name)
+                if isinstance(column, list) and len(column) == len(texts):
+                    for row, item in zip(rows, column, strict=True):
+                        row[field_name] = item
+                    break
+        return rows, key
+    return None
+
+
+def document_lists(output: Any, rules: MappingRules) -> list[tuple[list[Any], str]]:
+    """Every non-empty list of documents an output holds, and where: the output itself, its
+    sources keys first, then any key (a graph state's `context`, `docs`, `results` ...)."""
+    found: list[tuple[list[Any], str]] = []
+
+    def visit(value: Any, where: str, depth: int) -> None:
+        if isinstance(value, list):
+            if value and all(_is_document(item, rules) for item in value):
+                found.append((value, where))
+            return
+        if not isinstance(value, Mapping) or depth >= _LIST_DEPTH:
+            return
+        columns = _columns(value, rules)
+        if columns is not None:
+            found.append((columns[0], f"{where}.{columns[1]}"))
+        keys = [k for k in rules.sources_keys if k in value]
+        keys += [k for k in value if isinstance(k, str) and k not in rules.sources_keys]
+        for key in keys:
+            visit(value[key], f"{where}.{key}", depth + 1)
+
+    visit(decode(output), "output", 0)
+    return found
 
 
 def _is_document(item: Any, rules: MappingRules) -> bool:
@@ -309,7 +394,7 @@ def _source(item: Mapping[str, Any], rules: MappingRules) -> Source:
         chunk_id=as_str(_lookup(item, rules.chunk_id_keys)),
         doc_id=as_str(_lookup(item, ("doc_id",))),
         title=as_str(_lookup(item, ("title",))),
-        score=as_float(_lookup(item, rules.score_keys)),
+        score=as_float(_score(item, rules.score_keys)),
         text_hash=as_str(_lookup(item, ("text_hash",))),
         origin="web" if origin == "web" else "kb",
     )
@@ -407,10 +492,6 @@ def openinference_documents(metadata: Mapping[str, Any]) -> tuple[Source, ...]:
     return tuple(sources)
 
 
-def _start(observation: Observation) -> datetime:
-    return parse_time(observation.get("startTime")) or _EARLIEST
-
-
 def _is(observation: Observation, types: Sequence[str], names: Sequence[str]) -> bool:
     if names:
         return observation.get("name") in names
@@ -441,7 +522,7 @@ def _scope_name(metadata: Mapping[str, Any]) -> Any:
 def find_root(observations: Sequence[Observation]) -> Observation | None:
     """The trace's earliest root observation (a trace may have several, DESIGN §9)."""
     roots = [o for o in observations if o.get("isRootObservation")]
-    return min(roots, key=_start) if roots else None
+    return min(roots, key=sibling_key) if roots else None
 
 
 def trace_filter(root: Observation, environment: str, rules: MappingRules) -> Skip | None:
@@ -467,10 +548,12 @@ def trace_filter(root: Observation, environment: str, rules: MappingRules) -> Sk
 
 @dataclass(frozen=True, slots=True)
 class Explained:
-    """What the mapping made of one trace, and the rules that made it."""
+    """What the mapping made of one trace, the rules that made it, and their provenance."""
 
     result: RagRecord | Skip
-    steps: tuple[Step, ...]
+    steps: tuple[Step, ...] = ()
+    # None when the trace was passed over before its parts were read (filtered, no root).
+    provenance: Provenance | None = None
 
 
 def explain_trace(
@@ -478,49 +561,63 @@ def explain_trace(
 ) -> Explained:
     """`map_trace`, with the trail of rules it followed."""
     trail: Trail = []
-    result = _checked(trace_id, observations, rules, trail)
-    if isinstance(result, Skip):
-        _note(
-            trail, "skip", f"{result.reason}: {result.detail}" if result.detail else result.reason
-        )
-    return Explained(result, tuple(trail))
+    read = _checked(trace_id, observations, rules, trail)
+    if isinstance(read.result, Skip):
+        skip = read.result
+        _note(trail, "skip", f"{skip.reason}: {skip.detail}" if skip.detail else skip.reason)
+    return replace(read, steps=tuple(trail))
+
+
+def read_trace(
+    trace_id: str, observations: Sequence[Observation], rules: MappingRules
+) -> Explained:
+    """One trace in, its record (or the reason it is skipped) and provenance out; no trail."""
+    return _checked(trace_id, observations, rules, None)
 
 
 def map_trace(
     trace_id: str, observations: Sequence[Observation], rules: MappingRules
 ) -> RagRecord | Skip:
     """One trace in, one RagRecord (or the reason it is skipped) out."""
-    return _checked(trace_id, observations, rules, None)
+    return _checked(trace_id, observations, rules, None).result
 
 
 def _checked(
     trace_id: str, observations: Sequence[Observation], rules: MappingRules, trail: Trail | None
-) -> RagRecord | Skip:
+) -> Explained:
     if len(observations) > rules.max_observations:
-        return Skip(
-            "too_large",
-            f"{len(observations)} observations (limits.max_observations_per_trace "
-            f"{rules.max_observations})",
+        return Explained(
+            Skip(
+                "too_large",
+                f"{len(observations)} observations (limits.max_observations_per_trace "
+                f"{rules.max_observations})",
+            )
         )
     try:
-        mapped = _map(trace_id, observations, rules, trail)
+        mapped, provenance = _map(trace_id, observations, rules, trail)
     except Exception as error:  # a strange trace is skipped, never a crash
-        return Skip("mapping_error", f"{type(error).__name__}: {error}")
+        return Explained(Skip("mapping_error", f"{type(error).__name__}: {error}"))
     if isinstance(mapped, Skip):
-        return mapped
+        return Explained(mapped, provenance=provenance)
     mapped = _clean(mapped)
     if len(mapped.answer) > rules.max_answer_chars:
-        return Skip(
-            "too_large",
-            f"answer of {len(mapped.answer)} characters (limits.max_answer_chars "
-            f"{rules.max_answer_chars})",
+        return Explained(
+            Skip(
+                "too_large",
+                f"answer of {len(mapped.answer)} characters (limits.max_answer_chars "
+                f"{rules.max_answer_chars})",
+            ),
+            provenance=provenance,
         )
     if len(mapped.sources) > rules.max_sources:
-        return Skip(
-            "too_large",
-            f"{len(mapped.sources)} sources (limits.max_sources {rules.max_sources})",
+        return Explained(
+            Skip(
+                "too_large",
+                f"{len(mapped.sources)} sources (limits.max_sources {rules.max_sources})",
+            ),
+            provenance=provenance,
         )
-    return mapped
+    return Explained(mapped, provenance=provenance)
 
 
 def _clean(record: RagRecord) -> RagRecord:
@@ -537,38 +634,68 @@ def _clean(record: RagRecord) -> RagRecord:
     return RagRecord(**changed)
 
 
-def _find_sources(
-    ordered: Sequence[Observation],
-    generation: Observation,
-    rules: MappingRules,
-    trail: Trail | None,
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """A list of documents somewhere in the trace: a candidate for what the model saw."""
+
+    index: int  # place in the tree order
+    observation: Observation
+    where: str
+    sources: tuple[Source, ...]
+
+    def named(self) -> str:
+        name = as_str(self.observation.get("name")) or as_str(self.observation.get("id")) or "?"
+        return f"{name} {self.where} ({len(self.sources)})"
+
+
+def _candidates(
+    ordered: Sequence[Observation], before: int, rules: MappingRules
+) -> list[_Candidate]:
+    """Every list of documents among the observations before the generation (tree order),
+    under any key of their outputs, or in their OpenInference retrieval attributes."""
+    found: list[_Candidate] = []
+    named = bool(rules.retriever_names)
+    for index in range(before):
+        observation = ordered[index]
+        if named and observation.get("name") not in rules.retriever_names:
+            continue
+        for items, where in document_lists(observation.get("output"), rules):
+            found.append(
+                _Candidate(index, observation, where, tuple(_source(i, rules) for i in items))
+            )
+        documents = openinference_documents(_metadata(observation))
+        if documents:
+            found.append(_Candidate(index, observation, "metadata retrieval.documents", documents))
+    return found
+
+
+def _rules_pick(
+    ordered: Sequence[Observation], before: int, rules: MappingRules, trail: Trail | None
 ) -> tuple[Source, ...] | Skip | None:
-    """The documents the model saw: from the last observation at or before the
-    generation whose output is a list of documents, of whatever type (a retriever, a
-    reranker after it, an untyped function, a tool). A retriever met on the way back
-    whose output is empty decides: no evidence (scored). One whose output is not such a
-    list is passed over for a retriever it is nested in that holds documents; the trace
-    is malformed when none does. None: no retrieval at all.
+    """The documents the rules of the convention choose: from the last observation before
+    the generation (tree order) whose output is a list of documents, of whatever type (a
+    retriever, a reranker after it, an untyped function, a tool). A retriever met on the way
+    back whose output is empty decides: no evidence (scored). One whose output is not such a
+    list is passed over for a retriever it is nested in that holds documents; the trace is
+    malformed when none does. None: no retrieval at all.
 
     With `retriever_names` configured, only observations of those names count.
     """
-    generation_start = _start(generation)
-    earlier = [o for o in ordered if o is not generation and _start(o) <= generation_start]
     named = bool(rules.retriever_names)
     malformed: Skip | None = None
     enclosing: set[str] = set()  # the ancestors of the malformed retriever
-    for observation in reversed(earlier):
+    for index in range(before - 1, -1, -1):
+        observation = ordered[index]
         if named and observation.get("name") not in rules.retriever_names:
             continue
         retriever = named or observation.get("type") in rules.retriever_types
-        items, where = _document_list(observation.get("output"), rules)
-        found_list = bool(items) and all(_is_document(item, rules) for item in items or ())
-        documents = () if found_list else openinference_documents(_metadata(observation))
+        lists = document_lists(observation.get("output"), rules)
+        documents = () if lists else openinference_documents(_metadata(observation))
         nested = observation.get("id") in enclosing
-        if malformed is not None and (found_list or documents) and not nested:
+        if malformed is not None and (lists or documents) and not nested:
             return malformed  # an earlier step's documents, not what the model saw
-        if found_list:
-            assert items is not None
+        if lists:
+            items, where = lists[0]
             _note(trail, "sources", f"{where}: {len(items)} documents", observation)
             return tuple(_source(item, rules) for item in items)
         if documents:
@@ -589,81 +716,347 @@ def _find_sources(
                 # may hold the documents the inner only shows as text. Only a retriever
                 # it is nested in may stand in for it; else the trace is malformed.
                 malformed = found
-                enclosing = _ancestors(observation, ordered)
+                enclosing = ancestors(observation, ordered)
             _note(trail, "sources", f"passed over: {found.detail}", observation)
     return malformed
 
 
-def _ancestors(observation: Observation, observations: Sequence[Observation]) -> set[str]:
-    parents = {
-        o.get("id"): o.get("parentObservationId")
-        for o in observations
-        if isinstance(o.get("id"), str)
-    }
-    found: set[str] = set()
-    parent = observation.get("parentObservationId")
-    while isinstance(parent, str) and parent not in found:
-        found.add(parent)
-        parent = parents.get(parent)
-    return found
+@dataclass(frozen=True, slots=True)
+class _Shown:
+    """A candidate's documents as the prompt shows them."""
+
+    candidate: _Candidate
+    at: tuple[int | None, ...]  # where each text starts in the prompt
+
+    @property
+    def found(self) -> int:
+        return sum(1 for a in self.at if a is not None)
+
+    @property
+    def whole(self) -> bool:
+        return self.found == len(self.at)
+
+    def numbered(self) -> tuple[Source, ...]:
+        """The documents in the order the prompt shows them (those it does not, after)."""
+        order = sorted(
+            range(len(self.at)),
+            key=lambda i: (self.at[i] is None, self.at[i] or 0, i),
+        )
+        return tuple(self.candidate.sources[i] for i in order)
+
+
+def _find_sources(
+    ordered: Sequence[Observation],
+    before: int,
+    generation: Observation,
+    rules: MappingRules,
+    trail: Trail | None,
+) -> tuple[tuple[Source, ...] | Skip | None, str, str]:
+    """The documents the answering model saw: (sources, where, check).
+
+    When the generation's input is recorded, the candidate list whose texts it shows,
+    numbered as it shows them; the rules (`_rules_pick`) decide between lists it cannot
+    tell apart and when the input is masked. A contradiction is a `sources_unverified`
+    skip naming the candidates. `check` is the verdict (docs/trace-convention.md).
+    """
+    picked = _rules_pick(ordered, before, rules, trail)
+    prompt = prompt_text(generation.get("input"))
+    candidates = _candidates(ordered, before, rules)
+    if prompt is None:
+        where = _where_picked(picked, candidates)
+        return picked, where, CHECK_NOT_RECORDED if picked else CHECK_NO_RETRIEVAL
+    if not candidates:
+        if picked:  # no list of documents: `picked` is a malformed skip
+            return picked, "", CHECK_NONE
+        passages = prompt_passages(generation.get("input"))
+        if passages and picked is None and not _unread_lists(ordered, before):
+            _note(
+                trail,
+                "sources",
+                f"no traced retrieval: the prompt's {len(passages)} numbered passages",
+                generation,
+            )
+            sources = tuple(Source(text=text) for text in passages)
+            return sources, "the prompt's numbered passages", CHECK_PROMPT
+        return picked, "", CHECK_NO_RETRIEVAL
+    shown = [_Shown(c, tuple(positions([s.text for s in c.sources], prompt))) for c in candidates]
+    picked_key = _picked_key(picked)
+
+    def preference(entry: _Shown) -> tuple[int, bool, bool, int]:
+        is_picked = _sources_key(entry.candidate.sources) == picked_key
+        return (entry.found, entry.whole, is_picked, entry.candidate.index)
+
+    best = max(shown, key=preference)
+    if best.found == 0 and not rules.verify_sources:
+        where = _where_picked(picked, candidates)
+        return picked, where, CHECK_NOT_RECORDED if picked else CHECK_NO_RETRIEVAL
+    if best.found == 0:
+        detail = "; ".join(c.named() for c in candidates)
+        return (
+            Skip(
+                "sources_unverified",
+                f"the answer's prompt shows none of the document lists: {detail} (a prompt "
+                "recorded without its documents: mapping.verify_sources = false)",
+            ),
+            "",
+            CHECK_NONE,
+        )
+    if rules.retriever_names and picked_key != _sources_key(best.candidate.sources):
+        picked_found = max(
+            (e.found for e in shown if _sources_key(e.candidate.sources) == picked_key),
+            default=0,
+        )
+        if picked_found < best.found:
+            return (
+                Skip(
+                    "sources_unverified",
+                    f"mapping.retriever_names chose documents the prompt does not show; it "
+                    f"shows {best.candidate.named()}",
+                ),
+                "",
+                CHECK_NONE,
+            )
+    check = CHECK_ALL if best.whole else CHECK_SOME
+    if _sources_key(best.candidate.sources) != picked_key:
+        _note(
+            trail,
+            "check",
+            f"sources overridden by content: the prompt shows {best.candidate.where} "
+            f"({best.found} of {len(best.at)} texts)",
+            best.candidate.observation,
+        )
+    else:
+        _note(trail, "check", f"sources: the prompt shows {best.found} of {len(best.at)} texts")
+    observation = best.candidate.observation
+    name = as_str(observation.get("name")) or as_str(observation.get("id")) or "?"
+    return best.numbered(), f"{name} {best.candidate.where}", check
+
+
+def _unread_lists(ordered: Sequence[Observation], before: int) -> bool:
+    """An output before the generation holds a list of objects the rules do not read as
+    documents: retrieval was traced, in a shape a mapping must name (not the prompt's
+    passages, which carry no ids or scores)."""
+
+    def holds(value: Any, depth: int) -> bool:
+        if isinstance(value, list):
+            return bool(value) and all(
+                isinstance(item, Mapping) and "role" not in item for item in value
+            )
+        if isinstance(value, Mapping) and depth < _LIST_DEPTH:
+            return any(holds(inner, depth + 1) for inner in value.values())
+        return False
+
+    return any(holds(decode(ordered[i].get("output")), 0) for i in range(before))
+
+
+def _sources_key(sources: Sequence[Source]) -> tuple[str, ...]:
+    return tuple(sorted(normalised(s.text) for s in sources))
+
+
+def _picked_key(picked: tuple[Source, ...] | Skip | None) -> tuple[str, ...] | None:
+    return _sources_key(picked) if isinstance(picked, tuple) and picked else None
+
+
+def _where_picked(
+    picked: tuple[Source, ...] | Skip | None, candidates: Sequence[_Candidate]
+) -> str:
+    key = _picked_key(picked)
+    found = [c for c in candidates if _sources_key(c.sources) == key]
+    return found[-1].named() if found else ""
+
+
+# The content checks' verdicts (docs/trace-convention.md): a metric's label values.
+CHECK_ALL = "all"  # every text of the chosen list is in the answer's prompt
+CHECK_SOME = "some"
+CHECK_NONE = "none"  # never scored: skipped as sources_unverified
+CHECK_NOT_RECORDED = "not_recorded"  # the prompt is masked or absent: the rules decided
+CHECK_PROMPT = "prompt_passages"  # no traced retrieval: the prompt's numbered passages
+CHECK_NO_RETRIEVAL = "no_retrieval"
+ANSWER_CONFIRMED = "confirmed"  # the root's output holds the answer
+ANSWER_DIFFERS = "differs"  # the root's output holds other text
+ANSWER_NO_ROOT_OUTPUT = "no_root_output"
+ANSWER_IS_ROOT = "root"  # the generation is the root
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where each part of a record came from, and whether its content confirmed it."""
+
+    question: str = ""
+    answer: str = ""
+    answer_check: str = ANSWER_NO_ROOT_OUTPUT
+    sources: str = ""
+    sources_check: str = CHECK_NO_RETRIEVAL
+    trace_name: str = ""
+
+
+# What the user got is usually all of it; a part shorter than this is no evidence.
+_MIN_PART = 20
+
+
+def _user_answer(
+    text: str, root: Observation, generation: Observation, rules: MappingRules
+) -> tuple[str, str, str]:
+    """The answer the user got: (text, how, check). The root's output, when it holds the
+    generation's text or a part of it; else the generation's, reduced out of a structured
+    completion's envelope."""
+    envelope = reduced(text)
+    fallback = (envelope[0], envelope[1]) if envelope is not None else (text, "")
+    if root is generation:
+        return fallback[0], fallback[1], ANSWER_IS_ROOT
+    output = decode(root.get("output"))
+    if output is None or output == "":
+        return fallback[0], fallback[1], ANSWER_NO_ROOT_OUTPUT
+    held = [s for s in _output_strings(output) if s.strip()]
+    shown = [normalised(s) for s in held]
+    whole = normalised(text)
+    if any(whole in s for s in shown):
+        return text, "", ANSWER_CONFIRMED
+    if envelope is not None and any(normalised(envelope[0]) in s for s in shown):
+        return envelope[0], envelope[1], ANSWER_CONFIRMED
+    parts = [h for h, n in zip(held, shown, strict=True) if len(n) >= _MIN_PART and n in whole]
+    if parts:
+        return max(parts, key=len), "the part the root's output holds", ANSWER_CONFIRMED
+    return fallback[0], fallback[1], ANSWER_DIFFERS
+
+
+def _output_strings(value: Any, depth: int = 0) -> list[str]:
+    if isinstance(value, str):
+        inner = decode(value)
+        if isinstance(inner, Mapping | list) and depth < 8:
+            return _output_strings(inner, depth + 1)
+        return [value]
+    if isinstance(value, Mapping) and depth < 64:
+        return [s for v in value.values() for s in _output_strings(v, depth + 1)]
+    if isinstance(value, list) and depth < 64:
+        return [s for v in value for s in _output_strings(v, depth + 1)]
+    return []
+
+
+# An object's name where a text was expected: `OpenAI`, `openai.OpenAI`, `<Client object at
+# 0x7f...>` (a function's first argument, the client, recorded as its class or repr).
+_OBJECT_NAME = re.compile(
+    r"^(?:<[\w.]+(?: object)? at 0x[0-9a-fA-F]+>|[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*)$"
+)
+
+
+def is_object_name(text: str) -> bool:
+    stripped = text.strip()
+    return bool(_OBJECT_NAME.match(stripped)) and (
+        stripped.startswith("<") or any(c.isupper() for c in stripped[1:]) or "." in stripped
+    )
+
+
+def _question(
+    root: Observation, ordered: Sequence[Observation], rules: MappingRules
+) -> tuple[str, str, Observation]:
+    """What the user asked: the root's input by the rules; when that is empty or an
+    object's name, the last user message of the first generation's input, else the first
+    text input in the tree."""
+    question, where = question_of(root.get("input"), rules)
+    if question.strip() and not is_object_name(question):
+        return question, where, root
+    for observation in ordered:
+        if is_generation(observation, rules):
+            text, how = question_of(observation.get("input"), rules)
+            if text.strip() and not is_object_name(text):
+                return text, f"{how} of the first generation (the root's: {where})", observation
+            break
+    for observation in ordered:
+        text = decode(observation.get("input"))
+        if isinstance(text, str) and text.strip() and not is_object_name(text):
+            return text, f"the first text input (the root's: {where})", observation
+    return question, where, root
+
+
+def _meta_key(metadata: Mapping[str, Any], key: str, depth: int = 0) -> Any:
+    """A metadata value by its bare key, else under a vendor prefix
+    (`traceloop.association.properties.query_type`, `langfuse.trace.metadata.query_type`)."""
+    value = metadata.get(key)
+    if value is not None:
+        return value
+    suffix = "." + key
+    for name in sorted(k for k in metadata if isinstance(k, str) and k.endswith(suffix)):
+        if metadata[name] is not None:
+            return metadata[name]
+    for name in sorted(k for k in metadata if isinstance(k, str)):
+        inner = metadata[name]
+        if isinstance(inner, Mapping) and depth < 4:  # nested: {"traceloop": {...}}
+            value = _meta_key(inner, key, depth + 1)
+            if value is not None:
+                return value
+    return None
 
 
 def _map(
-    trace_id: str, observations: Sequence[Observation], rules: MappingRules, trail: Trail | None
-) -> RagRecord | Skip:
+    trace_id: str,
+    observations: Sequence[Observation],
+    rules: MappingRules,
+    trail: Trail | None,
+) -> tuple[RagRecord | Skip, Provenance | None]:
     root = find_root(observations)
     if root is None:
-        return Skip("no_root", "no observation with isRootObservation")
+        return Skip("no_root", "no observation with isRootObservation"), None
     roots = sum(1 for o in observations if o.get("isRootObservation"))
     which = f"the earliest of {roots} root observations" if roots > 1 else "the root observation"
     _note(trail, "root", which, root)
     environment = as_str(root.get("environment")) or DEFAULT_ENVIRONMENT
     skip = trace_filter(root, environment, rules)
     if skip is not None:
-        return skip
+        return skip, None
+    trace_name = as_str(root.get("traceName")) or as_str(root.get("name")) or ""
     if rules.hook is not None:
         _note(trail, "record", "built by the mapping hook")
-        return _from_hook(trace_id, observations, rules)
+        return _from_hook(trace_id, observations, rules), Provenance(
+            "the mapping hook", "the mapping hook", trace_name=trace_name
+        )
 
-    ordered = sorted(observations, key=_start)
-    generations = [o for o in ordered if is_generation(o, rules)]
-    if not generations:
-        return Skip("no_generation", "no generation observation")
-    generation = generations[-1]
-    answer, shape = answer_of(generation.get("output"), rules)
-    if not answer or not answer.strip():
+    ordered = tree_order(observations)
+    places = [i for i, o in enumerate(ordered) if is_generation(o, rules)]
+    if not places:
+        return Skip("no_generation", "no generation observation"), None
+    place = places[-1]
+    generation = ordered[place]
+    text, shape = answer_of(generation.get("output"), rules)
+    if not text or not text.strip():
         _note(trail, "answer", shape, generation)
-        return Skip("no_answer_text", "generation output holds no text")
-    which = (
-        f"the latest of {len(generations)} generations"
-        if len(generations) > 1
-        else "the generation"
-    )
-    _note(trail, "answer", f"{which}; {shape}", generation)
+        return Skip("no_answer_text", "generation output holds no text"), None
+    which = f"the last of {len(places)} generations" if len(places) > 1 else "the generation"
+    answer, how, answer_check = _user_answer(text, root, generation, rules)
+    shape = f"{shape}, {how}" if how else shape
+    _note(trail, "answer", f"{which}; {shape}; the root's output: {answer_check}", generation)
 
-    found = _find_sources(ordered, generation, rules, trail)
+    found, sources_where, sources_check = _find_sources(ordered, place, generation, rules, trail)
+    provenance = Provenance(
+        answer=f"{as_str(generation.get('name')) or '?'}: {shape}",
+        answer_check=answer_check,
+        sources=sources_where,
+        sources_check=sources_check,
+        trace_name=trace_name,
+    )
     if isinstance(found, Skip):
-        return found
+        return found, provenance
     if found is None:
         if prepare(answer).markers:
             return Skip(
                 "citations_without_sources",
                 "the answer cites [n] but no observation before it holds a list of documents",
-            )
+            ), provenance
         _note(trail, "sources", "no retrieval: an answer without sources")
     sources = found or ()
 
-    question, where = question_of(root.get("input"), rules)
-    _note(trail, "question", where, root)
+    question, where, asked = _question(root, ordered, rules)
+    _note(trail, "question", where, asked)
+    provenance = replace(provenance, question=f"{as_str(asked.get('name')) or '?'}: {where}")
 
     root_meta, gen_meta = _metadata(root), _metadata(generation)
 
     def meta(key: str) -> Any:
-        value = gen_meta.get(key)
+        value = _meta_key(gen_meta, key)
         if value is not None:
             _note(trail, "flags", f"metadata.{key} of the generation", generation)
             return value
-        value = root_meta.get(key)
+        value = _meta_key(root_meta, key)
         if value is not None:
             _note(trail, "flags", f"metadata.{key} of the root", root)
         return value
@@ -686,7 +1079,7 @@ def _map(
         context=context if isinstance(context, str) else None,
         app_crag_grade=as_str(decode(meta("crag_grade"))),
         project_id=as_str(root.get("projectId")),
-    )
+    ), provenance
 
 
 def _from_hook(

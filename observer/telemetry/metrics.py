@@ -48,7 +48,11 @@ SKIP_REASONS = (
     "mapping_error",
     "too_large",
     "citations_without_sources",
+    "sources_unverified",
 )
+# The content checks' verdicts (docs/trace-convention.md, "Checked by content").
+SOURCES_CHECKS = ("all", "some", "none", "not_recorded", "prompt_passages", "no_retrieval")
+ANSWER_CHECKS = ("confirmed", "differs", "no_root_output", "root")
 REQUEST_RESULTS = ("ok", "rate_limited", "unreachable", "auth_rejected", "rejected")
 DROP_REASONS = ("rejected", "outbox_full")
 PUSH_ERROR_KINDS = ("rate_limited", "auth", "server_error", "unreachable")
@@ -99,11 +103,17 @@ class FleetMetrics:
 
 class Metrics:
     def __init__(
-        self, registry: CollectorRegistry | None = None, *, max_query_types: int = 20
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        max_query_types: int = 20,
+        max_trace_names: int = 50,
     ) -> None:
         self.registry = registry or CollectorRegistry()
         self.max_query_types = max_query_types
         self._query_types: set[str] = set()
+        self.max_trace_names = max_trace_names
+        self._trace_names: set[str] = set()
         self._pairs: set[tuple[str, str]] = set()
         self._labels_lock = threading.Lock()
         r = self.registry
@@ -186,6 +196,13 @@ class Metrics:
         )
         self.skips = Counter(
             "observer_trace_skips_total", "Traces not scored, by reason", ["reason"], registry=r
+        )
+        self.provenance = Counter(
+            "observer_trace_provenance_total",
+            "Answer traces read (first time), by trace name and the content checks' verdicts "
+            "on their sources and answer",
+            ["trace_name", "sources", "answer"],
+            registry=r,
         )
         self.scores_enqueued = Counter(
             "observer_scores_enqueued_total", "Scores written to the outbox", ["name"], registry=r
@@ -408,6 +425,17 @@ class Metrics:
             self._clock = clock
 
     # -- quality ------------------------------------------------------------------
+
+    def count_provenance(self, trace_name: str, sources: str, answer: str) -> None:
+        """One answer trace's verdicts; at most `max_trace_names` names, the rest `other`."""
+        name = trace_name or "unnamed"
+        with self._labels_lock:
+            if name not in self._trace_names:
+                if len(self._trace_names) < self.max_trace_names:
+                    self._trace_names.add(name)
+                else:
+                    name = OTHER
+        self.provenance.labels(trace_name=name, sources=sources, answer=answer).inc()
 
     def quality_labels(self, environment: str | None, query_type: str | None) -> tuple[str, str]:
         """(environment, query_type), the query type capped; new pairs start at 0."""

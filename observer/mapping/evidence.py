@@ -1,0 +1,152 @@
+"""Content checks of a record's parts (docs/trace-convention.md, "Checked by content").
+
+The rules of the convention say where the parts of a record usually are; what this module
+reads holds whatever the library: the texts the answering model was shown (its recorded
+input), whether a list of documents is among them and in which order, the passages of a
+prompt whose retrieval was not traced, and the part of a structured completion an app
+returns. Pure: strings in, strings and positions out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from observer.mapping.decode import decode
+
+# Of a document's text, this much (whitespace collapsed) must be found in the prompt for
+# the document to count as shown: prompts quote chunks whole, or cut their ends.
+PREFIX_CHARS = 60
+_SPACE = re.compile(r"\s+")
+
+
+def normalised(text: str) -> str:
+    return _SPACE.sub(" ", text).strip()
+
+
+def _strings(value: Any, depth: int = 0) -> Iterator[str]:
+    """Every string in a decoded JSON value, in order (keys of tool calls' arguments and
+    message parts included: a prompt's text is wherever the library put it)."""
+    if depth > 64:
+        return
+    if isinstance(value, str):
+        inner = decode(value)
+        if isinstance(inner, Mapping | list) and depth < 8:
+            yield from _strings(inner, depth + 1)  # JSON in a string: a tool's result
+        else:
+            yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item, depth + 1)
+
+
+def prompt_text(value: Any) -> str | None:
+    """The text a generation was shown, from its recorded input: every string in it,
+    whitespace collapsed, in order. None when nothing is recorded (masked or absent)."""
+    decoded = decode(value)
+    if decoded is None or decoded == "" or decoded == {} or decoded == []:
+        return None
+    text = "\n".join(normalised(s) for s in _strings(decoded) if s.strip())
+    return text or None
+
+
+def _probe(text: str) -> str:
+    return normalised(text)[:PREFIX_CHARS]
+
+
+def positions(texts: Sequence[str], prompt: str) -> list[int | None]:
+    """Where each text starts in the prompt (a normalised prefix of it), or None."""
+    found: list[int | None] = []
+    for text in texts:
+        probe = _probe(text)
+        if not probe:
+            found.append(None)
+            continue
+        at = prompt.find(probe)
+        found.append(at if at >= 0 else None)
+    return found
+
+
+# Numbered passages in a prompt whose retrieval was not traced: `[1] …`, `Source 1: …`,
+# `Document 1: …`, `===== Document 1 =====`, one per line start. Numbered from 1 up.
+_PASSAGE = re.compile(
+    r"(?m)^[ \t]*(?:\[(\d{1,3})\]|(?:#+ *)?(?:=+ *)?(?:source|document|passage|context|chunk)"
+    r" *#?(\d{1,3}) *(?:=+|:|\.|\))?)[ \t]*",
+    re.IGNORECASE,
+)
+_QUOTES = "«»\"'“”"
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+
+
+def prompt_passages(value: Any) -> list[str]:
+    """The numbered passages of a recorded prompt, [1] first; [] when there are none.
+
+    Read per string of the input (a message's content), so a system prompt's instruction
+    never joins a user message's passages. A run must start at 1 and count up by one; a
+    passage ends at the next marker or a blank line."""
+    decoded = decode(value)
+    if decoded is None:
+        return []
+    best: list[str] = []
+    for text in _strings(decoded):
+        passages = _passages_in(text)
+        if len(passages) > len(best):
+            best = passages
+    return best
+
+
+def _passages_in(text: str) -> list[str]:
+    marks = list(_PASSAGE.finditer(text))
+    passages: list[str] = []
+    expected = 1
+    for index, mark in enumerate(marks):
+        number = int(mark.group(1) or mark.group(2))
+        if number != expected:
+            if passages:
+                break
+            continue
+        end = marks[index + 1].start() if index + 1 < len(marks) else len(text)
+        body = _BLANK_LINE.split(text[mark.end() : end].lstrip(), maxsplit=1)[0]
+        body = body.strip().strip(_QUOTES).strip()
+        if not body:
+            break
+        passages.append(body)
+        expected += 1
+    return passages
+
+
+# A structured completion's fields: DSPy's `[[ ## name ## ]]` markers.
+_FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]")
+ANSWER_FIELDS = ("response", "answer", "output", "final_answer", "result")
+_REASONING = ("reasoning", "rationale", "thought", "thoughts", "completed")
+
+
+def reduced(text: str) -> tuple[str, str] | None:
+    """The part of a structured completion an app returns, and the envelope it came out of:
+    a field-marker completion's answer field (`[[ ## response ## ]] …`), or a JSON object's
+    `answer`/`response` field. None when the text is no such envelope."""
+    marks = list(_FIELD.finditer(text))
+    if marks:
+        fields: dict[str, str] = {}
+        for index, mark in enumerate(marks):
+            end = marks[index + 1].start() if index + 1 < len(marks) else len(text)
+            fields.setdefault(mark.group(1), text[mark.end() : end].strip())
+        for name in ANSWER_FIELDS:
+            if fields.get(name):
+                return fields[name], f"the [[ ## {name} ## ]] field of a structured completion"
+        answers = [(n, v) for n, v in fields.items() if n not in _REASONING and v]
+        if answers:
+            name, value = answers[-1]
+            return value, f"the [[ ## {name} ## ]] field of a structured completion"
+        return None
+    decoded = decode(text)
+    if isinstance(decoded, Mapping):
+        for key in ANSWER_FIELDS:
+            field = decoded.get(key)
+            if isinstance(field, str) and field.strip():
+                return field, f"the {key!r} field of a JSON completion"
+    return None
