@@ -654,11 +654,8 @@ def _candidates(
     """Every list of documents among the observations before the generation (tree order),
     under any key of their outputs, or in their OpenInference retrieval attributes."""
     found: list[_Candidate] = []
-    named = bool(rules.retriever_names)
     for index in range(before):
         observation = ordered[index]
-        if named and observation.get("name") not in rules.retriever_names:
-            continue
         for items, where in document_lists(observation.get("output"), rules):
             found.append(
                 _Candidate(index, observation, where, tuple(_source(i, rules) for i in items))
@@ -801,21 +798,21 @@ def _find_sources(
             "",
             CHECK_NONE,
         )
-    if rules.retriever_names and picked_key != _sources_key(best.candidate.sources):
-        picked_found = max(
-            (e.found for e in shown if _sources_key(e.candidate.sources) == picked_key),
-            default=0,
-        )
-        if picked_found < best.found:
+    if rules.retriever_names:
+        # A configured mapping is not overridden: its list stands when the prompt shows it
+        # as well as any other, else the contradiction is a skip.
+        mine = [e for e in shown if _sources_key(e.candidate.sources) == picked_key]
+        if not mine or (mine[-1].found, mine[-1].whole) < (best.found, best.whole):
             return (
                 Skip(
                     "sources_unverified",
-                    f"mapping.retriever_names chose documents the prompt does not show; it "
-                    f"shows {best.candidate.named()}",
+                    f"mapping.retriever_names chose documents the prompt does not show "
+                    f"(all of); it shows {best.candidate.named()}",
                 ),
                 "",
                 CHECK_NONE,
             )
+        best = mine[-1]
     check = CHECK_ALL if best.whole else CHECK_SOME
     if _sources_key(best.candidate.sources) != picked_key:
         _note(
