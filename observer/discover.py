@@ -45,8 +45,11 @@ from observer.mapping.convention import (
     explain_trace,
     find_root,
     is_generation,
+    is_object_name,
 )
 from observer.mapping.decode import as_str, decode
+from observer.mapping.evidence import positions, prompt_text
+from observer.mapping.tree import tree_order
 from observer.times import parse_duration, parse_time
 
 if TYPE_CHECKING:
@@ -72,7 +75,13 @@ MAPPING_KEYS = (
 )
 # Skips a mapping may cure: the trace has what observer needs, under names it does not read.
 FIXABLE = frozenset(
-    {"no_generation", "no_answer_text", "malformed_sources", "citations_without_sources"}
+    {
+        "no_generation",
+        "no_answer_text",
+        "malformed_sources",
+        "citations_without_sources",
+        "sources_unverified",
+    }
 )
 PARTS = ("question", "answer", "sources")
 # When the answer-looking traces skipped pass this share, `check` points to `discover`.
@@ -263,6 +272,28 @@ def _llm_looking(observation: Observation, rules: MappingRules) -> bool:
     return isinstance(output, Mapping) and text_key(output) is not None
 
 
+def _not_an_answer(text: str) -> bool:
+    """A text the checks would refute as an answer: an object's name or repr, or a whole
+    response dumped as JSON."""
+    return is_object_name(text) or isinstance(decode(text), Mapping | list)
+
+
+def _shown(observation: Observation, prompt: str | None) -> bool:
+    """The documents an observation's output holds are in the prompt (or it is masked)."""
+    if prompt is None:
+        return True
+    output = decode(observation.get("output"))
+    items = output if isinstance(output, list) else None
+    if isinstance(output, Mapping):
+        under = _list_under_key(output)
+        items = under[1] if under is not None else None
+    key = document_text_key(items) if isinstance(items, list) else None
+    if key is None or not isinstance(items, list):
+        return False
+    texts = [str(_strings(item).get(key, "")) for item in items]
+    return any(at is not None for at in positions(texts, prompt))
+
+
 def _answer_proposal(observation: Observation) -> Proposal | None:
     output = decode(observation.get("output"))
     if isinstance(output, list):
@@ -270,7 +301,7 @@ def _answer_proposal(observation: Observation) -> Proposal | None:
     if not isinstance(output, Mapping):
         return None
     key = text_key(output)
-    if key is None:
+    if key is None or _not_an_answer(output[key]):
         return None
     name = as_str(observation.get("name")) or "(unnamed)"
     return Proposal(
@@ -306,26 +337,45 @@ def proposals(
             answer = _answer_proposal(generation) if generation is not None else None
             return [answer] if answer is not None and answer.value not in rules.answer_keys else []
         if reason == "malformed_sources":
-            # Every retriever passed over, the latest first: the first one a key reads.
+            # Every retriever passed over, the latest first: the first one a key reads
+            # whose documents the answer's prompt does not refute.
+            step = _step(result, "answer")
+            generation = _by_id(observations, step.observation_id if step else None)
+            prompt = prompt_text(generation.get("input")) if generation is not None else None
             for step in result.steps:
                 observation = _by_id(observations, step.observation_id)
-                if step.part == "sources" and observation is not None:
+                if (
+                    step.part == "sources"
+                    and observation is not None
+                    and _shown(observation, prompt)
+                ):
                     documents = _document_proposals(observation, rules)
                     if documents:
                         return documents
             return []
-        if reason == "citations_without_sources":
+        if reason in ("citations_without_sources", "sources_unverified"):
             step = _step(result, "answer")
             generation = _by_id(observations, step.observation_id if step else None)
             if generation is None:
                 return []
-            before = [
-                o for o in observations if o is not generation and _start(o) <= _start(generation)
-            ]
-            for observation in sorted(before, key=_start, reverse=True):
+            prompt = prompt_text(generation.get("input"))
+            ordered = tree_order(observations)
+            before = ordered[: next(i for i, o in enumerate(ordered) if o is generation)]
+            for observation in reversed(before):
+                if not _shown(observation, prompt):
+                    continue  # never proposed: the prompt would refute it
                 documents = _document_proposals(observation, rules)
                 if documents:
                     return documents
+                name = as_str(observation.get("name"))
+                if reason == "sources_unverified" and rules.retriever_names and name:
+                    return [
+                        Proposal(
+                            "retriever_names",
+                            name,
+                            f"the answer's prompt shows the documents of {name!r}",
+                        )
+                    ]
         return []
     return _refinements(observations, result, outcome.question, outcome.sources, rules)
 
@@ -395,6 +445,8 @@ class NameReport:
     notes: Counter[str] = field(default_factory=Counter)  # skips no mapping key cures
     examples: dict[str, str] = field(default_factory=dict)  # skip reason -> a trace id
     scored_after: int | None = None  # with the suggestion
+    # The content checks' verdicts on its answers: "sources all", "answer confirmed" ...
+    checks: Counter[str] = field(default_factory=Counter)
 
     @property
     def skipped(self) -> int:
@@ -439,6 +491,13 @@ class Discovery:
     @property
     def answers_skipped(self) -> int:
         return sum(n.answers - n.scored for n in self.names)
+
+    @property
+    def checks(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for report in self.names:
+            total.update(report.checks)
+        return total
 
 
 def _explain_all(traces: Traces, rules: MappingRules) -> dict[str, Explained]:
@@ -514,6 +573,9 @@ def discover(traces: Traces, rules: MappingRules, rules_with: RulesWith) -> Disc
             report.examples.setdefault(result.result.reason, trace_id)
         else:
             report.scored += 1
+        if result.provenance is not None:
+            report.checks[f"sources {result.provenance.sources_check}"] += 1
+            report.checks[f"answer {result.provenance.answer_check}"] += 1
         for part in PARTS:
             step = _step(result, part)
             if step is not None:
@@ -587,6 +649,17 @@ def rules_from_settings(settings: Settings) -> RulesWith:
 # -- rendering ----------------------------------------------------------------------------
 
 
+def checks_text(checks: Counter[str]) -> str:
+    """`sources: all 12, not_recorded 3; answer: confirmed 15` (docs/trace-convention.md)."""
+    parts: dict[str, list[str]] = {}
+    for key, count in checks.most_common():
+        part, _, verdict = key.partition(" ")
+        parts.setdefault(part, []).append(f"{verdict} {count:,}")
+    return "; ".join(
+        f"{part}: {', '.join(verdicts)}" for part, verdicts in sorted(parts.items(), reverse=True)
+    )
+
+
 def _reasons(skips: Counter[str], top: int | None = None) -> str:
     shown = ", ".join(f"{reason} {count}" for reason, count in skips.most_common(top))
     rest = len(skips) - top if top is not None else 0
@@ -626,6 +699,8 @@ def discovery_lines(discovery: Discovery, window: str) -> list[str]:
                 )
             if counted and len(counted) > 2:
                 lines.append(f"  {'':<9} ... and {len(counted) - 2} other rules")
+        if report.checks:
+            lines.append(f"  checked   {checks_text(report.checks)}")
         for proposal in report.proposals:
             lines.append(f"  suggest   {proposal.key} + {proposal.value!r}: {proposal.why}")
         if report.scored_after is not None and report.proposals:
@@ -688,6 +763,7 @@ def discovery_json(discovery: Discovery, window: str) -> dict[str, Any]:
                     for part, counted in r.found.items()
                 },
                 "proposals": [{"key": p.key, "value": p.value, "why": p.why} for p in r.proposals],
+                "checks": dict(r.checks.most_common()),
                 "unreadable": dict(r.notes.most_common()),
                 "examples": r.examples,
                 "scored_after": r.scored_after,
@@ -717,6 +793,8 @@ def check_rows(discovery: Discovery, window: str) -> list[tuple[str, str]]:
     ]
     if d.skips:
         rows.append(("skipped", f"{sum(d.skips.values()):,} ({_reasons(d.skips, 4)})"))
+    if d.checks:
+        rows.append(("checked", checks_text(d.checks)))
     share = d.answers_skipped / d.answers if d.answers else 0.0
     if d.suggestion is not None or share > HINT_SKIP_SHARE:
         rows.append(

@@ -437,3 +437,40 @@ def test_check_without_skips_gives_no_hint(monkeypatch: pytest.MonkeyPatch, tmp_
         r"traces read\s+│ 1 traces in the last hour, 1 answers, 1 scored", result.stdout
     )
     assert "observer discover" not in result.stdout
+
+
+# -- the content checks in discover (DESIGN §2.2) -----------------------------------------
+
+
+def test_a_configured_retriever_the_prompt_contradicts_gets_the_one_it_shows() -> None:
+    now = datetime.now(UTC)
+    observations = rag_trace("cfg-0", "cfg", now)
+    other = [{"chunk_id": "x#1", "text": "Shipping takes two weeks by sea freight.", "score": 0.4}]
+    observations.insert(
+        1,
+        {**observations[1], "id": "cfg-0-old", "name": "old-search", "output": json.dumps(other)},
+    )
+    settings = Settings(mapping={"retriever_names": ["old-search"]})  # type: ignore[arg-type]
+    found = discovered(observations, settings)
+    report = found.names[0]
+    assert dict(report.skips) == {"sources_unverified": 1}
+    assert [(p.key, p.value) for p in report.proposals] == [("retriever_names", "search")]
+    assert found.suggestion is not None and found.suggestion.scored_after == 1
+
+
+def test_checks_are_counted_per_name_and_in_checks_rows() -> None:
+    found = discovered(sample(datetime.now(UTC)), Settings())
+    chat = {r.name: r for r in found.names}["support-chat"]
+    assert chat.checks == {"sources all": 4, "answer no_root_output": 4}
+    rows = dict(check_rows(found, "the last hour"))
+    assert rows["checked"].startswith("sources: all ")
+
+
+def test_an_answer_key_holding_an_objects_repr_is_never_proposed() -> None:
+    now = datetime.now(UTC)
+    observations = rag_trace(
+        "repr-0", "repr", now, output={"result": "<app.Response object at 0x7f00aa>"}
+    )
+    found = discovered(observations, Settings())
+    assert dict(found.names[0].skips) == {"no_answer_text": 1}
+    assert found.names[0].proposals == []
