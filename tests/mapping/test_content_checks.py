@@ -199,9 +199,6 @@ def test_the_question_is_what_the_user_asked(root_input: Any, expected: str) -> 
     observations[-1]["input"] = json.dumps(
         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}]
     )
-    observations[-1]["input"] = json.dumps(
-        prompt(KEPT, "")[:1] + [{"role": "user", "content": QUESTION}]
-    )
     got = read_trace("t", observations, MappingRules(verify_sources=False)).result
     assert isinstance(got, RagRecord) and got.question == expected
 
