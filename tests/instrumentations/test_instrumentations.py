@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from observer.mapping import MappingRules, Skip, map_trace
+from observer.mapping.convention import read_trace
 from observer.model import RagRecord, Signals
 from observer.signals import SignalParams, compute
 from tests.instrumentations.otel_to_v2 import convert
@@ -141,3 +142,29 @@ def test_a_trace_that_is_not_an_answer_is_skipped(app: str) -> None:
         result = scored(app, trace_id)
         assert isinstance(result, Skip), f"{trace_id} was scored"
         assert result.reason == "no_generation"
+
+
+# What an app sets in its library's own place for flags (OpenLLMetry: association properties).
+QUERY_TYPES = {"openllmetry": "policy"}
+# Apps whose root records no output: the answer cannot be checked against what the user got.
+NO_ROOT_OUTPUT = {"openai_agents"}
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_every_answer_is_confirmed_by_its_content(app: str) -> None:
+    """The sources are the list the answer's prompt shows, every text of it, and the
+    answer is what the root returned (DESIGN §2.2): nothing rests on the rules alone."""
+    for expected in EXPECTED["apps"][app]["traces"]:
+        read = read_trace(expected["trace_id"], trace(app, expected["trace_id"]), MappingRules())
+        assert read.provenance is not None
+        assert read.provenance.sources_check == "all", expected["scenario"]
+        answer = "no_root_output" if app in NO_ROOT_OUTPUT else "confirmed"
+        assert read.provenance.answer_check == answer, expected["scenario"]
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_flags_from_where_the_library_keeps_them(app: str) -> None:
+    for expected in EXPECTED["apps"][app]["traces"]:
+        result = scored(app, expected["trace_id"])
+        assert not isinstance(result, Skip)
+        assert result[0].query_type == QUERY_TYPES.get(app)
