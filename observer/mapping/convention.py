@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from functools import cache
 from typing import Any
 
 from observer.mapping.decode import (
@@ -124,8 +125,14 @@ def _note(
     )
 
 
+@cache
 def _fold(key: str) -> str:
     return key.replace("_", "").replace("-", "").lower()
+
+
+@cache
+def _folded(keys: tuple[str, ...]) -> dict[str, int]:
+    return {_fold(key): rank for rank, key in reversed(list(enumerate(keys)))}
 
 
 def _first_key(obj: Mapping[str, Any], keys: Sequence[str]) -> Any:
@@ -134,12 +141,15 @@ def _first_key(obj: Mapping[str, Any], keys: Sequence[str]) -> Any:
     for key in keys:
         if key in obj and obj[key] is not None:
             return obj[key]
-    folded = {_fold(k): k for k in obj if isinstance(k, str)}
-    for key in keys:
-        found = folded.get(_fold(key))
-        if found is not None and obj[found] is not None:
-            return obj[found]
-    return None
+    wanted = _folded(tuple(keys))
+    best: tuple[int, Any] | None = None
+    for name, value in obj.items():
+        if value is None or not isinstance(name, str):
+            continue
+        rank = wanted.get(_fold(name))
+        if rank is not None and (best is None or rank < best[0]):
+            best = (rank, value)
+    return None if best is None else best[1]
 
 
 def _keyed(obj: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, str] | None:
@@ -847,7 +857,7 @@ def _unread_lists(ordered: Sequence[Observation], before: int) -> bool:
 
 
 def _sources_key(sources: Sequence[Source]) -> tuple[str, ...]:
-    return tuple(sorted(normalised(s.text) for s in sources))
+    return tuple(sorted(s.text for s in sources))
 
 
 def _picked_key(picked: tuple[Source, ...] | Skip | None) -> tuple[str, ...] | None:
@@ -973,15 +983,21 @@ def _meta_key(metadata: Mapping[str, Any], key: str, depth: int = 0) -> Any:
     if value is not None:
         return value
     suffix = "." + key
-    for name in sorted(k for k in metadata if isinstance(k, str) and k.endswith(suffix)):
-        if metadata[name] is not None:
-            return metadata[name]
-    for name in sorted(k for k in metadata if isinstance(k, str)):
-        inner = metadata[name]
-        if isinstance(inner, Mapping) and depth < 4:  # nested: {"traceloop": {...}}
-            value = _meta_key(inner, key, depth + 1)
-            if value is not None:
-                return value
+    prefixed: list[str] = []
+    nested: list[str] = []
+    for name, inner in metadata.items():
+        if not isinstance(name, str) or inner is None:
+            continue
+        if name.endswith(suffix):
+            prefixed.append(name)
+        elif isinstance(inner, Mapping) and depth < 4:  # nested: {"traceloop": {...}}
+            nested.append(name)
+    if prefixed:
+        return metadata[min(prefixed)]
+    for name in sorted(nested):
+        value = _meta_key(metadata[name], key, depth + 1)
+        if value is not None:
+            return value
     return None
 
 
