@@ -428,13 +428,8 @@ class Metrics:
 
     def count_provenance(self, trace_name: str, sources: str, answer: str) -> None:
         """One answer trace's verdicts; at most `max_trace_names` names, the rest `other`."""
-        name = trace_name or "unnamed"
         with self._labels_lock:
-            if name not in self._trace_names:
-                if len(self._trace_names) < self.max_trace_names:
-                    self._trace_names.add(name)
-                else:
-                    name = OTHER
+            name = _capped(self._trace_names, self.max_trace_names, trace_name or "unnamed")
         self.provenance.labels(trace_name=name, sources=sources, answer=answer).inc()
 
     def quality_labels(self, environment: str | None, query_type: str | None) -> tuple[str, str]:
@@ -442,11 +437,7 @@ class Metrics:
         env = environment or "default"
         kind = query_type or NO_QUERY_TYPE
         with self._labels_lock:
-            if kind not in self._query_types:
-                if len(self._query_types) < self.max_query_types:
-                    self._query_types.add(kind)
-                else:
-                    kind = OTHER
+            kind = _capped(self._query_types, self.max_query_types, kind)
             if (env, kind) not in self._pairs:
                 self._pairs.add((env, kind))
                 self._zero_quality(env, kind)
@@ -528,3 +519,12 @@ class Metrics:
 def _zero(counter: Counter, label: str, values: Iterable[str]) -> None:
     for value in values:
         counter.labels(**{label: value})
+
+
+def _capped(seen: set[str], limit: int, value: str) -> str:
+    """A label value kept to `limit` distinct ones: the first `limit` seen, then `other`."""
+    if value not in seen:
+        if len(seen) >= limit:
+            return OTHER
+        seen.add(value)
+    return value
