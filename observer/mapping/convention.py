@@ -28,7 +28,14 @@ from observer.mapping.decode import (
     clean_text,
     decode,
 )
-from observer.mapping.evidence import normalised, positions, prompt_passages, prompt_text, reduced
+from observer.mapping.evidence import (
+    normalised,
+    positions,
+    prompt_passages,
+    prompt_text,
+    reduced,
+    strings_in,
+)
 from observer.mapping.tree import ancestors, sibling_key, tree_order
 from observer.model import RagRecord, Source
 from observer.records import RecordError, record_from_obj
@@ -914,7 +921,7 @@ def _user_answer(
     output = decode(root.get("output"))
     if output is None or output == "":
         return fallback[0], fallback[1], ANSWER_NO_ROOT_OUTPUT
-    held = [s for s in _output_strings(output) if s.strip()]
+    held = [s for s in strings_in(output) if s.strip()]
     shown = [normalised(s) for s in held]
     whole = normalised(text)
     if any(whole in s for s in shown):
@@ -925,19 +932,6 @@ def _user_answer(
     if parts:
         return max(parts, key=len), "the part the root's output holds", ANSWER_CONFIRMED
     return fallback[0], fallback[1], ANSWER_DIFFERS
-
-
-def _output_strings(value: Any, depth: int = 0) -> list[str]:
-    if isinstance(value, str):
-        inner = decode(value)
-        if isinstance(inner, Mapping | list) and depth < 8:
-            return _output_strings(inner, depth + 1)
-        return [value]
-    if isinstance(value, Mapping) and depth < 64:
-        return [s for v in value.values() for s in _output_strings(v, depth + 1)]
-    if isinstance(value, list) and depth < 64:
-        return [s for v in value for s in _output_strings(v, depth + 1)]
-    return []
 
 
 # An object's name where a text was expected: `OpenAI`, `openai.OpenAI`, `<Client object at

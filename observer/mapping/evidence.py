@@ -25,7 +25,7 @@ def normalised(text: str) -> str:
     return _SPACE.sub(" ", text).strip()
 
 
-def _strings(value: Any, depth: int = 0) -> Iterator[str]:
+def strings_in(value: Any, depth: int = 0) -> Iterator[str]:
     """Every string in a decoded JSON value, in order (keys of tool calls' arguments and
     message parts included: a prompt's text is wherever the library put it)."""
     if depth > 64:
@@ -33,15 +33,15 @@ def _strings(value: Any, depth: int = 0) -> Iterator[str]:
     if isinstance(value, str):
         inner = decode(value)
         if isinstance(inner, Mapping | list) and depth < 8:
-            yield from _strings(inner, depth + 1)  # JSON in a string: a tool's result
+            yield from strings_in(inner, depth + 1)  # JSON in a string: a tool's result
         else:
             yield value
     elif isinstance(value, Mapping):
         for item in value.values():
-            yield from _strings(item, depth + 1)
+            yield from strings_in(item, depth + 1)
     elif isinstance(value, list):
         for item in value:
-            yield from _strings(item, depth + 1)
+            yield from strings_in(item, depth + 1)
 
 
 def prompt_text(value: Any) -> str | None:
@@ -50,7 +50,7 @@ def prompt_text(value: Any) -> str | None:
     decoded = decode(value)
     if decoded is None or decoded == "" or decoded == {} or decoded == []:
         return None
-    text = "\n".join(normalised(s) for s in _strings(decoded) if s.strip())
+    text = "\n".join(normalised(s) for s in strings_in(decoded) if s.strip())
     return text or None
 
 
@@ -92,7 +92,7 @@ def prompt_passages(value: Any) -> list[str]:
     if decoded is None:
         return []
     best: list[str] = []
-    for text in _strings(decoded):
+    for text in strings_in(decoded):
         passages = _passages_in(text)
         if len(passages) > len(best):
             best = passages
