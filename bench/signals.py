@@ -34,9 +34,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from observer.output import dumps_line, signals_json
 from observer.records import parse_record
 from observer.signals import SignalParams, compute
+from observer.signals.output import dumps_line, signals_json
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "records.jsonl"

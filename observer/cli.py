@@ -7,7 +7,7 @@ file; 3 Langfuse unreachable; 4 Langfuse rejected the keys.
 The errors that mean 1 or 2 (ConfigError, StateError, ExplainError) are turned
 into `observer: <message>` on stderr and the exit code in one place, the group
 every command runs under (`_Commands.invoke`); the commands let them rise. What
-the commands do is in `observer.app` (and `observer.scoring`); what they print,
+the commands do is in `observer.app` (and `observer.app.score_file`); what they print,
 in `observer.views`.
 """
 
@@ -70,8 +70,8 @@ EXIT_NOT_FOUND = 1  # the trace `explain` was asked for is not there
 # The errors a user can fix, by exit code: (module, class) so that none is imported
 # to be caught (`observer --help` and `observer score` stay quick). The first match wins.
 _USER_ERRORS = (
-    ("observer.explain", "TraceNotFound", EXIT_NOT_FOUND),
-    ("observer.explain", "ExplainError", EXIT_BAD_INPUT),
+    ("observer.app.explain", "TraceNotFound", EXIT_NOT_FOUND),
+    ("observer.app.explain", "ExplainError", EXIT_BAD_INPUT),
     ("observer.errors", "ConfigError", EXIT_BAD_INPUT),
     ("observer.state.db", "StateError", EXIT_BAD_INPUT),
 )
@@ -124,9 +124,9 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
     "error": "..."} (column only when the error has one, such as broken JSON)
     and skipped.
     """
-    from observer.output import dumps_line
-    from observer.scoring import score_lines, signal_params_for
-    from observer.summary import Summary, summary_table
+    from observer.app.score_file import score_lines, signal_params_for
+    from observer.signals.output import dumps_line
+    from observer.signals.summary import Summary, summary_table
     from observer.views.lines import bad_line_json
 
     params = signal_params_for(config_path)
@@ -240,7 +240,7 @@ def _dry_run(
     """A copy of the state file in a scratch directory, and the sink writing to `target`."""
     import tempfile
 
-    from observer.dryrun import scores_sink, scratch_state
+    from observer.app.dryrun import scores_sink, scratch_state
 
     real = Path(state_path or settings.state.path)
     with tempfile.TemporaryDirectory(prefix="observer-dry-run-") as scratch:
@@ -377,7 +377,7 @@ def _langfuse_read(settings: Settings, read: Callable[[LangfuseSource], T]) -> T
 
 
 def _since(text: str, now: datetime) -> datetime:
-    from observer.discover import since_start
+    from observer.app.discover import since_start
 
     try:
         return since_start(text, now)
@@ -416,7 +416,7 @@ def explain_command(
     Exit 1 when the trace is not found, 2 for a bad file or configuration, 3 when
     Langfuse is unreachable, 4 when it rejects the keys.
     """
-    from observer.explain import (
+    from observer.app.explain import (
         explain,
         explanation_json,
         explanation_lines,
@@ -475,7 +475,7 @@ def discover_command(
     Exit 2 for a bad file or configuration, 3 when Langfuse is unreachable, 4 when
     it rejects the keys.
     """
-    from observer import discover
+    from observer.app import discover
     from observer.app.checks import newest_note
 
     settings = _settings(config_path)
@@ -589,7 +589,7 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
 
     from observer import app
     from observer.app.judge_file import FileJudge
-    from observer.output import dumps_line
+    from observer.signals.output import dumps_line
     from observer.views.lines import JudgeTally, bad_line_json, judge_json
 
     settings = _settings(config_path)

@@ -8,11 +8,13 @@ at the edge
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal, NamedTuple
 
+import orjson
 from pydantic import AfterValidator, ConfigDict, with_config
 
 
@@ -185,3 +187,14 @@ class ScoreEvent:
     comment: str
     timestamp: str | None
     environment: str | None
+
+
+def answer_basis(record: RagRecord) -> str:
+    """What the judge's verdict rests on: the answer, its sources and the context.
+
+    The judge's scores stay while it is the same, and are deleted (the trace offered
+    to the sampler again) once it is another."""
+    described = orjson.dumps(
+        [record.answer, [(s.chunk_id, s.text) for s in record.sources], record.context]
+    )
+    return hashlib.sha256(described).hexdigest()[:16]

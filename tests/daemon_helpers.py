@@ -63,8 +63,8 @@ def latest_start(observations: list[dict[str, Any]]) -> datetime:
 
 def expected_signals() -> dict[str, dict[str, Any]]:
     """`observer score` of the example records, keyed by their demo Langfuse trace id."""
-    from observer.output import signals_json
     from observer.signals import SignalParams, compute
+    from observer.signals.output import signals_json
 
     expected = {}
     for line in (ROOT / "examples" / "records.jsonl").open("rb"):

@@ -316,7 +316,7 @@ def test_a_record_whose_signals_fail_is_skipped_with_its_line_and_the_rest_go_on
 ) -> None:
     """A fault injected into the signals (a bug a strange record could hit): the line is
     reported with its number, as a bad line, and every other record is still written."""
-    import observer.scoring
+    import observer.app.score_file
     from observer.signals import compute
 
     def failing_on_the_second(record: RagRecord, params: SignalParams) -> Signals:
@@ -327,7 +327,7 @@ def test_a_record_whose_signals_fail_is_skipped_with_its_line_and_the_rest_go_on
     lines = (Path(__file__).parent.parent / "examples" / "records.jsonl").read_text()
     first_three = lines.splitlines()[:3]
     second = json.loads(first_three[1])["trace_id"]
-    monkeypatch.setattr(observer.scoring, "compute", failing_on_the_second)
+    monkeypatch.setattr(observer.app.score_file, "compute", failing_on_the_second)
     source = tmp_path / "in.jsonl"
     source.write_text("\n".join(first_three) + "\n")
     result = run([command, str(source)])

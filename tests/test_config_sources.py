@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from observer.config import ConfigError, Settings, load_settings
-from observer.config_sources import merge, observer_variables
-from observer.signal_settings import load_signal_params
+from observer.config.signals import load_signal_params
+from observer.config.sources import merge, observer_variables
 
 
 @pytest.mark.parametrize(
@@ -125,7 +125,7 @@ def test_score_sees_what_the_daemon_sees(
 
 
 def test_score_with_nothing_set_runs_on_the_defaults_the_models_hold() -> None:
-    from observer.scoring import signal_params_for
+    from observer.app.score_file import signal_params_for
 
     assert signal_params_for(None) == load_signal_params(None) == load_settings().signal_params()
 
@@ -136,7 +136,7 @@ def test_score_with_nothing_set_runs_on_the_defaults_the_models_hold() -> None:
 def test_score_reads_a_variable_for_its_sections(
     monkeypatch: pytest.MonkeyPatch, variable: str
 ) -> None:
-    from observer.scoring import signal_params_for
+    from observer.app.score_file import signal_params_for
 
     monkeypatch.setenv(variable, "not a value")
     with pytest.raises(ConfigError):
@@ -144,7 +144,7 @@ def test_score_reads_a_variable_for_its_sections(
 
 
 def test_score_reads_the_file_it_is_given(tmp_path: Path) -> None:
-    from observer.scoring import signal_params_for
+    from observer.app.score_file import signal_params_for
 
     path = tmp_path / "observer.toml"
     path.write_text("[crag]\nhigh = 0.9\n")
@@ -152,7 +152,7 @@ def test_score_reads_the_file_it_is_given(tmp_path: Path) -> None:
 
 
 def test_score_validates_exactly_the_sections_it_reads() -> None:
-    from observer.config_sources import SIGNAL_SECTIONS
-    from observer.signal_settings import _SignalSections
+    from observer.config.signals import _SignalSections
+    from observer.config.sources import SIGNAL_SECTIONS
 
     assert set(_SignalSections.model_fields) == SIGNAL_SECTIONS

@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from observer.cli import main
-from observer.config import Settings, load_settings
-from observer.discover import (
+from observer.app.discover import (
     Discovery,
     check_rows,
     discover,
     rules_from_settings,
     since_start,
 )
-from observer.explain import by_trace
+from observer.app.explain import by_trace
+from observer.cli import main
+from observer.config import Settings, load_settings
 from observer.mapping.convention import Skip, map_trace
 from observer.times import iso
 from tests.daemon_helpers import configure, demo_observations

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from observer.app.explain import by_trace, explain, explanation_json
 from observer.cli import main
 from observer.config import Settings
-from observer.explain import by_trace, explain, explanation_json
 from observer.mapping.convention import Skip, map_trace
 from observer.scores import score_events
 from observer.signals import compute

@@ -1,4 +1,4 @@
-"""observer.score_catalogue: each score declared once, and everything else read from it."""
+"""observer.scores.catalogue: each score declared once, and everything else read from it."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from observer.judge.outcome import JUDGE_SCORE_NAMES
 from observer.langfuse_setup import SCORE_CONFIGS
 from observer.resolver import RESOLVER_SCORE_NAMES
-from observer.score_catalogue import CATALOGUE, Producer, ScoreSpec, names_of, spec_of
 from observer.scores import SIGNAL_SCORE_NAMES
+from observer.scores.catalogue import CATALOGUE, Producer, ScoreSpec, names_of, spec_of
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCERS = {
@@ -82,7 +82,7 @@ _IO = {"httpx", "langfuse", "pydantic", "requests", "sqlite3", "socket", "urllib
 @pytest.mark.parametrize(
     "module",
     [
-        "observer/score_catalogue.py",
+        "observer/scores/catalogue.py",
         "observer/langfuse_setup/specs.py",
         "observer/langfuse_setup/diff.py",
         "observer/langfuse_setup/report.py",

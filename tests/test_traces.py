@@ -11,11 +11,11 @@ import pytest
 
 from observer.mapping import MappingRules
 from observer.pipeline import PassResult
+from observer.pipeline.traces import Outcome, TraceRecorder, last_activity
 from observer.signals import SignalParams
 from observer.state import State
 from observer.telemetry.metrics import Metrics
 from observer.times import parse_time
-from observer.traces import Outcome, TraceRecorder, last_activity
 from tests.daemon_helpers import demo_observations
 
 NOW = datetime(2026, 11, 29, tzinfo=UTC)

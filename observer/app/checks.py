@@ -202,7 +202,7 @@ def newest_note(traces: dict[str, Any], limit: int) -> str:
 
 def recent_summary(settings: Settings) -> list[tuple[str, str]]:
     """`check`'s lines of `discover` over the last hour (a failed read is a line too)."""
-    from observer import discover
+    from observer.app import discover
 
     try:
         source = build_source(settings, Metrics(), max_attempts=1)

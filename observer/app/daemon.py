@@ -27,9 +27,9 @@ from observer.app.checks import require_supported_server
 from observer.app.exits import EXIT_OK, EXIT_UNREACHABLE
 from observer.app.once import stop_judge
 from observer.app.parts import Parts, start_http
+from observer.background import background_scheduler
 from observer.config import ConfigError
 from observer.errors import AuthRejected, RemoteError
-from observer.scheduling import background_scheduler
 from observer.sources.langfuse import LangfuseSource, Stopped
 from observer.state import StateError
 from observer.telemetry.http import HttpServer

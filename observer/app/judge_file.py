@@ -16,16 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from observer.app.parts import build_judge_client, build_resolver
+from observer.app.score_file import scored_lines
 from observer.config import Settings
 from observer.judge.client import JudgeClient
 from observer.judge.outcome import JudgeResult
 from observer.judge.workers import Workers
 from observer.model import RagRecord, Signals
-from observer.output import signals_json
 from observer.records import RecordError
 from observer.resolver.core import ResolverFindings
 from observer.resolver.daemon import ResolverLookup
-from observer.scoring import scored_lines
+from observer.signals.output import signals_json
 from observer.telemetry.metrics import Metrics
 
 

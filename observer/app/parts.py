@@ -25,6 +25,7 @@ from observer.pipeline import Pipeline
 from observer.resolver.core import ResolverFindings
 from observer.resolver.daemon import ResolverLookup
 from observer.resolver.store import Fields
+from observer.signals.summary import Summary
 from observer.sinks import ScoreSink
 from observer.sinks.dispatcher import Dispatcher
 from observer.sinks.langfuse_scores import LangfuseScoreSink
@@ -32,7 +33,6 @@ from observer.sources import ObservationSource
 from observer.sources.langfuse import LangfuseSource
 from observer.sources.ratelimit import RateLimiter
 from observer.state import State
-from observer.summary import Summary
 from observer.telemetry.http import Health, HttpServer
 from observer.telemetry.metrics import Metrics
 from observer.telemetry.otel import LangfuseOtlp, Telemetry, setup_telemetry

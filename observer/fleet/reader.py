@@ -24,9 +24,9 @@ from observer.fleet.entry import Entry
 from observer.fleet.lease import Lease
 from observer.fleet.stream import TraceStream
 from observer.pipeline import PublishKind
+from observer.pipeline.traces import last_activity
 from observer.sources.langfuse import Stopped
 from observer.telemetry.metrics import Metrics
-from observer.traces import last_activity
 
 # How long what was published of a trace is remembered past the overlap: a trace read
 # again (a sweep, a late generation, a second root) within it is known, as the state

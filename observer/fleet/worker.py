@@ -24,9 +24,9 @@ import structlog
 from observer.fleet.entry import BadEntry, Entry, decode
 from observer.fleet.stream import Message, TraceStream
 from observer.pipeline import Lookup
+from observer.pipeline.traces import Prepared, TraceRecorder
 from observer.state import State
 from observer.telemetry.metrics import Metrics
-from observer.traces import Prepared, TraceRecorder
 
 log = structlog.get_logger("observer.fleet")
 

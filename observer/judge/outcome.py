@@ -12,11 +12,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from observer import score_catalogue as catalogue
 from observer.judge.protocol import Claim, Verdict
 from observer.model import RagRecord, ScoreEvent
-from observer.score_catalogue import Producer, ScoreEntry
-from observer.scores import score_events_of
+from observer.scores import catalogue, score_events_of
+from observer.scores.catalogue import Producer, ScoreEntry
 
 JUDGE_SCORE_NAMES = catalogue.names_of(Producer.JUDGE)
 _CRITICAL_RE = re.compile(

@@ -31,7 +31,7 @@ from observer.judge.client import JudgeClient
 from observer.judge.outcome import JudgeResult, judge_score_events
 from observer.judge.sampler import SamplerParams, decide
 from observer.judge.workers import Workers
-from observer.model import RagRecord, Signals
+from observer.model import RagRecord, Signals, answer_basis
 from observer.records import RecordError, record_from_obj
 from observer.resolver.core import ResolverFindings
 from observer.signals import SignalParams, compute
@@ -39,7 +39,6 @@ from observer.state import OutboxFull, State
 from observer.state.judge import reserve_in
 from observer.telemetry.metrics import Metrics
 from observer.times import iso
-from observer.traces import answer_basis
 
 log = structlog.get_logger("observer.judge")
 NO_SPANS = trace.NoOpTracer()  # without telemetry
@@ -54,7 +53,7 @@ class _Sample:
     signals: Signals
     day: str  # the day its budget was reserved on
     findings: ResolverFindings | None
-    basis: str | None = None  # the answer it was taken on (observer.traces.answer_basis)
+    basis: str | None = None  # the answer it was taken on (observer.model.answer_basis)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """`observer init-langfuse`: score configs for every score observer writes, and a dashboard.
 
     specs.py    what should exist (pure): a score config per score of
-                observer.score_catalogue, the dashboard and its widgets
+                observer.scores.catalogue, the dashboard and its widgets
     diff.py     what exists against what should (pure): fits, differs, or create it
     report.py   what was done per object, its lines and exit code (pure)
     remote.py   the calls to Langfuse (I/O, on observer.retry's policy) and the run

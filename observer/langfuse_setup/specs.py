@@ -1,6 +1,6 @@
 """What init-langfuse should make exist. Pure.
 
-- `SCORE_CONFIGS`: one score config per score of `observer.score_catalogue`, in
+- `SCORE_CONFIGS`: one score config per score of `observer.scores.catalogue`, in
   its order, with its data type, range and description; CATEGORICAL labels
   numbered worst first (LOW = 0), so an average or a threshold on the value
   reads "higher is better".
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from observer.model import ScoreDataType
-from observer.score_catalogue import CATALOGUE, ScoreSpec, spec_of
+from observer.scores.catalogue import CATALOGUE, ScoreSpec, spec_of
 
 __all__ = [
     "DASHBOARD_DESCRIPTION",

@@ -6,11 +6,10 @@ environment follow observer.scores' rules (`score_events_of`).
 
 from __future__ import annotations
 
-from observer import score_catalogue as catalogue
 from observer.model import RagRecord, ScoreEvent
 from observer.resolver.core import ResolverFindings
-from observer.score_catalogue import Producer, ScoreEntry
-from observer.scores import score_events_of
+from observer.scores import catalogue, score_events_of
+from observer.scores.catalogue import Producer, ScoreEntry
 
 __all__ = ["RESOLVER_SCORE_NAMES", "resolver_score_events"]
 

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from observer.model import RagRecord, Source
-from observer.output import signals_json
 from observer.signals import SignalParams, compute
+from observer.signals.output import signals_json
 from observer.signals.text import prepare
 from tests.signals import oracle
 from tests.signals.oracle.output import signals_json as oracle_signals_json

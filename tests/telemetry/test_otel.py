@@ -139,8 +139,8 @@ def test_a_pass_exports_its_spans_and_the_same_metrics(
 
     (poll,) = collector.spans_named("observer.poll_pass")
     assert poll.attributes["observer.observations"] == passed.observations
-    assert poll.attributes["observer.traces.scored"] == DEMO.scored
-    assert poll.attributes["observer.traces.skipped"] == DEMO.skipped
+    assert poll.attributes["observer.pipeline.traces.scored"] == DEMO.scored
+    assert poll.attributes["observer.pipeline.traces.skipped"] == DEMO.skipped
     assert poll.attributes["observer.scores"] == DEMO.scores
     assert poll.attributes["observer.window.start"] < poll.attributes["observer.window.end"]
 

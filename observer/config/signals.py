@@ -1,7 +1,7 @@
 """The settings of the signals ([signals], [crag], [band]), on their own.
 
 `observer score` needs only these: `load_signal_params` reads them from the same
-file and variables as the whole configuration (observer.config_sources) and
+file and variables as the whole configuration (observer.config.sources) and
 validates them with these three models alone, so the command loads neither the
 other sections' models nor what their validators import.
 """
@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from observer.config_sources import SIGNAL_SECTIONS, describe, read_sources
+from observer.config.sources import SIGNAL_SECTIONS, describe, read_sources
 from observer.errors import ConfigError
 from observer.signals.params import (
     DEFAULT_ABBREVIATIONS,

@@ -1,6 +1,6 @@
 """Where settings come from: the TOML file and the environment, as plain data.
 
-`observer.config` validates what this module reads; `observer.signal_settings`
+`observer.config` validates what this module reads; `observer.config.signals`
 validates the three sections `observer score` needs from the same reading.
 Precedence, highest first: `OBSERVER_*` variables, the SDKs' own variables
 (`LANGFUSE_*`, `OPENAI_*`, ...), the file; tables are merged key by key.

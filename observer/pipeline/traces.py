@@ -25,7 +25,7 @@ import structlog
 
 from observer.alerts.history import resolver_values, signal_values, skip_row, trace_row
 from observer.mapping.convention import MappingRules, Provenance, Skip, find_root, read_trace
-from observer.model import RagRecord, Signals
+from observer.model import RagRecord, Signals, answer_basis
 from observer.resolver.core import ResolverFindings
 from observer.resolver.scores import resolver_score_events
 from observer.scores import score_events
@@ -58,17 +58,6 @@ class JudgeGate(Protocol):
     ) -> Reservation | None: ...
 
     def queued(self, reservation: Reservation) -> None: ...
-
-
-def answer_basis(record: RagRecord) -> str:
-    """What the judge's verdict rests on: the answer, its sources and the context.
-
-    The judge's scores stay while it is the same, and are deleted (the trace offered
-    to the sampler again) once it is another."""
-    described = orjson.dumps(
-        [record.answer, [(s.chunk_id, s.text) for s in record.sources], record.context]
-    )
-    return hashlib.sha256(described).hexdigest()[:16]
 
 
 OutcomeKind = Literal["unsettled", "skipped", "unchanged", "deferred", "scored", "rescored"]

@@ -36,9 +36,9 @@ from observer.mapping.convention import (
     find_root,
 )
 from observer.model import RagRecord, ScoreEvent, Signals
-from observer.output import signals_json
 from observer.scores import score_events
 from observer.signals import SignalParams, compute
+from observer.signals.output import signals_json
 from observer.times import iso, parse_time
 
 if TYPE_CHECKING:

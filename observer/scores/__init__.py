@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from observer import score_catalogue as catalogue
 from observer.model import RagRecord, ScoreEvent, Signals
-from observer.score_catalogue import Producer, ScoreEntry
+from observer.scores import catalogue
+from observer.scores.catalogue import Producer, ScoreEntry
 from observer.signals.params import SignalParams
 
 __all__ = [

@@ -16,7 +16,7 @@ For each complete trace whose root lies in the window:
   in one transaction, and the dispatcher is nudged. Score ids and timestamps
   are deterministic, so a re-score updates.
 
-What happens to one trace is `observer.traces`. The watermark moves only
+What happens to one trace is `observer.pipeline.traces`. The watermark moves only
 at the end of a complete pass, to the oldest root still unsettled (or `now -
 settle_s`); the next pass starts there, and a sweep (a process's first pass,
 then one per `sweep_interval_s`) `overlap_s` before it, to catch late data.
@@ -42,14 +42,7 @@ from opentelemetry import trace
 
 from observer.mapping.convention import MappingRules
 from observer.model import RagRecord, Signals
-from observer.resolver.core import ResolverFindings
-from observer.signals import SignalParams
-from observer.sources import ObservationSource
-from observer.sources.ingestion import SLOW_INGESTION_BOUND_S, slow_ingestion
-from observer.state import State
-from observer.telemetry.metrics import Metrics
-from observer.times import iso, parse_time
-from observer.traces import (
+from observer.pipeline.traces import (
     JudgeGate,
     Outcome,
     Prepared,
@@ -57,6 +50,13 @@ from observer.traces import (
     SignalsHook,
     TraceRecorder,
 )
+from observer.resolver.core import ResolverFindings
+from observer.signals import SignalParams
+from observer.sources import ObservationSource
+from observer.sources.ingestion import SLOW_INGESTION_BOUND_S, slow_ingestion
+from observer.state import State
+from observer.telemetry.metrics import Metrics
+from observer.times import iso, parse_time
 
 log = structlog.get_logger("observer.pipeline")
 NO_SPANS = trace.NoOpTracer()  # without telemetry
@@ -322,12 +322,12 @@ class Pipeline:
                         "observer.window.start": start.isoformat(),
                         "observer.window.end": end.isoformat(),
                         "observer.observations": result.observations,
-                        "observer.traces.scored": result.scored,
-                        "observer.traces.rescored": result.rescored,
-                        "observer.traces.unchanged": result.unchanged,
-                        "observer.traces.unsettled": result.unsettled,
-                        "observer.traces.skipped": result.skipped,
-                        "observer.traces.deferred": result.deferred,
+                        "observer.pipeline.traces.scored": result.scored,
+                        "observer.pipeline.traces.rescored": result.rescored,
+                        "observer.pipeline.traces.unchanged": result.unchanged,
+                        "observer.pipeline.traces.unsettled": result.unsettled,
+                        "observer.pipeline.traces.skipped": result.skipped,
+                        "observer.pipeline.traces.deferred": result.deferred,
                         "observer.scores": result.scores,
                     }
                 )

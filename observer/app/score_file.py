@@ -10,21 +10,21 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from observer.config_sources import SIGNAL_SECTIONS, config_path, names_a_section
+from observer.config.sources import SIGNAL_SECTIONS, config_path, names_a_section
 from observer.model import RagRecord, Signals
-from observer.output import signals_json
 from observer.records import RecordError, parsed_lines
 from observer.signals import SignalParams, compute
-from observer.summary import Summary
+from observer.signals.output import signals_json
+from observer.signals.summary import Summary
 
 
 def signal_params_for(given: str | Path | None) -> SignalParams:
     """The parameters `observer score` runs with: its three sections of the config file
-    and the environment (observer.signal_settings), or, when neither a file nor a
+    and the environment (observer.config.signals), or, when neither a file nor a
     variable sets anything, the defaults, without building a settings model."""
     if config_path(given) is None and not names_a_section(os.environ, SIGNAL_SECTIONS):
         return SignalParams()
-    from observer.signal_settings import load_signal_params
+    from observer.config.signals import load_signal_params
 
     return load_signal_params(given)
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from observer.alerts.history import answer_looking as skipped_answer
-from observer.explain import read_traces_file
+from observer.app.explain import read_traces_file
 from observer.mapping.convention import (
     Explained,
     MappingRules,

@@ -4,7 +4,7 @@ Precedence, highest first: `OBSERVER_*` variables (nested keys joined with
 `__`, e.g. `OBSERVER_CRAG__HIGH=0.7`; lists as JSON or comma-separated), the
 Langfuse SDK's own `LANGFUSE_*` variables, the TOML file given with `--config`
 (or `OBSERVER_CONFIG`), the defaults of docs/signals.md. The file and the
-variables are read by `observer.config_sources`, the only reader of both;
+variables are read by `observer.config.sources`, the only reader of both;
 everything is validated here at start, and a bad value is a `ConfigError` that
 names the key. Secrets are read from the environment only and never printed.
 `Settings()` is the defaults alone; `load_settings` reads the file and the
@@ -30,7 +30,9 @@ from pydantic import (
     model_validator,
 )
 
-from observer.config_sources import (
+from observer.config.signals import BandSettings, CragSettings, SignalsSettings, signal_params
+from observer.config.signals import Section as _Section
+from observer.config.sources import (
     CONFIG_ENV,
     SECRET_KEYS,
     SECRET_VARIABLES,
@@ -39,8 +41,6 @@ from observer.config_sources import (
     read_sources,
 )
 from observer.errors import ConfigError
-from observer.signal_settings import BandSettings, CragSettings, SignalsSettings, signal_params
-from observer.signal_settings import Section as _Section
 
 if TYPE_CHECKING:  # loaded where used: `config show` needs the models, not the rules' engine
     from observer.alerts.rules import TraceRule, WindowRule
