@@ -42,9 +42,9 @@ from typing import Protocol
 
 import structlog
 
-from observer.alerts.model import Notification, Outgoing, Queued
 from observer.alerts.notifiers import Notifier, NotifyError
 from observer.retry import call_with_retries
+from observer.state.rows import Notification, Outgoing, Queued
 from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.alerts.delivery")

@@ -32,10 +32,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from observer.alerts.rules import Value, WindowRule
+from observer.alerts.rules import WindowRule
+from observer.state.rows import AlertState as AlertState
+from observer.state.rows import Example as Example
+from observer.state.rows import GroupKey as GroupKey
+from observer.state.rows import Row as Row
+from observer.state.rows import Status as Status
 
-GroupKey = tuple[tuple[str, str], ...]
-Status = Literal["ok", "pending", "firing"]
 Transition = Literal[
     "pending", "cleared", "firing", "renotified", "escalated", "deescalated", "resolved", "no_data"
 ]
@@ -49,50 +52,12 @@ _KEEP_FIRST: Mapping[str, int] = {"firing": 0, "pending": 1, "ok": 2}
 
 
 @dataclass(frozen=True, slots=True)
-class Row:
-    """One entry of the signal history: a scored trace, or a sample of the daemon."""
-
-    at: float  # event time, unix seconds: the answer generation's start (or the sample's time)
-    values: Mapping[str, Value]
-    trace_id: str | None = None
-    project_id: str | None = None
-    environment: str = "default"
-    query_type: str = "none"
-
-    def label(self, name: str) -> str:
-        return self.environment if name == "environment" else self.query_type
-
-
-@dataclass(frozen=True, slots=True)
-class Example:
-    trace_id: str
-    project_id: str | None
-    value: float
-
-
-@dataclass(frozen=True, slots=True)
 class Top:
     """The most frequent detail among a window's true samples: `count` of `of` of them."""
 
     value: str
     count: int
     of: int
-
-
-@dataclass(frozen=True, slots=True)
-class AlertState:
-    """What survives between evaluations (and restarts) for one rule and group."""
-
-    status: Status = "ok"
-    severity: str | None = None  # of the pending or firing alert
-    since: float | None = None  # pending since, or firing since
-    last_notified: float | None = None
-    escalate_since: float | None = None  # a page-level breach while firing as warn
-    no_data_since: float | None = None
-    no_data_firing: bool = False  # firing because the data stopped (no_data = "alert")
-    value: float | None = None
-    samples: int = 0
-    evaluated_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from observer.alerts.engine import AlertEvent, Example, GroupKey, Row, Top
-from observer.alerts.model import Notification, NotificationKind, NotificationState, Severity
 from observer.alerts.rules import TraceRule, WindowRule
+from observer.state.rows import Notification, NotificationKind, NotificationState, Severity
 from observer.times import format_duration, iso
 
 # What to do first, by the signal a firing rule watches.

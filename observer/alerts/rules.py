@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
 
-Value = float | str | bool | None
+from observer.state.rows import Value as Value
 
 
 class Kind(Enum):

@@ -46,12 +46,12 @@ from observer.alerts.messages import (
     trace_notification,
     window_notification,
 )
-from observer.alerts.model import Notification, Outgoing
-from observer.alerts.rules import TraceRule, WindowRule
+from observer.alerts.rules import TraceRule, WindowRule, row_keys
 from observer.alerts.windows import slide
 from observer.judge.outcome import JudgeResult
 from observer.model import RagRecord, Signals
 from observer.state import State
+from observer.state.rows import Notification, Outgoing
 from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.alerts")
@@ -326,7 +326,7 @@ class AlertService:
         for pipeline in (False, True):
             chosen = [p for p in plans if p.rule.pipeline == pipeline]
             for start, end, members in clusters(chosen):
-                keys = {p.rule.expression.signal for p in members}
+                keys = row_keys({p.rule.expression.signal for p in members})
                 loaded = rows(start, end, keys, traces=not pipeline, samples=pipeline)
                 for each in members:
                     result = slide(

@@ -12,13 +12,13 @@ from pathlib import Path
 
 from observer.alerts.delivery import Delivery
 from observer.alerts.engine import AlertEvent, evaluation_points, replay
-from observer.alerts.model import Notification
 from observer.alerts.notifiers.trial import TestOutcome, send_test
-from observer.alerts.rules import WindowRule
+from observer.alerts.rules import WindowRule, row_keys
 from observer.alerts.service import AlertService
 from observer.app.parts import build_alerts, build_notifiers, now_utc
 from observer.config import ConfigError, Settings
 from observer.state import State, StateError
+from observer.state.rows import Notification
 from observer.telemetry.metrics import Metrics
 
 
@@ -52,7 +52,7 @@ def backtest(
         names = ", ".join(r.name for r in alerts.rules) or "none"
         raise ConfigError(f"no window rule named {rule!r} (configured: {names})")
     longest = max((r.window_s for r in chosen), default=0.0)
-    read = {r.expression.signal for r in chosen}
+    read = row_keys({r.expression.signal for r in chosen})
     rows = alerts.state.history.rows(start.timestamp() - longest, end.timestamp(), read)
     points = evaluation_points(start.timestamp(), end.timestamp(), step_s, 0.0)
     return [Backtest(r, replay(r, rows, {}, points, alerts.max_groups).events) for r in chosen]

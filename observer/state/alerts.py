@@ -29,9 +29,8 @@ from typing import Any, Literal
 
 import orjson
 
-from observer.alerts.engine import AlertState, Example, GroupKey
-from observer.alerts.model import Notification, Outgoing, Queued
 from observer.state.db import Database
+from observer.state.rows import AlertState, Example, GroupKey, Notification, Outgoing, Queued
 
 ALERTS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS alert_state (

@@ -3,7 +3,7 @@
 A trace that looks like an answer but was skipped has a row too, with only
 `skipped` and its `skip_reason` (`observer.alerts.history.skip_row`): no
 rule on a signal of answers finds a sample there. A read of `skipped` keeps
-`skip_reason` beside it (a signal's detail, `rules.row_keys`).
+`skip_reason` beside it (a signal's detail: callers ask for it with `alerts.rules.row_keys`).
 
 What every alert window, `observer alerts status` and `observer alerts
 backtest` read, so they agree with each other and survive restarts. A
@@ -26,9 +26,8 @@ from typing import Any
 
 import orjson
 
-from observer.alerts.engine import Row
-from observer.alerts.rules import Value, row_keys
 from observer.state.db import Database
+from observer.state.rows import Row, Value
 
 HISTORY_SCHEMA = """
 CREATE TABLE IF NOT EXISTS history (
@@ -191,8 +190,6 @@ def read_rows(
     skip_empty: bool = False,
 ) -> list[Row]:
     """`History.rows` on `db`; `skip_empty` leaves out trace rows with none of `keys`."""
-    if keys is not None:
-        keys = row_keys(keys)
     labels: dict[str, str] = {}
     rows: list[Row] = []
     if traces:

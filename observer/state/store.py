@@ -24,12 +24,12 @@ from typing import Literal
 
 import orjson
 
-from observer.alerts.engine import Row
 from observer.model import ScoreEvent
 from observer.state.alerts import ALERTS_SCHEMA, AlertStore
 from observer.state.db import Database, StateError
 from observer.state.history import HISTORY_SCHEMA, History, write_row
 from observer.state.judge import JUDGE_SCHEMA, JudgeStore
+from observer.state.rows import Row
 from observer.times import iso, parse_time
 
 _SCHEMA = """

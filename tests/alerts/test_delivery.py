@@ -19,11 +19,11 @@ import pytest
 from structlog.testing import capture_logs
 
 from observer.alerts.delivery import Delivery
-from observer.alerts.model import Notification
 from observer.alerts.notifiers import NotifyError
 from observer.alerts.notifiers.webhook import WebhookNotifier
 from observer.retry import call_with_retries, parse_retry_after
 from observer.state import State
+from observer.state.rows import Notification
 from observer.telemetry.metrics import Metrics
 from tests.alerts.notifiers.samples import firing
 from tests.fakes.receiver import Answer, Receiver

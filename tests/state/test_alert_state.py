@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from observer.alerts.engine import AlertState, Example, GroupKey, Row
-from observer.alerts.model import Notification, Outgoing, Queued
+from observer.alerts.rules import row_keys
 from observer.state import State
 from observer.state.alerts import Digest
+from observer.state.rows import Notification, Outgoing, Queued
 
 T0 = 1_764_000_000.0  # 2025-11-24T16:00:00Z
 
@@ -106,7 +107,7 @@ def test_a_read_of_skipped_keeps_its_reason_and_other_reads_leave_skip_rows_out(
 ) -> None:
     scored = trace("t1", T0 + 10, ungrounded=True, skipped=False)
     state.history.put_many([scored, skipped("t2", T0 + 20)])
-    assert state.history.rows(T0, T0 + 100, {"skipped"}) == [
+    assert state.history.rows(T0, T0 + 100, row_keys({"skipped"})) == [
         trace("t1", T0 + 10, skipped=False),
         skipped("t2", T0 + 20),
     ]
@@ -116,7 +117,10 @@ def test_a_read_of_skipped_keeps_its_reason_and_other_reads_leave_skip_rows_out(
         assert reader.rows(T0, T0 + 100, {"ungrounded"}, samples=False) == [
             trace("t1", T0 + 10, ungrounded=True)
         ]
-        assert [r.trace_id for r in reader.rows(T0, T0 + 100, {"skipped"})] == ["t1", "t2"]
+        assert [r.trace_id for r in reader.rows(T0, T0 + 100, row_keys({"skipped"}))] == [
+            "t1",
+            "t2",
+        ]
     finally:
         reader.close()
 

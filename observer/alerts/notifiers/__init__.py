@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-from observer.alerts.model import Notification
+from observer.state.rows import Notification
 
 TestEnd = Literal["expires", "resolve", "nothing"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
-from observer.alerts.model import Notification
+from observer.state.rows import Notification
 
 
 def iso(moment: datetime) -> str:

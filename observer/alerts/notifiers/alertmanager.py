@@ -34,9 +34,9 @@ import re
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from observer.alerts.model import Notification
 from observer.alerts.notifiers import TestEnd, _http
 from observer.alerts.notifiers._text import iso
+from observer.state.rows import Notification
 
 _LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DEFAULT_FIRING_TTL_S = 3600.0

@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar, Literal
 
-from observer.alerts.model import Notification
 from observer.alerts.notifiers import TestEnd, _http
 from observer.alerts.notifiers._text import condition, finite, group_text, iso
+from observer.state.rows import Notification
 
 DEFAULT_URL = (
     "https://events.pagerduty.com"  # the EU service region: https://events.eu.pagerduty.com

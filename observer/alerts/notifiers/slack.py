@@ -25,9 +25,9 @@ from urllib.parse import urlsplit
 
 from slack_sdk.webhook import WebhookClient
 
-from observer.alerts.model import Notification
 from observer.alerts.notifiers import TestEnd, _http
 from observer.alerts.notifiers._text import condition, duration, group_text, iso, state_word
+from observer.state.rows import Notification
 
 MAX_TRACE_LINKS = 5
 _HEADER_CHARS = 150  # Slack's limit for a header block

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
-from observer.alerts.model import Notification
 from observer.alerts.notifiers import Notifier, TestEnd
+from observer.state.rows import Notification
 
 RESOLVE_AFTER_S = 1.0
 

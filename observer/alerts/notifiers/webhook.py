@@ -37,9 +37,9 @@ from typing import Any, ClassVar
 
 from standardwebhooks import Webhook
 
-from observer.alerts.model import Notification
 from observer.alerts.notifiers import TestEnd, _http
 from observer.alerts.notifiers._text import finite, iso
+from observer.state.rows import Notification
 
 SECRET_PREFIX = "whsec_"
 

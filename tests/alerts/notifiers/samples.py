@@ -7,7 +7,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from observer.alerts.model import Notification
+from observer.state.rows import Notification
 
 TRACE_URLS = tuple(f"https://langfuse.example.com/project/p1/traces/trace-{i}" for i in range(1, 8))
 RUNBOOK = "https://runbooks.example.com/observer/coverage-low"

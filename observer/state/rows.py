@@ -1,18 +1,64 @@
-"""The values alerting passes around: what a notifier is asked to say.
+"""The rows the state file keeps for alerting, as values: the signal history's
+`Row`, a rule group's `AlertState` between evaluations, and the notifications
+waiting in its outbox (`Outgoing` written, `Queued` read back).
+
+They live here, below both the store and alerting, so that the store never
+imports alerting: observer.alerts builds and reads them, observer.state keeps them.
 
 A `Notification` is built by the pure engine (window rules), by the trace-rule
 evaluator (one bad trace, or an hourly digest) or by `observer alerts test`,
 and handed to every notifier the rule names. Notifiers only format and send it.
-On its way it waits in the state file's outbox: `Outgoing` is what is
-written there (with the decision that made it, in one transaction), `Queued`
-what a notifier's lane reads back.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
+
+Value = float | str | bool | None
+GroupKey = tuple[tuple[str, str], ...]
+Status = Literal["ok", "pending", "firing"]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One entry of the signal history: a scored trace, or a sample of the daemon."""
+
+    at: float  # event time, unix seconds: the answer generation's start (or the sample's time)
+    values: Mapping[str, Value]
+    trace_id: str | None = None
+    project_id: str | None = None
+    environment: str = "default"
+    query_type: str = "none"
+
+    def label(self, name: str) -> str:
+        return self.environment if name == "environment" else self.query_type
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    trace_id: str
+    project_id: str | None
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class AlertState:
+    """What survives between evaluations (and restarts) for one rule and group."""
+
+    status: Status = "ok"
+    severity: str | None = None  # of the pending or firing alert
+    since: float | None = None  # pending since, or firing since
+    last_notified: float | None = None
+    escalate_since: float | None = None  # a page-level breach while firing as warn
+    no_data_since: float | None = None
+    no_data_firing: bool = False  # firing because the data stopped (no_data = "alert")
+    value: float | None = None
+    samples: int = 0
+    evaluated_at: float | None = None
+
 
 Severity = Literal["warn", "page"]
 NotificationKind = Literal["window", "trace", "digest", "test"]
