@@ -42,6 +42,7 @@ from observer.alerts.engine import AlertEvent, AlertState, GroupKey, Row, evalua
 from observer.alerts.evaluator import AlertEvaluator
 from observer.alerts.rules import default_window_rules
 from observer.alerts.service import AlertService, StepResult
+from observer.background import Deadline
 from observer.state import State
 from observer.telemetry.metrics import Metrics
 
@@ -204,7 +205,7 @@ def after(path: Path, max_points: int) -> Run:
         if evaluator.last is not None and not evaluator.behind and ticks:
             done.set()
     total = time.perf_counter() - started
-    evaluator.shutdown(10)
+    evaluator.shutdown(Deadline.within(10))
     states = service.state.alerts.load()
     service.state.close()
     return Run(max(ticks), len(ticks), total, held, states, events)

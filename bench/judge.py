@@ -35,6 +35,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from observer.background import Deadline  # noqa: E402
 from observer.judge.client import JudgeClient  # noqa: E402
 from observer.judge.protocol import CLAIMS_SYSTEM, VERDICTS_SYSTEM, context_of  # noqa: E402
 from observer.judge.sampler import SamplerParams, hash_fraction  # noqa: E402
@@ -215,9 +216,9 @@ def throughput(
         for i in range(count):
             record, signals = pairs[i % len(pairs)]
             service.offer(dataclasses.replace(record, trace_id=f"{record.trace_id}-{i}"), signals)
-        service.drain(600)
+        service.drain(Deadline.within(600))
         elapsed = time.perf_counter() - began
-        service.shutdown(5)
+        service.shutdown(Deadline.within(5))
         state.close()
         return count / elapsed, stub.calls
 

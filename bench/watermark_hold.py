@@ -46,6 +46,7 @@ if str(ROOT) not in sys.path:
 from soak import Mix, Plan, Second, Stream, load_templates, trace_id_of  # noqa: E402
 
 from observer import app  # noqa: E402
+from observer.background import Deadline  # noqa: E402
 from observer.config import load_settings  # noqa: E402
 from observer.telemetry.logging import configure_logging  # noqa: E402
 from tests.fakes.clock import SimulatedClock  # noqa: E402
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             clock.advance(POLL_S)
         live = fake.scores_by_trace()
     finally:
-        parts.dispatcher.shutdown(5)
+        parts.dispatcher.shutdown(Deadline.within(5))
         parts.state.close()
         fake.stop()
     console = Console(width=110)

@@ -210,11 +210,32 @@ def run(config_path: str | None, state_path: str | None, once: bool, dry_run: st
             app.build(settings, state_path=scratch, sink=sink) as parts,
         ):
             _run_once_command(parts, dry_run)
-    with app.build(settings, state_path=state_path) as parts:
-        if not once:
-            raise SystemExit(app.run_daemon(parts))
-        app.require_supported_server(settings)  # batch score posts need v4.59+
-        _run_once_command(parts, None)
+    if once:
+        with app.build(settings, state_path=state_path) as parts:
+            _run_once_command(parts, None)
+    mode: app.Mode = "solo" if settings.fleet is None else "member"
+    with _daemon_parts(settings, mode, state_path) as parts:
+        raise SystemExit(app.run_daemon(parts))
+
+
+@contextmanager
+def _daemon_parts(
+    settings: Settings, mode: app.Mode, state_path: str | None
+) -> Iterator[app.Parts]:
+    """The daemon's parts; a fleet's Redis that cannot be reached exits 3, named."""
+    from observer import app
+    from observer.fleet.connect import FleetUnreachable
+
+    try:
+        parts = app.build(settings, mode=mode, state_path=state_path)
+    except FleetUnreachable as error:
+        import structlog
+
+        structlog.get_logger("observer.app").error("fleet_unreachable", error=str(error))
+        click.echo(f"observer: {error}", err=True)
+        raise SystemExit(app.EXIT_UNREACHABLE) from None
+    with parts:
+        yield parts
 
 
 def _run_once_command(parts: app.Parts, dry_run: str | None) -> NoReturn:

@@ -5,7 +5,6 @@ no sleep."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from observer import app
 from observer.app.daemon import Daemon
+from observer.background import Deadline
 from observer.sinks.jsonl import JsonlScoreSink
 from observer.sources.replay import ReplaySource
 from tests.daemon_helpers import configure, demo_counts
@@ -81,6 +81,6 @@ def test_start_tick_shutdown_delivers_everything(
         daemon = Daemon(parts, clock=lambda: now)
         daemon.start()
         daemon.tick()
-        flushed, left = daemon.shutdown(time.monotonic() + 5)
+        flushed, left = daemon.shutdown(Deadline.within(5))
         assert flushed and left == 0
         assert len(out.read_text().splitlines()) == DEMO.scores

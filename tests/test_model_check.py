@@ -69,6 +69,7 @@ from langfuse.api.commons.types.observation_v2 import ObservationV2
 from langfuse.api.core.pydantic_utilities import parse_obj_as
 
 from observer import app, langfuse_api
+from observer.background import Deadline
 from observer.config import Settings, load_settings
 from observer.errors import RemoteError
 from observer.mapping.convention import Skip, map_trace
@@ -491,7 +492,7 @@ class DaemonModel(RuleBasedStateMachine):
     @rule()
     def restart(self) -> None:
         assert self.parts is not None
-        self.parts.dispatcher.shutdown(5)
+        self.parts.dispatcher.shutdown(Deadline.within(5))
         self.parts.state.close()
         self._start_daemon()
 
@@ -607,7 +608,7 @@ class DaemonModel(RuleBasedStateMachine):
         self.parts = self.fake = None
         try:
             if parts is not None:
-                parts.dispatcher.shutdown(2)
+                parts.dispatcher.shutdown(Deadline.within(2))
                 parts.state.close()
         finally:
             if fake is not None:

@@ -16,7 +16,7 @@ from observer.scores.catalogue import CATALOGUE, Producer, ScoreSpec, names_of, 
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCERS = {
-    Producer.SIGNALS: ROOT / "observer" / "scores.py",
+    Producer.SIGNALS: ROOT / "observer" / "scores" / "__init__.py",
     Producer.RESOLVER: ROOT / "observer" / "resolver" / "scores.py",
     Producer.JUDGE: ROOT / "observer" / "judge" / "outcome.py",
 }

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from observer.background import Deadline
 from tests.daemon_helpers import after, configure, demo_counts, demo_observations, once
 from tests.fakes.langfuse_server import FakeLangfuse
 
@@ -79,6 +81,17 @@ def test_sigterm_mid_pass_then_restart_loses_and_duplicates_nothing(
     assert fake.duplicates() == []
 
 
+def stop_took(err: bytes) -> float:
+    """Seconds from `shutdown_requested` to `observer_stopped` in a daemon's JSON log."""
+    at: dict[str, datetime] = {}
+    for line in err.decode().splitlines():
+        if line.startswith("{"):
+            event = json.loads(line)
+            if event.get("event") in ("shutdown_requested", "observer_stopped"):
+                at[event["event"]] = datetime.fromisoformat(event["timestamp"])
+    return (at["observer_stopped"] - at["shutdown_requested"]).total_seconds()
+
+
 def test_sigterm_during_a_hanging_request_exits_within_the_grace(
     fake: FakeLangfuse, tmp_path: Path
 ) -> None:
@@ -107,7 +120,10 @@ def test_sigterm_during_a_hanging_request_exits_within_the_grace(
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err.decode()[-2000:]
-    assert took < 2 + 1.5, f"took {took:.1f} s"
+    # The daemon's own stop ends within the grace, by its own log's clock; the process
+    # exit after it is the interpreter's, which a busy machine slows down.
+    assert stop_took(err) <= 2 + 0.5, err.decode()[-3000:]
+    assert took < 2 + 15, f"took {took:.1f} s"
     assert b'"event": "poll_abandoned"' in err
     assert b"closed database" not in err
     fake.latency_s = 0.0
@@ -154,9 +170,49 @@ def test_a_second_dispatcher_shutdown_returns_at_once(
     parts.pipeline.poll(after(demo_observations()) + timedelta(days=1))
     fake.stop()  # nothing can be delivered
     try:
-        assert parts.dispatcher.shutdown(0.5) is False
+        assert parts.dispatcher.shutdown(Deadline.within(0.5))[0] is False
         started = time.monotonic()
-        assert parts.dispatcher.shutdown(5.0) is False
+        assert parts.dispatcher.shutdown(Deadline.within(5.0))[0] is False
         assert time.monotonic() - started < 0.1
     finally:
         parts.state.close()
+
+
+def test_sigterm_during_a_long_flush_ends_in_the_grace_without_a_traceback(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The outbox holds many small batches, each post slow: the stop flushes what it can
+    by a reserve before the deadline, the state file is never closed under the thread
+    still posting, nothing is logged as a crash, and the next run delivers the rest once."""
+    state = tmp_path / "state.sqlite"
+    env = daemon_env(fake)
+    env.update(OBSERVER_RUN__SHUTDOWN_GRACE_S="3", OBSERVER_SINK__BATCH_SIZE="5")
+    fake.post_latency_s = 0.4
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "observer", "run", "--state", str(state)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(fake.scores) < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(fake.scores) >= 10, "the daemon never started delivering"
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert stop_took(err) <= 3 + 0.5, err.decode()[-3000:]
+    for bad in (b"closed database", b"Traceback", b"dispatcher_failed", b'"level": "error"'):
+        assert bad not in err, err.decode()[-3000:]
+    assert len(fake.scores) < SCORES, "the whole outbox went out: the test proves nothing"
+
+    fake.post_latency_s = 0.0
+    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400))
+    result = once(settings, state, after(demo_observations()) + timedelta(days=1))
+    assert result.exit_code == 0, result.error
+    assert len(fake.scores) == SCORES
+    assert fake.duplicates() == []

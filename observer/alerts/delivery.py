@@ -1,59 +1,53 @@
 """Delivery: hands notifications to notifiers without ever blocking the engine.
 
-    engine --submit(names, n)--> [lane "pagerduty": bounded queue -> worker thread] --> PagerDuty
-                                 [lane "slack":     bounded queue -> worker thread] --> Slack
+    engine --(outbox row, wake(names))--> [lane "pagerduty": a Worker] --> PagerDuty
+                                          [lane "slack":     a Worker] --> Slack
 
 One lane per notifier, so a receiver that is down or slow delays only its own
-messages. `submit()` returns at once: a message for a full queue is dropped,
-as is one for a notifier name the configuration does not have; both counted
-(`observer_alert_notifications_total{result="dropped"}`) and logged, at most
-once per 10 s per notifier and reason. A worker sends its messages in order,
-each retried per `observer.retry` (bounded attempts, jittered backoff,
-Retry-After honoured; `NotifyError(retryable=False)` is not retried), then
-counts it `sent` or `failed` (and logs `alert_notification_failed` with the
-error, which holds no secret). A worker never dies of a notifier's error.
+messages. The lane's queue is the state file's outbox, where the engine wrote
+each notification in the transaction that decided it (at most `queue_size` per
+notifier; what the outbox dropped to stay within it is counted, reason
+`queue_full`, as is a message for a notifier name the configuration does not
+have, `unknown_notifier`: `observer_alert_notifications_total{result="dropped"}`).
+`wake(names)` tells a lane there is something new; the lane (an
+`observer.background.Worker`) sends its notifier's rows oldest first, each
+retried per `observer.retry` (bounded attempts, jittered backoff, Retry-After
+honoured; `NotifyError(retryable=False)` is not retried), and deletes each once
+sent (or refused for good: a 4xx, a notifier's bug). When the retries of a row
+run out (5xx, timeouts, a long Retry-After) the row stays, the lane stops (what
+comes after it must not overtake it: a resolve before its page) and `resume()`,
+called at every evaluation, starts it again: a receiver that was down gets the
+messages at the next evaluation, not after the rule's `repeat`.
 
-`flush(timeout_s)` waits until every queue is empty and idle.
-`shutdown(timeout_s)` flushes within the budget, then stops: waits are cut
-short, no new attempt starts, whatever is still queued is dropped and
-counted; it is idempotent. `send_now()` is the synchronous path of
-`observer alerts test`.
-
-Durable lanes (`use_outbox(outbox)`, what the daemon's alert service uses):
-the lane's queue is the state file's outbox, where the engine wrote each
-notification in the transaction that decided it. `wake(names)` tells a lane
-there is something new; the lane sends its notifier's rows oldest first and
-deletes each once sent (or refused for good: a 4xx, a notifier's bug). When
-the retries of a row run out (5xx, timeouts, a long Retry-After) the row
-stays, the lane stops (what comes after it must not overtake it: a resolve
-before its page) and `resume()`, called at every evaluation, starts it
-again: a receiver that was down gets the messages at the next evaluation,
-not after the rule's `repeat`. `shutdown` drops nothing there: what is left
-waits in the outbox for the next process.
+`flush(deadline)` waits until every lane is idle. `shutdown(deadline)` flushes,
+then stops the lanes by the same deadline: waits are cut short, no new attempt
+starts, and what is left waits in the outbox for the next process. It is
+idempotent. `send_now()` is the synchronous path of `observer alerts test`.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import structlog
 
 from observer.alerts.notifiers import Notifier, NotifyError
+from observer.background import Deadline, Worker
 from observer.retry import call_with_retries
 from observer.state.rows import Notification, Outgoing, Queued
 from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.alerts.delivery")
 
-DROP_LOG_INTERVAL_S = 10.0
+# A lane with nothing to do still looks for rows this often (a wake lost to a race).
+LANE_INTERVAL_S = 30.0
 
 
 class Outbox(Protocol):
-    """Where durable lanes read their notifications (`observer.state.alerts.AlertStore`)."""
+    """Where the lanes read their notifications (`observer.state.alerts.AlertStore`)."""
 
     def queue(self, outgoing: Sequence[Outgoing], max_queued: int = 1000) -> Counter[str]: ...
 
@@ -66,75 +60,44 @@ class Outbox(Protocol):
     def waiting(self, notifier: str | None = None) -> int: ...
 
 
+class NothingQueued:
+    """An outbox that holds nothing: for a Delivery that only sends now (`alerts test`)."""
+
+    def queue(self, outgoing: Sequence[Outgoing], max_queued: int = 1000) -> Counter[str]:
+        return Counter(o.notifier for o in outgoing)  # none kept: each one dropped
+
+    def next_notification(self, notifier: str) -> Queued | None:
+        return None
+
+    def delivered(self, queued_id: int) -> None:
+        pass
+
+    def failed(self, queued_id: int, error: str) -> None:
+        pass
+
+    def waiting(self, notifier: str | None = None) -> int:
+        return 0
+
+
 class _Lane:
-    """One notifier's bounded queue; its worker thread is started on the first message."""
+    """One notifier's rows in the outbox, oldest first, sent by one `Worker`; stopped
+    after a row's retries ran out until `wake(resume=True)`."""
 
-    def __init__(self, name: str, notifier: Notifier, capacity: int) -> None:
+    def __init__(self, delivery: Delivery, name: str, notifier: Notifier) -> None:
+        self.delivery = delivery
         self.name = name
         self.notifier = notifier
-        self.capacity = capacity
         self.cond = threading.Condition()
-        self.items: deque[Notification] = deque()
-        self.busy = False  # a message is being sent (or waits for its next attempt)
-        self.closed = False
-        self.thread: threading.Thread | None = None
-
-    def offer(self, notification: Notification) -> bool:
-        with self.cond:
-            if self.closed or len(self.items) >= self.capacity:
-                return False
-            self.items.append(notification)
-            self.cond.notify_all()
-            return True
-
-    def take(self) -> Notification | None:
-        """The next message (marking the lane busy), or None once the lane is closed."""
-        with self.cond:
-            while not self.items and not self.closed:
-                self.cond.wait()
-            if self.closed:
-                return None
-            self.busy = True
-            return self.items.popleft()
-
-    def done(self) -> None:
-        with self.cond:
-            self.busy = False
-            self.cond.notify_all()
-
-    def wait_idle(self, deadline: float) -> bool:
-        with self.cond:
-            while self.items or self.busy:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self.cond.wait(remaining)
-            return True
-
-    def close(self) -> list[Notification]:
-        """Stop the worker after its current message; returns what was still queued."""
-        with self.cond:
-            self.closed = True
-            left = list(self.items)
-            self.items.clear()
-            self.cond.notify_all()
-            return left
-
-
-class _OutboxLane:
-    """One notifier's rows in the outbox, oldest first; stopped after a row's retries ran
-    out until `resume()`."""
-
-    def __init__(self, name: str, notifier: Notifier, outbox: Outbox) -> None:
-        self.name = name
-        self.notifier = notifier
-        self.outbox = outbox
-        self.cond = threading.Condition()
-        self.unread = True  # rows may be waiting that the lane has not looked for
+        self.unread = False  # rows may be waiting that the lane has not looked for (a wake)
         self.paused = False
         self.busy = False
-        self.closed = False
-        self.thread: threading.Thread | None = None
+        self.worker = Worker(
+            f"observer-notifier-{name}",
+            self.step,
+            interval_s=LANE_INTERVAL_S,
+            crash_event="alert_notification_worker_failed",
+            stopping=delivery.stopping,
+        )
 
     def wake(self, resume: bool = False) -> None:
         with self.cond:
@@ -142,49 +105,57 @@ class _OutboxLane:
             if resume:
                 self.paused = False
             self.cond.notify_all()
+        self.worker.start()
+        self.worker.wake()
 
-    def take(self) -> Queued | None:
-        """The oldest row (marking the lane busy), or None once the lane is closed."""
+    def step(self) -> bool:
+        """Send the oldest row; True when the lane should look for the next one at once."""
+        queued = self._take()
+        if queued is None:
+            return False
+        stop = True
+        try:
+            stop = self.delivery.send_queued(self.name, self.notifier, queued)
+        finally:
+            self._done(stop=stop)
+        return not stop
+
+    def _take(self) -> Queued | None:
         with self.cond:
-            while not self.closed:
-                if self.unread and not self.paused:
-                    try:
-                        found = self.outbox.next_notification(self.name)
-                    except Exception:  # the state file failed us: try at the next evaluation
-                        log.exception("alert_outbox_unreadable", notifier=self.name)
-                        self.paused = True
-                        self.cond.notify_all()
-                        continue
-                    if found is not None:
-                        self.busy = True
-                        return found
-                    self.unread = False
-                    self.cond.notify_all()  # idle: a flush waiting for it may return
-                self.cond.wait()
-            return None
+            if not self.unread or self.paused or self.delivery.stopping.is_set():
+                return None
+            try:
+                found = self.delivery.outbox.next_notification(self.name)
+            except Exception:  # the state file failed us: try at the next evaluation
+                log.exception("alert_outbox_unreadable", notifier=self.name)
+                self.paused = True
+                self.cond.notify_all()
+                return None
+            if found is None:
+                self.unread = False
+                self.cond.notify_all()  # idle: a flush waiting for it may return
+                return None
+            self.busy = True
+            return found
 
-    def done(self, *, stop: bool) -> None:
+    def _done(self, *, stop: bool) -> None:
         with self.cond:
             self.busy = False
             self.unread = True
             self.paused = self.paused or stop
             self.cond.notify_all()
 
-    def wait_idle(self, deadline: float) -> bool:
+    def wait_idle(self, deadline: Deadline) -> bool:
         """Until nothing is in flight and the lane has nothing to do; True when no row is
         left (a stopped lane with rows returns False at once)."""
         with self.cond:
-            while self.busy or (self.unread and not self.paused and not self.closed):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+            while self.busy or (
+                self.unread and not self.paused and not self.delivery.stopping.is_set()
+            ):
+                if deadline.passed:
                     return False
-                self.cond.wait(remaining)
-        return self.outbox.waiting(self.name) == 0
-
-    def close(self) -> None:
-        with self.cond:
-            self.closed = True
-            self.cond.notify_all()
+                self.cond.wait(deadline.left())
+        return self.delivery.outbox.waiting(self.name) == 0
 
 
 class Delivery:
@@ -192,6 +163,7 @@ class Delivery:
         self,
         notifiers: Mapping[str, Notifier],
         metrics: Metrics,
+        outbox: Outbox,
         *,
         max_attempts: int = 4,
         base_s: float = 1.0,
@@ -203,41 +175,26 @@ class Delivery:
         long would hold up every later message of the notifier)."""
         if max_attempts < 1 or queue_size < 1:
             raise ValueError("max_attempts and queue_size must be at least 1")
-        self._lanes = {name: _Lane(name, n, queue_size) for name, n in notifiers.items()}
-        self._durable: dict[str, _OutboxLane] = {}
-        self._outbox: Outbox | None = None
+        self.outbox = outbox
+        self.notifiers = dict(notifiers)
+        self.stopping = threading.Event()  # cuts retry waits short; no attempt starts after
+        self._lanes = {name: _Lane(self, name, n) for name, n in notifiers.items()}
         self._queue_size = queue_size
         self._metrics = metrics
         self._max_attempts = max_attempts
         self._base_s = base_s
         self._max_backoff_s = max_backoff_s
         self._max_retry_after_s = max_retry_after_s
-        self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._shutdown_started = False
         self._shutdown_result: bool | None = None
-        self._drop_logged: dict[tuple[str, str], tuple[float, int]] = {}
+        self.ended = True  # after a shutdown: whether every lane's thread ended
 
     # -- the engine's side ----------------------------------------------------
-
-    @property
-    def durable(self) -> bool:
-        return self._outbox is not None
 
     @property
     def queue_size(self) -> int:
         """The most notifications waiting per notifier."""
         return self._queue_size
-
-    def use_outbox(self, outbox: Outbox) -> None:
-        """From now on every lane sends from `outbox` (before the first message)."""
-        with self._lock:
-            if any(lane.thread is not None for lane in self._lanes.values()):
-                raise RuntimeError("use_outbox() must come before the first message")
-            self._outbox = outbox
-            self._durable = {
-                name: _OutboxLane(name, lane.notifier, outbox) for name, lane in self._lanes.items()
-            }
 
     def known(self, names: Sequence[str], notification: Notification) -> list[str]:
         """The names that are configured notifiers; each other one is counted as a drop."""
@@ -250,18 +207,20 @@ class Delivery:
         return found
 
     def wake(self, names: Sequence[str] | None = None) -> None:
-        """Durable lanes: there are new rows for these notifiers (all, without names)."""
-        for name in self._durable if names is None else names:
-            lane = self._durable.get(name)
+        """There are new rows for these notifiers (all, without names)."""
+        if self.stopping.is_set():
+            return
+        for name in self._lanes if names is None else names:
+            lane = self._lanes.get(name)
             if lane is not None:
                 lane.wake()
-                self._start(lane)
 
     def resume(self) -> None:
-        """Durable lanes: start again the lanes a failure stopped (at every evaluation)."""
-        for lane in self._durable.values():
+        """Start again the lanes a failure stopped (at every evaluation)."""
+        if self.stopping.is_set():
+            return
+        for lane in self._lanes.values():
             lane.wake(resume=True)
-            self._start(lane)
 
     def count_dropped(self, dropped: Mapping[str, int], notification: Notification) -> None:
         """Rows the outbox dropped to stay within its size, counted and logged as drops."""
@@ -269,133 +228,52 @@ class Delivery:
             for _ in range(n):
                 self._dropped(name, notification, "queue_full")
 
-    def submit(self, names: Sequence[str], notification: Notification) -> None:
-        """Queue `notification` for each named notifier. Never blocks, never raises (a
-        durable Delivery writes it to the outbox)."""
-        if self._outbox is not None:
-            known = self.known(names, notification)
-            outgoing = [Outgoing(name, notification) for name in known]
-            self.count_dropped(self._outbox.queue(outgoing, self._queue_size), notification)
-            self.wake(known)
-            return
-        for name in names:
-            lane = self._lanes.get(name)
-            if lane is None:
-                self._dropped(name, notification, "unknown_notifier")
-            elif self._stop.is_set() or self._shutdown_started:
-                self._dropped(name, notification, "shut_down")
-            elif not lane.offer(notification):
-                self._dropped(name, notification, "queue_full")
-            else:
-                self._start(lane)
-
     def send_now(self, name: str, notification: Notification) -> str | None:
         """Send synchronously, with the same retries; the error text, or None when sent."""
-        lane = self._lanes.get(name)
-        if lane is None:
+        notifier = self.notifiers.get(name)
+        if notifier is None:
             known = ", ".join(sorted(self._lanes)) or "none"
             return f"no notifier named {name!r} (configured: {known})"
-        return self._deliver(lane.name, lane.notifier, notification)
+        return self._attempt(name, notifier, notification)[0]
 
-    def flush(self, timeout_s: float) -> bool:
-        """Wait until every queue is empty and no message is in flight; False on timeout
-        (and, for durable lanes, when a receiver left rows waiting for the next evaluation)."""
-        deadline = time.monotonic() + timeout_s
-        if self._outbox is not None:
-            return all([lane.wait_idle(deadline) for lane in self._durable.values()])
+    def flush(self, deadline: Deadline) -> bool:
+        """Wait until every lane is idle; False at the deadline, and when a receiver left
+        rows waiting for the next evaluation."""
         return all([lane.wait_idle(deadline) for lane in self._lanes.values()])
 
-    def shutdown(self, timeout_s: float) -> bool:
-        """Deliver what can be within `timeout_s`, then stop the workers.
+    def shutdown(self, deadline: Deadline) -> bool:
+        """Deliver what can be by `deadline`, then stop the lanes by it.
 
-        True when nothing was left undelivered. A second call returns at once
-        (with the first call's result, or False while it is still running).
+        True when nothing was left undelivered and every lane ended. A second call
+        returns at once (with the first call's result, or False while it still runs).
         """
         with self._lock:
-            if self._shutdown_started:
+            if self.stopping.is_set():
                 return bool(self._shutdown_result)
-            self._shutdown_started = True
-        deadline = time.monotonic() + timeout_s
-        flushed = self.flush(timeout_s)
-        self._stop.set()  # cuts retry waits short; no attempt starts after this
-        if self._outbox is not None:
-            flushed = self._shutdown_durable(deadline) and flushed
-            self._shutdown_result = flushed
-            return flushed
-        for lane in self._lanes.values():
-            left = lane.close()
-            for notification in left:
-                self._dropped(lane.name, notification, "shut_down")
-            flushed = flushed and not left
-        for lane in self._lanes.values():
-            if lane.thread is not None:
-                # An attempt in flight ends within its notifier's timeout; wait a little for it.
-                lane.thread.join(timeout=max(0.1, deadline - time.monotonic()))
-            close = getattr(lane.notifier, "close", None)
+        flushed = self.flush(deadline)
+        self.stopping.set()
+        ended = self.ended = all([lane.worker.stop(deadline) for lane in self._lanes.values()])
+        for notifier in self.notifiers.values():
+            close = getattr(notifier, "close", None)
             if callable(close):
                 close()
-        self._shutdown_result = flushed
-        return flushed
-
-    def _shutdown_durable(self, deadline: float) -> bool:
-        for durable in self._durable.values():
-            durable.close()
-        for durable in self._durable.values():
-            if durable.thread is not None:
-                durable.thread.join(timeout=max(0.1, deadline - time.monotonic()))
-        for lane in self._lanes.values():
-            close = getattr(lane.notifier, "close", None)
-            if callable(close):
-                close()
-        assert self._outbox is not None
-        left = self._outbox.waiting()
+        left = self.outbox.waiting() if ended else -1
         if left:
-            log.warning("alert_notifications_kept", waiting=left, until="the next start")
-        return left == 0
+            log.warning("alert_notifications_kept", waiting=max(left, 0), until="the next start")
+        self._shutdown_result = flushed and ended and left == 0
+        return self._shutdown_result
 
-    # -- the workers' side ----------------------------------------------------
+    # -- the lanes' side ------------------------------------------------------
 
-    def _start(self, lane: _Lane | _OutboxLane) -> None:
-        with self._lock:
-            if lane.thread is None and not self._shutdown_started:
-                target = self._work if isinstance(lane, _Lane) else self._work_durable
-                lane.thread = threading.Thread(
-                    target=target,
-                    args=(lane,),
-                    name=f"observer-notifier-{lane.name}",
-                    daemon=True,
-                )
-                lane.thread.start()
-
-    def _work_durable(self, lane: _OutboxLane) -> None:
-        while (queued := lane.take()) is not None:
-            stop = False
-            try:
-                error, keep = self._attempt(lane.name, lane.notifier, queued.notification)
-                if error is None or not keep:
-                    lane.outbox.delivered(queued.id)
-                elif not self._stop.is_set():
-                    lane.outbox.failed(queued.id, error)
-                    stop = True
-                else:
-                    stop = True  # cut short by the shutdown: it waits for the next process
-            except Exception:  # the worker never dies; the row stays for the next evaluation
-                log.exception("alert_notification_worker_failed", notifier=lane.name)
-                stop = True
-            finally:
-                lane.done(stop=stop)
-
-    def _work(self, lane: _Lane) -> None:
-        while (notification := lane.take()) is not None:
-            try:
-                self._deliver(lane.name, lane.notifier, notification)
-            except Exception:  # the worker never dies; the message was counted or is lost here
-                log.exception("alert_notification_worker_failed", notifier=lane.name)
-            finally:
-                lane.done()
-
-    def _deliver(self, name: str, notifier: Notifier, notification: Notification) -> str | None:
-        return self._attempt(name, notifier, notification)[0]
+    def send_queued(self, name: str, notifier: Notifier, queued: Queued) -> bool:
+        """One row sent (or dropped for good); True when the lane must stop after it."""
+        error, keep = self._attempt(name, notifier, queued.notification)
+        if error is None or not keep:
+            self.outbox.delivered(queued.id)
+            return False
+        if not self.stopping.is_set():
+            self.outbox.failed(queued.id, error)
+        return True  # cut short by the shutdown: it waits for the next process
 
     def _attempt(
         self, name: str, notifier: Notifier, notification: Notification
@@ -425,13 +303,13 @@ class Delivery:
                 retryable=_retryable,
                 retry_after=_retry_after,
                 max_retry_after_s=self._max_retry_after_s,
-                should_stop=self._stop.is_set,
-                sleep=self._stop.wait,
+                should_stop=self.stopping.is_set,
+                sleep=self.stopping.wait,
                 on_retry=on_retry,
             )
         except Exception as error:
             text = _describe(error)
-            keep = self._outbox is not None and _retryable(error)
+            keep = _retryable(error)
             self._metrics.alert_notifications.labels(notifier=name, result="failed").inc()
             log.error(
                 "alert_notification_failed",
@@ -454,22 +332,10 @@ class Delivery:
         return None, False
 
     def _dropped(self, name: str, notification: Notification, reason: str) -> None:
-        """Count every drop; log the first, then at most one line (with a count) per interval."""
+        """Count every drop; the log line is limited by `telemetry.logging.limit_repeats`."""
         self._metrics.alert_notifications.labels(notifier=name, result="dropped").inc()
-        key = (name, reason)
-        now = time.monotonic()
-        with self._lock:
-            last, unlogged = self._drop_logged.get(key, (-DROP_LOG_INTERVAL_S, 0))
-            if now - last < DROP_LOG_INTERVAL_S:
-                self._drop_logged[key] = (last, unlogged + 1)
-                return
-            self._drop_logged[key] = (now, 0)
         log.warning(
-            "alert_notification_dropped",
-            notifier=name,
-            reason=reason,
-            rule=notification.rule,
-            dropped=unlogged + 1,
+            "alert_notification_dropped", notifier=name, reason=reason, rule=notification.rule
         )
 
 

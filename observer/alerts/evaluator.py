@@ -1,7 +1,7 @@
 """The window rules' own thread: the poll loop tells it where to evaluate, and moves on.
 
     poll thread:  pass -> record_pass -> evaluator.notify(now) -> next pass (never waits)
-    evaluator:    while not stopped: wait(interval or a nudge); tick()
+    evaluator:    an observer.background.Worker: wait(interval or a nudge); tick()
                   tick = AlertService.evaluate_step(target, max_points)  (bounded)
 
 A nudge only sets the target (the pass's clock moment: the clock for the
@@ -21,10 +21,14 @@ writers' lock is held only for its small writes. Its liveness is its own:
 one tick while healthy) and `behind` (a catch-up is in progress). The poll
 loop's heartbeat, what `/healthz` reads, no longer waits for any evaluation.
 
-`shutdown(timeout_s)` is idempotent: it stops the loop (a tick in progress
-stops between rules), joins the thread within the budget and closes the
+`shutdown(deadline)` is idempotent: it stops the loop (a tick in progress
+stops between rules), joins the thread by the deadline and closes the
 reader; False when the thread did not end in time (the state file must then
 stay open under it).
+
+In a fleet it evaluates only while `active()` says this member does, and
+calls `after_tick()` after each tick (the member hands the alert state on):
+both given at construction.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from datetime import datetime
 import structlog
 
 from observer.alerts.service import AlertService, StepResult
+from observer.background import Deadline, Worker
 from observer.state.history import HistoryReader
 
 log = structlog.get_logger("observer.alerts.evaluator")
@@ -53,6 +58,8 @@ class AlertEvaluator:
         interval_s: float = 30.0,
         max_points: int = MAX_POINTS,
         clock: Callable[[], float] = time.monotonic,
+        active: Callable[[], bool] = lambda: True,
+        after_tick: Callable[[], None] = lambda: None,
     ) -> None:
         if interval_s <= 0 or max_points < 1:
             raise ValueError("interval_s must be above 0 and max_points at least 1")
@@ -63,17 +70,22 @@ class AlertEvaluator:
         self.last: StepResult | None = None  # what the last tick did
         self._target: datetime | None = None
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._reader: HistoryReader | None = None
-        self._beat = clock()
         self._behind = False
         self._shutdown_result: bool | None = None
         # A fleet evaluates on one member at a time (observer.fleet.alerts): `active` says
         # whether this one does; `after_tick` hands the alert state on after each tick.
-        self.active: Callable[[], bool] = lambda: True
-        self.after_tick: Callable[[], None] = lambda: None
+        self.active = active
+        self.after_tick = after_tick
+        self._more = False
+        self._worker = Worker(
+            "observer-alerts",
+            self._step,
+            interval_s=interval_s,
+            crash_event="alert_evaluation_failed",
+            clock=clock,
+        )
+        self._stop = self._worker.stopping
 
     # -- the poll loop's side -------------------------------------------------
 
@@ -82,7 +94,7 @@ class AlertEvaluator:
         with self._lock:
             if self._target is None or now > self._target:
                 self._target = now
-        self._wake.set()
+        self._worker.wake()
 
     def after_pass(self, now: datetime, lag_s: float) -> None:
         """The pass's own samples into the history (one small write), then `notify(now)`."""
@@ -92,15 +104,18 @@ class AlertEvaluator:
             log.exception("alert_samples_failed")
         self.notify(now)
 
+    def catch_up(self) -> None:
+        """Every tick up to the last target, on the caller's thread (a one-shot run)."""
+        self.open()
+        more = self.tick()
+        while more and not self._stop.is_set():
+            more = self.tick(resume=False)
+
     # -- liveness -------------------------------------------------------------
 
     def heartbeat_age_s(self) -> float:
         """Seconds since the loop last beat (at every tick, and between ticks)."""
-        return max(0.0, self.clock() - self._beat)
-
-    def alive(self, within_s: float) -> bool:
-        """The loop beat within `within_s` (a wedged evaluator is not)."""
-        return self.heartbeat_age_s() <= within_s
+        return self._worker.heartbeat_age_s()
 
     @property
     def behind(self) -> bool:
@@ -109,33 +124,26 @@ class AlertEvaluator:
 
     # -- the loop -------------------------------------------------------------
 
-    def start(self) -> None:
-        """Open the history reader, send what a killed process left in the outbox, and
-        start the thread (once)."""
-        if self._thread is not None:
-            return
-        self._reader = self.service.state.history.reader()
-        self.service.resume_delivery()
-        self._thread = threading.Thread(target=self._run, name="observer-alerts", daemon=True)
-        self._thread.start()
+    def open(self) -> None:
+        """The history reader, and what a killed process left in the outbox sent."""
+        if self._reader is None:
+            self._reader = self.service.state.history.reader()
+            self.service.resume_delivery()
 
-    def _run(self) -> None:
-        more = False
-        while not self._stop.is_set():
-            if not more:
-                self._wake.wait(self.interval_s)
-                self._wake.clear()
-            if self._stop.is_set():
-                break
-            # Back-to-back ticks of a catch-up do not each retry a receiver that is down.
-            more = self.tick(resume=not more)
-        self._beat = self.clock()
+    def start(self) -> None:
+        """`open()`, and the thread (once)."""
+        self.open()
+        self._worker.start()
+
+    def _step(self) -> bool:
+        # Back-to-back ticks of a catch-up do not each retry a receiver that is down.
+        self._more = self.tick(resume=not self._more)
+        return self._more
 
     def tick(self, *, resume: bool = True) -> bool:
         """One bounded evaluation up to the last target; True when points are left for the
         next tick. `resume`: start again the notifier lanes a failed delivery stopped.
         Never raises."""
-        self._beat = self.clock()
         with self._lock:
             target = self._target
         if target is None:
@@ -154,8 +162,6 @@ class AlertEvaluator:
         except Exception:  # the loop never dies; the next tick tries again
             log.exception("alert_evaluation_failed")
             return False
-        finally:
-            self._beat = self.clock()
         self.last = step
         self._behind = step.behind
         try:
@@ -171,16 +177,11 @@ class AlertEvaluator:
             )
         return step.behind
 
-    def shutdown(self, timeout_s: float) -> bool:
-        """Stop the loop and join it within `timeout_s`; True when it ended. Idempotent."""
+    def shutdown(self, deadline: Deadline) -> bool:
+        """Stop the loop and join it by `deadline`; True when it ended. Idempotent."""
         if self._shutdown_result is not None:
             return self._shutdown_result
-        self._stop.set()
-        self._wake.set()
-        joined = True
-        if self._thread is not None:
-            self._thread.join(timeout=max(0.0, timeout_s))
-            joined = not self._thread.is_alive()
+        joined = self._worker.stop(deadline)
         if joined and self._reader is not None:
             self._reader.close()
             self._reader = None

@@ -48,6 +48,7 @@ from observer.alerts.messages import (
 )
 from observer.alerts.rules import TraceRule, WindowRule, row_keys
 from observer.alerts.windows import slide
+from observer.background import Deadline
 from observer.judge.outcome import JudgeResult
 from observer.model import RagRecord, Signals
 from observer.state import State
@@ -161,9 +162,15 @@ class AlertService:
         history_days: float = 8.0,
         step_s: float = 60.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        shared_admit: Callable[[str, str, str, int], str] | None = None,
     ) -> None:
-        """With a `delivery`, its lanes are made durable: they send from the state file's
-        outbox, at most `delivery.queue_size` notifications waiting per notifier."""
+        """A `delivery` sends from the state file's outbox, where at most
+        `delivery.queue_size` notifications wait per notifier.
+
+        `shared_admit`, a fleet's (observer.fleet.alerts): (rule, trace, hour,
+        max_per_hour) -> whether this member raises it ("notify"), keeps it for the
+        digest ("over": the fleet's hourly cap is reached), leaves it to the member that
+        raised it ("duplicate"), or decides alone ("unknown")."""
         self.state = state
         self.metrics = metrics
         self.rules = tuple(rules)
@@ -176,16 +183,10 @@ class AlertService:
         self.step_s = step_s
         self.clock = clock
         self.max_queued = delivery.queue_size if delivery is not None else 1000
-        if delivery is not None and not delivery.durable:
-            delivery.use_outbox(state.alerts)
         self._dropped_seen = self._dropped_total()
         self._evaluating = threading.Lock()  # one step at a time, whichever thread asks
         self._forgot = False
-        # A fleet's (observer.fleet.alerts): (rule, trace, hour, max_per_hour) -> whether
-        # this member raises it ("notify"), keeps it for the digest ("over": the fleet's
-        # hourly cap is reached), leaves it to the member that raised it ("duplicate"),
-        # or decides alone ("unknown").
-        self.shared_admit: Callable[[str, str, str, int], str] | None = None
+        self.shared_admit = shared_admit
         metrics.notifiers_known(self.notifier_kinds)
         for rule in self.rules:
             for outcome in ("ok", "pending", "firing"):
@@ -509,10 +510,6 @@ class AlertService:
         if self.delivery is not None:
             self.delivery.resume()
 
-    def waiting_notifications(self) -> int:
-        """Notifications in the outbox, not yet taken by their receivers."""
-        return self.state.alerts.waiting()
-
     # -- status -------------------------------------------------------------------
 
     def status(self, now: datetime | None = None) -> list[RuleStatus]:
@@ -537,8 +534,14 @@ class AlertService:
         self.state.alerts.prune(before.timestamp(), hour_of(before))
         return self.state.history.prune(before.timestamp())
 
-    def flush(self, timeout_s: float) -> bool:
-        return self.delivery.flush(timeout_s) if self.delivery is not None else True
+    def flush(self, deadline: Deadline) -> bool:
+        return self.delivery.flush(deadline) if self.delivery is not None else True
 
-    def shutdown(self, timeout_s: float) -> bool:
-        return self.delivery.shutdown(timeout_s) if self.delivery is not None else True
+    def shutdown(self, deadline: Deadline) -> bool:
+        """The notifiers' lanes stopped by `deadline`; True when nothing waits."""
+        return self.delivery.shutdown(deadline) if self.delivery is not None else True
+
+    @property
+    def ended(self) -> bool:
+        """After a shutdown: no notifier's lane still sends (the state may be closed)."""
+        return self.delivery.ended if self.delivery is not None else True

@@ -15,49 +15,107 @@ the outbox for the next run); 4 Langfuse rejected the keys.
 
 from __future__ import annotations
 
-from observer.app.alerts import (
-    Backtest,
-    backtest,
-    open_alerts,
-    test_notification,
-    test_notifiers,
-)
-from observer.app.checks import (
-    CHECK_SAMPLE_IDS,
-    CHECK_SAMPLE_PAGES,
-    CheckResult,
-    check,
-    check_resolver,
-    check_state,
-    ingestion_row,
-    recent_answers,
-    require_supported_server,
-)
-from observer.app.daemon import run_daemon, signals_set
-from observer.app.demo_run import demo, demo_traces_path, serve_until_stopped
-from observer.app.exits import EXIT_AUTH, EXIT_CONFIG, EXIT_OK, EXIT_UNREACHABLE, exit_code
-from observer.app.once import (
-    MAX_BACKFILL_CHUNK,
-    OnceResult,
-    alert_after_pass,
-    backfill,
-    run_once,
-    undelivered_message,
-)
-from observer.app.parts import (
-    Parts,
-    build,
-    build_alerts,
-    build_api,
-    build_health,
-    build_judge_client,
-    build_notifiers,
-    build_resolver,
-    build_source,
-    now_utc,
-    start_http,
-)
-from observer.pipeline import PassResult
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from observer.app.alerts import (
+        Backtest,
+        backtest,
+        open_alerts,
+        test_notification,
+        test_notifiers,
+    )
+    from observer.app.checks import (
+        CHECK_SAMPLE_IDS,
+        CHECK_SAMPLE_PAGES,
+        CheckResult,
+        check,
+        check_resolver,
+        check_state,
+        ingestion_row,
+        recent_answers,
+        require_supported_server,
+    )
+    from observer.app.daemon import run_daemon, signals_set
+    from observer.app.demo_run import demo, demo_traces_path, serve_until_stopped
+    from observer.app.exits import EXIT_AUTH, EXIT_CONFIG, EXIT_OK, EXIT_UNREACHABLE, exit_code
+    from observer.app.once import (
+        MAX_BACKFILL_CHUNK,
+        OnceResult,
+        backfill,
+        run_once,
+        undelivered_message,
+    )
+    from observer.app.parts import (
+        Mode,
+        Parts,
+        build,
+        build_alerts,
+        build_api,
+        build_health,
+        build_judge_client,
+        build_notifiers,
+        build_resolver,
+        build_source,
+        now_utc,
+        start_http,
+    )
+    from observer.pipeline import PassResult
+
+# Loaded when first asked for: `observer score` and `--help` import no client library.
+_HOMES = {
+    "Backtest": "observer.app.alerts",
+    "backtest": "observer.app.alerts",
+    "open_alerts": "observer.app.alerts",
+    "test_notification": "observer.app.alerts",
+    "test_notifiers": "observer.app.alerts",
+    "CHECK_SAMPLE_IDS": "observer.app.checks",
+    "CHECK_SAMPLE_PAGES": "observer.app.checks",
+    "CheckResult": "observer.app.checks",
+    "check": "observer.app.checks",
+    "check_resolver": "observer.app.checks",
+    "check_state": "observer.app.checks",
+    "ingestion_row": "observer.app.checks",
+    "recent_answers": "observer.app.checks",
+    "require_supported_server": "observer.app.checks",
+    "run_daemon": "observer.app.daemon",
+    "signals_set": "observer.app.daemon",
+    "demo": "observer.app.demo_run",
+    "demo_traces_path": "observer.app.demo_run",
+    "serve_until_stopped": "observer.app.demo_run",
+    "EXIT_AUTH": "observer.app.exits",
+    "EXIT_CONFIG": "observer.app.exits",
+    "EXIT_OK": "observer.app.exits",
+    "EXIT_UNREACHABLE": "observer.app.exits",
+    "exit_code": "observer.app.exits",
+    "MAX_BACKFILL_CHUNK": "observer.app.once",
+    "OnceResult": "observer.app.once",
+    "backfill": "observer.app.once",
+    "run_once": "observer.app.once",
+    "undelivered_message": "observer.app.once",
+    "Mode": "observer.app.parts",
+    "Parts": "observer.app.parts",
+    "build": "observer.app.parts",
+    "build_alerts": "observer.app.parts",
+    "build_api": "observer.app.parts",
+    "build_health": "observer.app.parts",
+    "build_judge_client": "observer.app.parts",
+    "build_notifiers": "observer.app.parts",
+    "build_resolver": "observer.app.parts",
+    "build_source": "observer.app.parts",
+    "now_utc": "observer.app.parts",
+    "start_http": "observer.app.parts",
+    "PassResult": "observer.pipeline",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'observer.app' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
+
 
 __all__ = [
     "CHECK_SAMPLE_IDS",
@@ -69,10 +127,10 @@ __all__ = [
     "MAX_BACKFILL_CHUNK",
     "Backtest",
     "CheckResult",
+    "Mode",
     "OnceResult",
     "Parts",
     "PassResult",
-    "alert_after_pass",
     "backfill",
     "backtest",
     "build",

@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from observer.alerts.delivery import Delivery
+from observer.alerts.delivery import Delivery, NothingQueued
 from observer.alerts.engine import AlertEvent, evaluation_points, replay
 from observer.alerts.notifiers.trial import TestOutcome, send_test
 from observer.alerts.rules import WindowRule, row_keys
 from observer.alerts.service import AlertService
 from observer.app.parts import build_alerts, build_notifiers, now_utc
+from observer.background import Deadline
 from observer.config import ConfigError, Settings
 from observer.state import State, StateError
 from observer.state.rows import Notification
@@ -85,7 +86,7 @@ def test_notifiers(
     if name is not None and name not in notifiers:
         known = ", ".join(notifiers) or "none"
         raise ConfigError(f"no notifier named {name!r} (configured: {known})")
-    delivery = Delivery(notifiers, Metrics(), max_attempts=2, base_s=0.5)
+    delivery = Delivery(notifiers, Metrics(), NothingQueued(), max_attempts=2, base_s=0.5)
     try:
         return send_test(
             delivery.send_now,
@@ -96,4 +97,4 @@ def test_notifiers(
             resolve_after_s=resolve_after_s,
         )
     finally:
-        delivery.shutdown(1.0)
+        delivery.shutdown(Deadline.within(1.0))

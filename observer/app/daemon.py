@@ -3,39 +3,32 @@
 `Daemon` holds the loop's parts (`tick`, `housekeeping`, `shutdown(deadline)`), each
 callable on its own: tests drive one tick with a fake clock; `run_daemon` schedules them.
 
-With `[fleet]` (DESIGN §10) `run_daemon` connects to Redis first (unreachable: exit 3
-naming the variable) and the daemon's `member` does the polling and scoring on its own
-threads (observer.fleet.member); `tick` then only checks the server, once.
+With `[fleet]` the parts are built in mode "member" (observer.app.parts: Redis
+connected first, unreachable: exit 3 naming the variable) and the member does the
+polling and scoring on its own threads (observer.fleet.member); `tick` then only
+checks the server, once.
 """
 
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from types import FrameType
-from typing import TYPE_CHECKING
 
 import structlog
 
-from observer.alerts.evaluator import AlertEvaluator
-from observer.app.checks import require_supported_server
-from observer.app.exits import EXIT_OK, EXIT_UNREACHABLE
-from observer.app.once import stop_judge
+from observer.app.exits import EXIT_OK
 from observer.app.parts import Parts, start_http
-from observer.background import background_scheduler
+from observer.background import Deadline, background_scheduler
 from observer.config import ConfigError
 from observer.errors import AuthRejected, RemoteError
-from observer.sources.langfuse import LangfuseSource, Stopped
+from observer.sources.langfuse import Stopped
 from observer.state import StateError
 from observer.telemetry.http import HttpServer
-
-if TYPE_CHECKING:
-    from observer.fleet.member import Member
 
 log = structlog.get_logger("observer.app")
 
@@ -59,31 +52,28 @@ class Daemon:
     `housekeeping()`, `shutdown(deadline)`; `run_daemon` schedules them until a signal.
 
     `tick` and `housekeeping` never raise (the loop never dies on a strange trace or a
-    bug); `tick` returns at once while a tick is in flight or after the stop."""
+    bug); `tick` returns at once while a tick is in flight or after the stop. With a
+    fleet member among the parts, its own threads read and score: `tick` then only
+    checks the server, once."""
 
     def __init__(self, parts: Parts, clock: Callable[[], datetime] | None = None) -> None:
         self.parts = parts
-        self.clock = clock or parts.clock
-        # Window rules on their own thread: a catch-up after a gap never holds a pass.
-        self.evaluator = parts.evaluator = AlertEvaluator(
-            parts.alerts, interval_s=parts.settings.source.poll_interval_s
-        )
+        self.clock = clock or parts.clock  # "now" for each pass (a test's fake clock)
         self.server: HttpServer | None = None
-        self.member: Member | None = None  # with [fleet]: this process's part of the fleet
         self.refused: list[str] = []  # why the server cannot be used (too old), once checked
         self._busy = threading.Lock()
-        self._checked = not isinstance(parts.source, LangfuseSource)
 
     def start(self) -> None:
-        """The HTTP port, the dispatcher, the rules' evaluator and the judge's workers.
+        """The HTTP port, the dispatcher, the fleet member, the rules' evaluator and the
+        judge's workers.
 
         Raises ConfigError when the HTTP port cannot be opened (before anything runs)."""
         parts = self.parts
         self.server = start_http(parts.settings, parts.metrics, parts.health)
         parts.dispatcher.start()
-        if self.member is not None:
-            self.member.start()
-        self.evaluator.start()
+        if parts.member is not None:
+            parts.member.start()
+        parts.evaluator.start()
         if parts.judge is not None:
             parts.judge.start()
 
@@ -94,39 +84,19 @@ class Daemon:
             return
         try:
             parts.health.beat()
-            if not self._checked:
-                # Batch score posts need v4.59+: refused before anything is read, on the
-                # poll thread, so a hanging health request never outlives a SIGTERM.
-                try:
-                    require_supported_server(parts.settings)
-                except ConfigError as error:
-                    log.error("server_refused", error=str(error))
-                    self.refused.append(str(error))
-                    parts.stop.set()
-                    return
-                self._checked = True
-            if self.member is not None:
+            try:
+                # On the poll thread, so a hanging health request never outlives a SIGTERM.
+                parts.passes.check()
+            except ConfigError as error:
+                log.error("server_refused", error=str(error))
+                self.refused.append(str(error))
+                parts.stop.set()
+                return
+            if parts.member is not None:
                 return  # the fleet member's own threads read and score
             if parts.health.not_ready_because and not self._state_writable_again():
                 return  # no new traces while nothing can be recorded
-            moment = self.clock()
-            result = parts.pipeline.poll(moment)
-            parts.health.langfuse_answered()
-            watermark = parts.state.watermark()
-            lag = (moment - watermark).total_seconds() if watermark is not None else 0.0
-            self.evaluator.after_pass(moment, max(0.0, lag))  # a small insert and a nudge
-            log.info(
-                "poll_completed",
-                sweep=result.sweep,
-                observations=result.observations,
-                scored=result.scored,
-                rescored=result.rescored,
-                unchanged=result.unchanged,
-                unsettled=result.unsettled,
-                skipped=result.skipped,
-                scores=result.scores,
-                outbox=parts.state.outbox_size(),
-            )
+            parts.passes.tick(self.clock())
         except Stopped:
             pass
         except StateError as error:
@@ -154,7 +124,8 @@ class Daemon:
     def housekeeping(self) -> None:
         """Fingerprints and history past their keeping pruned; the dispatcher nudged."""
         parts = self.parts
-        watermark = parts.state.watermark() if self.member is None else self.member.watermark()
+        member = parts.member
+        watermark = parts.state.watermark() if member is None else member.watermark()
         if watermark is not None:
             keep = timedelta(seconds=parts.settings.source.overlap_s) + timedelta(days=1)
             pruned = parts.state.prune_traces(watermark - keep)
@@ -165,28 +136,36 @@ class Daemon:
             log.info("history_pruned", rows=history)
         parts.dispatcher.notify()
 
-    def shutdown(self, deadline: float) -> tuple[bool, int]:
-        """Stop, join, close, in that order, by `deadline` (time.monotonic()): whether the
-        outbox was flushed, and how many scores it still holds.
+    def shutdown(self, deadline: Deadline) -> tuple[bool, int]:
+        """Stop every part by `deadline`, in an order where none is closed under a thread
+        that still uses it: whether the outbox was flushed, and how many scores it holds.
 
-        A pass in flight sees `stop` between pages and hands back the rest; one stuck
-        inside a request is abandoned (its thread is a daemon), and the state is not
-        closed under it."""
+        The pass in flight sees `stop` between pages and hands back the rest; the fleet
+        member leaves; in-flight judging gets half of what is left; the outbox is flushed
+        until a reserve before the deadline, which the evaluator, the notifiers and
+        telemetry share. A thread still inside a request at the deadline is abandoned
+        (each is a daemon thread), and the state file is then left open under it: no
+        transaction is cut, and the process ends by the deadline."""
         parts = self.parts
         parts.stop.set()
-        joined = self._busy.acquire(timeout=max(0.0, deadline - time.monotonic()))
-        if not joined:
+        reserve = min(3.0, parts.settings.run.shutdown_grace_s / 4)
+        ended = self._busy.acquire(timeout=deadline.before(reserve).left())
+        if not ended:
             log.warning("poll_abandoned", reason="still inside a request at the grace's end")
-        if self.member is not None:  # no new entries; the lease given up for the next reader
-            joined = self.member.shutdown(deadline - 1.0) and joined
-        # In-flight judging gets half of what is left; unjudged samples are not retried.
-        stop_judge(parts, max(0.1, (deadline - time.monotonic()) / 2))
-        flushed = parts.dispatcher.shutdown(max(0.5, deadline - time.monotonic()))
-        evaluated = self.evaluator.shutdown(max(0.1, deadline - time.monotonic()))
-        parts.alerts.shutdown(max(0.5, deadline - time.monotonic()))
-        parts.telemetry.shutdown(max(0.5, deadline - time.monotonic()))
-        left = parts.state.outbox_size()
-        if joined and evaluated:
+        if parts.member is not None:  # no new entries; the lease given up for the next reader
+            ended = parts.member.shutdown(deadline.before(reserve)) and ended
+        if parts.judge is not None:
+            halfway = Deadline(time.monotonic() + max(0.0, deadline.left() - reserve) / 2)
+            if not parts.judge.shutdown(halfway):
+                log.warning("judge_abandoned", pending=parts.judge.pending())
+            ended = parts.judge.ended and ended
+        flushed, sent = parts.dispatcher.shutdown(deadline.before(reserve))
+        ended = parts.evaluator.shutdown(deadline) and sent and ended
+        parts.alerts.shutdown(deadline)
+        ended = parts.alerts.ended and ended
+        parts.telemetry.shutdown(deadline.left())
+        left = parts.state.outbox_size() if ended else -1
+        if ended:
             parts.close()
         else:
             parts.leave_open()
@@ -195,24 +174,14 @@ class Daemon:
         return flushed, left
 
 
-def run_daemon(parts: Parts, clock: Callable[[], datetime] | None = None) -> int:
+def run_daemon(parts: Parts) -> int:
     """Poll and push until SIGTERM/SIGINT; then drain, flush, persist, exit 0 in the grace.
 
     Raises ConfigError when the HTTP port cannot be opened (before anything runs), or
     when the Langfuse server is too old (after the shutdown).
     """
     settings = parts.settings
-    daemon = Daemon(parts, clock)
-    if settings.fleet is not None:
-        from observer.fleet.connect import FleetUnreachable, connect
-        from observer.fleet.member import Member
-
-        try:
-            daemon.member = Member(parts, connect(settings))
-        except FleetUnreachable as error:
-            log.error("fleet_unreachable", error=str(error))
-            sys.stderr.write(f"observer: {error}\n")
-            return EXIT_UNREACHABLE
+    daemon = Daemon(parts)
     daemon.start()
     scheduler = background_scheduler()
     scheduler.add_job(
@@ -240,7 +209,7 @@ def run_daemon(parts: Parts, clock: Callable[[], datetime] | None = None) -> int
             state=str(parts.state.path),
         )
         parts.stop.wait()
-        deadline = time.monotonic() + settings.run.shutdown_grace_s
+        deadline = Deadline.within(settings.run.shutdown_grace_s)
         scheduler.shutdown(wait=False)
         flushed, left = daemon.shutdown(deadline)
     log.info("observer_stopped", flushed=flushed, outbox_left=left)

@@ -17,6 +17,7 @@ from typing import Any
 
 from observer.app.parts import build_judge_client, build_resolver
 from observer.app.score_file import scored_lines
+from observer.background import Deadline
 from observer.config import Settings
 from observer.judge.client import JudgeClient
 from observer.judge.outcome import JudgeResult
@@ -90,7 +91,7 @@ class FileJudge:
                 scored, found, done = window.popleft()
                 yield Judged(scored, found, done.result())
         finally:  # also when the caller stops reading: what is queued is not judged
-            workers.shutdown(0.0)
+            workers.shutdown(Deadline.within(0.0))
 
     def _work(self, job: _Job) -> None:
         if job.future.set_running_or_notify_cancel():

@@ -4,7 +4,6 @@ chunk by chunk).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -13,6 +12,7 @@ import structlog
 
 from observer.app.exits import EXIT_AUTH, EXIT_OK, EXIT_UNREACHABLE, exit_code
 from observer.app.parts import Parts
+from observer.background import Deadline
 from observer.errors import AuthRejected, RemoteError
 from observer.pipeline import PassResult
 from observer.sources.langfuse import Stopped
@@ -55,39 +55,28 @@ def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None)
     if parts.judge is not None:
         parts.judge.start()
     try:
-        now = now or parts.clock()
         if window_start is None:
-            result = parts.pipeline.poll(now)
+            # The daemon's own pass in burst: its window rules evaluated before it returns.
+            result = parts.passes.tick(now, burst=True)
         else:
+            now = now or parts.clock()
             result = parts.pipeline.process_window(window_start, now, now)
     except RemoteError as error:
-        stop_judge(parts, grace)
+        stop_judge(parts, Deadline.within(grace))
         parts.dispatcher.flush(grace)
         return OnceResult(exit_code(error), None, parts.state.outbox_size(), str(error))
-    stop_judge(parts, parts.settings.judge.timeout_s * 4 + grace)
-    if window_start is None:
-        alert_after_pass(parts, now)
-    deadline = time.monotonic() + grace
+    stop_judge(parts, Deadline.within(parts.settings.judge.timeout_s * 4 + grace))
+    deadline = Deadline.within(grace)
     parts.dispatcher.flush(grace)
     # Notifications got their own threads at once; they share what is left of the grace.
-    if not parts.alerts.shutdown(max(0.5, deadline - time.monotonic())):
+    parts.evaluator.shutdown(deadline)
+    if not parts.alerts.shutdown(deadline):
         log.warning("alert_notifications_undelivered")
     left = parts.state.outbox_size()
     if left:
         code = EXIT_AUTH if parts.dispatcher.auth_failed else EXIT_UNREACHABLE
         return OnceResult(code, result, left, undelivered_message(parts, left))
     return OnceResult(EXIT_OK, result, 0)
-
-
-def alert_after_pass(parts: Parts, now: datetime) -> None:
-    """The pass's own samples into the history, then every rule evaluated. Never raises."""
-    try:
-        watermark = parts.state.watermark()
-        lag = (now - watermark).total_seconds() if watermark is not None else 0.0
-        parts.alerts.record_pass(now, max(0.0, lag))
-        parts.alerts.evaluate(now)
-    except Exception:  # alerting must never stop scoring
-        log.exception("alert_evaluation_failed")
 
 
 def undelivered_message(parts: Parts, left: int) -> str:
@@ -99,8 +88,8 @@ def undelivered_message(parts: Parts, left: int) -> str:
     return f"{kept}: not all sent before the grace of {grace:g} s ran out (run.shutdown_grace_s)"
 
 
-def stop_judge(parts: Parts, timeout_s: float) -> None:
-    if parts.judge is not None and not parts.judge.shutdown(timeout_s):
+def stop_judge(parts: Parts, deadline: Deadline) -> None:
+    if parts.judge is not None and not parts.judge.shutdown(deadline):
         log.warning("judge_abandoned", pending=parts.judge.pending())
 
 
@@ -164,13 +153,15 @@ def _backfill(
         if cursor < end:
             raise Stopped()
     except (RemoteError, Stopped) as error:
-        stop_judge(parts, parts.settings.run.shutdown_grace_s)
-        parts.dispatcher.shutdown(parts.settings.run.shutdown_grace_s)
+        stop_judge(parts, Deadline.within(parts.settings.run.shutdown_grace_s))
+        parts.dispatcher.shutdown(Deadline.within(parts.settings.run.shutdown_grace_s))
         if isinstance(error, Stopped):
             return OnceResult(EXIT_OK, totals, parts.state.outbox_size(), "stopped")
         return OnceResult(exit_code(error), totals, parts.state.outbox_size(), str(error))
-    stop_judge(parts, parts.settings.run.shutdown_grace_s)
-    flushed = parts.dispatcher.shutdown(parts.settings.run.shutdown_grace_s)
+    stop_judge(parts, Deadline.within(parts.settings.run.shutdown_grace_s))
+    flushed, _ended = parts.dispatcher.shutdown(
+        Deadline.within(parts.settings.run.shutdown_grace_s)
+    )
     left = parts.state.outbox_size()
     if not flushed and left:
         return OnceResult(EXIT_UNREACHABLE, totals, left, undelivered_message(parts, left))

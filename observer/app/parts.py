@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Literal
 
+import redis
 from langfuse.api.client import LangfuseAPI
 
 from observer import langfuse_api
@@ -16,12 +19,21 @@ from observer.alerts.delivery import Delivery
 from observer.alerts.evaluator import AlertEvaluator
 from observer.alerts.notifiers import Notifier, NotifyError
 from observer.alerts.service import AlertService
+from observer.app.passes import Passes
 from observer.config import ConfigError, Settings
+from observer.fleet.alerts import Evaluation, FleetAlerts, publish_row
+from observer.fleet.budget import FleetBudget
+from observer.fleet.keys import Keys
+from observer.fleet.lease import Lease
+from observer.fleet.member import Crew, Member
+from observer.fleet.reader import FleetMarks, StreamPublisher
+from observer.fleet.stream import TraceStream
+from observer.fleet.worker import Worker
 from observer.judge.client import JudgeClient
 from observer.judge.outcome import JudgeResult
 from observer.judge.service import JudgedHook, JudgeService
 from observer.model import RagRecord, Signals
-from observer.pipeline import Pipeline
+from observer.pipeline import Marks, Pipeline
 from observer.resolver.core import ResolverFindings
 from observer.resolver.daemon import ResolverLookup
 from observer.resolver.store import Fields
@@ -179,12 +191,17 @@ def build_resolver(settings: Settings, metrics: Metrics) -> ResolverLookup | Non
 
 
 def build_alerts(
-    settings: Settings, state: State, metrics: Metrics, *, notify: bool = True
+    settings: Settings,
+    state: State,
+    metrics: Metrics,
+    *,
+    notify: bool = True,
+    shared_admit: Callable[[str, str, str, int], str] | None = None,
 ) -> AlertService:
     """The alert service; with `notify` false no notifier is built and nothing is sent."""
     notifiers = build_notifiers(settings) if notify else {}
     a = settings.alerts
-    delivery = Delivery(notifiers, metrics) if notifiers else None
+    delivery = Delivery(notifiers, metrics, state.alerts) if notifiers else None
     return AlertService(
         state,
         metrics,
@@ -195,6 +212,7 @@ def build_alerts(
         base_url=settings.langfuse.base_url,
         max_groups=a.max_groups,
         history_days=a.history_days,
+        shared_admit=shared_admit,
     )
 
 
@@ -215,9 +233,11 @@ class Parts:
     alerts: AlertService
     health: Health
     telemetry: Telemetry
+    evaluator: AlertEvaluator  # the window rules' thread (a one-shot run works it in burst)
+    passes: Passes  # the one pass driver: `run`, `run --once` and a fleet's reader
     judge: JudgeService | None = None
     resolver: ResolverLookup | None = None
-    evaluator: AlertEvaluator | None = None  # the window rules' thread (the daemon's)
+    member: Member | None = None  # mode "member": this process's part of the fleet
     # "Now" for windows and the watermark: Langfuse's clock when reading Langfuse.
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     # What build() opened, to close: `close()`, or leaving the `with` block.
@@ -241,9 +261,13 @@ class Parts:
         self.closing.pop_all()
 
 
+Mode = Literal["solo", "once", "member"]
+
+
 def build(
     settings: Settings,
     *,
+    mode: Mode = "once",
     state_path: str | Path | None = None,
     source: ObservationSource | None = None,
     sink: ScoreSink | None = None,
@@ -252,16 +276,24 @@ def build(
     judge_client: JudgeClient | None = None,
     on_judged: JudgedHook | None = None,
     telemetry: Telemetry | None = None,
+    redis_client: redis.Redis | None = None,
+    member_name: str | None = None,
 ) -> Parts:
-    """Wire the pipeline. Without `source`/`sink`, both talk to Langfuse.
+    """Wire every part for `mode`: "solo" (the daemon alone), "once" (`run --once`,
+    backfill, the demo) or "member" (the daemon as a member of the `[fleet]`, its reader,
+    worker and shared alerts and budget included). Without `source`/`sink`, both talk to
+    Langfuse. Every part gets what it works with at construction; nothing is assigned
+    into a part after.
 
-    What it opens is closed when it raises (ConfigError, StateError), or when the
-    returned Parts is closed. A `telemetry` passed in stays the caller's to shut down.
+    What it opens is closed when it raises (ConfigError, StateError, FleetUnreachable),
+    or when the returned Parts is closed. A `telemetry` passed in stays the caller's to
+    shut down. Mode "member" connects to the fleet's Redis (or uses `redis_client`).
     """
     with ExitStack() as closing:
         parts = _build(
             closing,
             settings,
+            mode=mode,
             state_path=state_path,
             source=source,
             sink=sink,
@@ -270,15 +302,62 @@ def build(
             judge_client=judge_client,
             on_judged=on_judged,
             telemetry=telemetry,
+            redis_client=redis_client,
+            member_name=member_name,
         )
         parts.closing = closing.pop_all()
     return parts
+
+
+@dataclass
+class _Fleet:
+    """The fleet's pieces that come before the state file and the pipeline."""
+
+    client: redis.Redis
+    keys: Keys
+    name: str
+    lease: Lease
+    stream: TraceStream
+    budget: FleetBudget
+
+
+def _fleet(
+    closing: ExitStack,
+    settings: Settings,
+    state_path: str | Path,
+    client: redis.Redis | None,
+    name: str | None,
+) -> _Fleet:
+    from observer.fleet.connect import connect
+    from observer.fleet.member import member_name
+
+    fleet = settings.fleet
+    if fleet is None:
+        raise ConfigError("mode member needs a [fleet] section (fleet.redis_url)")
+    client = client or connect(settings)
+    closing.callback(client.close)
+    if name is None:
+        probe = State(state_path)  # the name this state file's member had before, or a new one
+        try:
+            name = member_name(probe)
+        finally:
+            probe.close()
+    keys = Keys(fleet.name)
+    return _Fleet(
+        client,
+        keys,
+        name,
+        Lease(client, keys, name, fleet.lease_s),
+        TraceStream(client, keys, maxlen=fleet.stream_maxlen),
+        FleetBudget(client, keys),
+    )
 
 
 def _build(
     closing: ExitStack,
     settings: Settings,
     *,
+    mode: Mode,
     state_path: str | Path | None,
     source: ObservationSource | None,
     sink: ScoreSink | None,
@@ -287,10 +366,20 @@ def _build(
     judge_client: JudgeClient | None,
     on_judged: JudgedHook | None,
     telemetry: Telemetry | None,
+    redis_client: redis.Redis | None,
+    member_name: str | None,
 ) -> Parts:
     metrics = metrics or Metrics(max_query_types=settings.metrics.max_query_types)
     stop = stop or threading.Event()
-    state = State(state_path or settings.state.path, max_outbox=settings.sink.max_outbox)
+    path = state_path or settings.state.path
+    fleet = _fleet(closing, settings, path, redis_client, member_name) if mode == "member" else None
+    on_row = None
+    if fleet is not None:
+        assert settings.fleet is not None
+        on_row = functools.partial(
+            publish_row, fleet.client, fleet.keys, fleet.name, settings.fleet.stream_maxlen
+        )
+    state = State(path, max_outbox=settings.sink.max_outbox, on_row=on_row)
     closing.callback(state.close)
     watermark = state.watermark()
     if watermark is not None:  # the lag is known from the start, not after the first pass
@@ -302,12 +391,23 @@ def _build(
     if telemetry is None:
         telemetry = setup_telemetry(judge_to_langfuse=_judge_to_langfuse(settings))
         closing.callback(telemetry.shutdown, min(5.0, settings.run.shutdown_grace_s))
-    alerts = build_alerts(settings, state, metrics)
+    fleet_alerts: FleetAlerts | None = None
+    if fleet is not None:
+        assert settings.fleet is not None
+        fleet_alerts = FleetAlerts(
+            fleet.client, fleet.keys, state, fleet.name, maxlen=settings.fleet.stream_maxlen
+        )
+    alerts = build_alerts(
+        settings,
+        state,
+        metrics,
+        shared_admit=fleet_alerts.admit if fleet_alerts is not None else None,
+    )
     api: LangfuseAPI | None = None
     if source is None or sink is None:
         api = build_api(settings)
     rules = settings.mapping_rules()
-    # Reads and score posts share one request budget (DESIGN §9: one General API bucket).
+    # Reads and score posts share one request budget (docs/daemon.md: one rate limit).
     limiter = RateLimiter(settings.source.requests_per_minute)
     if source is None:
         assert api is not None
@@ -343,6 +443,8 @@ def _build(
             on_judged=_both(alerts.judged, on_judged),
             signal_params=settings.signal_params(),
             tracer=telemetry.tracer,
+            # A fleet's caps and samples counted once for the whole fleet.
+            shared=fleet.budget if fleet is not None else None,
         )
 
     disabled = metrics.judge_decisions.labels(decision="disabled")
@@ -352,6 +454,21 @@ def _build(
         if judge is None:
             disabled.inc()
 
+    src = settings.source
+    marks: Marks | None = None
+    publisher: StreamPublisher | None = None
+    should_stop = _beating(health, stop)
+    if fleet is not None:
+        marks = FleetMarks(fleet.stream, fleet.lease)
+        publisher = StreamPublisher(
+            fleet.stream,
+            fleet.lease,
+            metrics,
+            settle_s=src.settle_s,
+            overlap_s=src.overlap_s,
+            stop=stop,
+        )
+        should_stop = _reading_while_held(health, stop, fleet.lease)
     pipeline = Pipeline(
         source,
         state,
@@ -359,18 +476,77 @@ def _build(
         settings.signal_params(),
         rules,
         notify=dispatcher.notify,
-        settle_s=settings.source.settle_s,
-        overlap_s=settings.source.overlap_s,
-        sweep_interval_s=settings.source.sweep_interval_s,
-        lookback_s=settings.source.lookback_s,
+        settle_s=src.settle_s,
+        overlap_s=src.overlap_s,
+        sweep_interval_s=src.sweep_interval_s,
+        lookback_s=src.lookback_s,
         on_scored=on_scored,
         on_signals=lambda _record, signals: summary.add(signals),
         lookup=resolver,
-        should_stop=_beating(health, stop),
+        should_stop=should_stop,
         judge=judge,
         tracer=telemetry.tracer,
+        marks=marks,
+        publisher=publisher,
     )
-    parts = Parts(
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)  # noqa: E731
+    if isinstance(source, LangfuseSource):
+        server = source.clock
+        clock = source.now
+        metrics.set_watermark(
+            watermark.timestamp() if watermark is not None else None,
+            clock=lambda: server.now().timestamp(),
+        )
+    evaluation = Evaluation(fleet_alerts, fleet.lease) if fleet_alerts and fleet else None
+    # Window rules on their own thread: a catch-up after a gap never holds a pass.
+    evaluator = AlertEvaluator(
+        alerts,
+        interval_s=src.poll_interval_s,
+        active=evaluation.active if evaluation is not None else lambda: True,
+        after_tick=evaluation.hand_over if evaluation is not None else lambda: None,
+    )
+    passes = Passes(
+        pipeline,
+        health,
+        evaluator,
+        clock,
+        check_server=_server_check(settings, source, sink),
+        **_pass_report(state, fleet),
+    )
+    member = None
+    if fleet is not None:
+        assert fleet_alerts is not None and evaluation is not None and settings.fleet is not None
+        member = Member(
+            Crew(
+                name=fleet.name,
+                client=fleet.client,
+                keys=fleet.keys,
+                lease=fleet.lease,
+                stream=fleet.stream,
+                alerts=fleet_alerts,
+                evaluation=evaluation,
+                worker=Worker(
+                    fleet.stream,
+                    fleet.name,
+                    pipeline.traces,
+                    state,
+                    metrics,
+                    max_outbox=settings.sink.max_outbox,
+                    claim_idle_s=settings.fleet.claim_idle_s,
+                    lookup=resolver,
+                    notify=dispatcher.notify,
+                ),
+                pipeline=pipeline,
+                read=passes.tick,
+                state=state,
+                metrics=metrics,
+                health=health,
+                stop=stop,
+                lease_s=settings.fleet.lease_s,
+                poll_interval_s=src.poll_interval_s,
+            )
+        )
+    return Parts(
         settings,
         state,
         metrics,
@@ -382,18 +558,36 @@ def _build(
         alerts,
         health,
         telemetry,
+        evaluator,
+        passes,
         judge,
         resolver,
+        member,
+        clock=clock,
+        close_resolver=close_resolver,
     )
-    parts.close_resolver = close_resolver
-    if isinstance(source, LangfuseSource):
-        server = source.clock
-        parts.clock = source.now
-        metrics.set_watermark(
-            watermark.timestamp() if watermark is not None else None,
-            clock=lambda: server.now().timestamp(),
-        )
-    return parts
+
+
+def _server_check(
+    settings: Settings, source: ObservationSource, sink: ScoreSink
+) -> Callable[[], object] | None:
+    """Batch score posts need Langfuse v4.59+: checked before the first pass reads."""
+    if isinstance(source, LangfuseSource) and isinstance(sink, LangfuseScoreSink):
+        from observer.app.checks import require_supported_server
+
+        return functools.partial(require_supported_server, settings)
+    return None
+
+
+def _pass_report(state: State, fleet: _Fleet | None) -> dict[str, Any]:
+    """What `poll_completed` says: the outbox's size, or a reader's hand-over to workers."""
+    if fleet is None:
+        return {"extra": lambda: {"outbox": state.outbox_size()}}
+    stream = fleet.stream
+    return {
+        "counts": ("observations", "published", "unchanged", "unsettled"),
+        "extra": lambda: {"role": "reader", "unacknowledged": stream.unacked()},
+    }
 
 
 def once(close: Callable[[], object]) -> Callable[[], None]:
@@ -432,6 +626,17 @@ def _alive_while_waiting(health: Health, stop: threading.Event) -> Callable[[], 
     def should_stop() -> bool:
         health.beat()
         return stop.is_set()
+
+    return should_stop
+
+
+def _reading_while_held(health: Health, stop: threading.Event, lease: Lease) -> Callable[[], bool]:
+    """A fleet reader's pass goes on while the reader's lease is held (and no stop)."""
+
+    def should_stop() -> bool:
+        health.beat()
+        health.langfuse_answered()
+        return stop.is_set() or not lease.held()
 
     return should_stop
 

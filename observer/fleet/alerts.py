@@ -29,11 +29,11 @@ import orjson
 import redis
 import structlog
 
-from observer.alerts.engine import Row
 from observer.fleet.connect import LeaseLost, text
 from observer.fleet.keys import Keys
-from observer.fleet.lease import fenced
+from observer.fleet.lease import Lease, fenced
 from observer.state import State
+from observer.state.rows import Row
 
 log = structlog.get_logger("observer.fleet")
 
@@ -63,6 +63,20 @@ def decode_row(raw: bytes) -> Row:
     return Row(float(at), values, trace_id, project_id, str(environment), str(query_type))
 
 
+def publish_row(client: redis.Redis, keys: Keys, member: str, maxlen: int, row: Row) -> None:
+    """A trace row `member` committed to its history, for the other members (the state
+    file's `on_row`); never raises."""
+    try:
+        client.xadd(
+            keys.signals,
+            {"member": member, "row": encode_row(row)},
+            maxlen=maxlen,
+            approximate=True,
+        )
+    except redis.RedisError as error:
+        log.warning("signal_row_not_shared", trace_id=row.trace_id, error=str(error))
+
+
 def _id(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
@@ -84,16 +98,8 @@ class FleetAlerts:
     # -- rows -------------------------------------------------------------------
 
     def publish(self, row: Row) -> None:
-        """A row this member committed, for the others (History.on_row)."""
-        try:
-            self.client.xadd(
-                self.keys.signals,
-                {"member": self.member, "row": encode_row(row)},
-                maxlen=self.maxlen,
-                approximate=True,
-            )
-        except redis.RedisError as error:
-            log.warning("signal_row_not_shared", trace_id=row.trace_id, error=str(error))
+        """A row this member committed, for the others."""
+        publish_row(self.client, self.keys, self.member, self.maxlen, row)
 
     def follow(self, block_ms: int | None = None, count: int = 500) -> int:
         """Rows the other members published since the last call, into this history."""
@@ -173,3 +179,34 @@ class FleetAlerts:
             return False
         self.state.alerts.restore(cast(bytes, raw))
         return True
+
+
+class Evaluation:
+    """Whether this member evaluates the window rules: while it holds the reader's lease
+    and has taken the alert state over; after each evaluation it hands the state on
+    (the evaluator's `active` and `after_tick`)."""
+
+    def __init__(self, alerts: FleetAlerts, lease: Lease) -> None:
+        self.alerts = alerts
+        self.lease = lease
+        self.evaluating = False
+
+    def active(self) -> bool:
+        return self.evaluating and self.lease.held()
+
+    def take_over(self) -> bool:
+        """The alert state the last evaluator handed on; raises redis.RedisError."""
+        took = self.alerts.take_over()
+        self.evaluating = True
+        return took
+
+    def hand_over(self) -> None:
+        """After an evaluation: the alert state for whoever evaluates next."""
+        if not self.active():
+            return
+        try:
+            self.alerts.hand_over(self.lease.value)
+        except LeaseLost:
+            self.evaluating = False
+        except redis.RedisError as error:  # the keeper finds Redis unreachable on its round
+            log.warning("alert_state_not_handed_over", member=self.alerts.member, error=str(error))

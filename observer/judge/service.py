@@ -17,7 +17,6 @@ from __future__ import annotations
 import queue
 import sqlite3
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,6 +26,7 @@ import orjson
 import structlog
 from opentelemetry import trace
 
+from observer.background import Deadline
 from observer.judge.client import JudgeClient
 from observer.judge.outcome import JudgeResult, judge_score_events
 from observer.judge.sampler import SamplerParams, decide
@@ -101,7 +101,9 @@ class JudgeService:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         signal_params: SignalParams | None = None,
         tracer: trace.Tracer = NO_SPANS,
+        shared: SharedBudget | None = None,
     ) -> None:
+        """`shared`: a fleet's caps and claims, counted once for every member."""
         self.tracer = tracer  # Telemetry.tracer, from the composition root
         self.client = client
         self.state = state
@@ -122,7 +124,7 @@ class JudgeService:
         self._held_lock = threading.Lock()
         self._held: set[tuple[str, str | None]] = set()  # (trace, basis) queued or judged now
         self._started = False
-        self.shared: SharedBudget | None = None  # a fleet's caps, when it is one (DESIGN §10)
+        self.shared = shared
 
     # -- intake -----------------------------------------------------------------
 
@@ -342,23 +344,28 @@ class JudgeService:
 
     # -- lifecycle --------------------------------------------------------------
 
-    def drain(self, timeout_s: float) -> bool:
+    def drain(self, deadline: Deadline) -> bool:
         """Wait until the queue is empty and no worker is busy; True when done in time."""
-        return self._workers.drain(timeout_s)
+        return self._workers.drain(deadline)
 
     def pending(self) -> int:
         return self._workers.pending()
 
-    def shutdown(self, timeout_s: float) -> bool:
-        """Finish in-flight judging within `timeout_s`; True when nothing was left.
+    @property
+    def ended(self) -> bool:
+        """After a shutdown: no judging call still runs (the state file may be closed)."""
+        return self._workers.ended
+
+    def shutdown(self, deadline: Deadline) -> bool:
+        """Finish in-flight judging by `deadline`; True when nothing was left (and no
+        judging call still runs, so the state file may be closed).
 
         Samples still queued stay in the state file with their reservation and
         are judged after the restart; a judging call still running at the
         deadline is abandoned (its sample stays too).
         """
-        deadline = time.monotonic() + timeout_s
-        done = self.drain(timeout_s)
-        left = self._workers.shutdown(max(0.0, deadline - time.monotonic()))
+        done = self.drain(deadline)
+        left = self._workers.shutdown(deadline)
         with self._held_lock:
             for item in left:
                 self._held.discard((item.record.trace_id, item.basis))

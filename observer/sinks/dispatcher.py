@@ -11,8 +11,11 @@ trace, DESIGN §4): sent as DELETEs, whose own rate limit holds only them.
 When Langfuse acknowledges the last of a trace's scores, the time from the
 trace's last activity (kept with them in the outbox) to that moment is
 observed once (`observer_trace_to_score_seconds`); scores dropped on the way
-are not an acknowledgement. `flush(timeout_s)` sends what is due now;
-`shutdown(timeout_s)` is idempotent. The loop shape is `while not stop.wait(interval): tick()`.
+are not an acknowledgement. The sending runs on an `observer.background.Worker`
+(woken by `notify()`, else every `interval_s`). `flush(timeout_s)` sends what is
+due now; `shutdown(deadline)` flushes by the deadline and stops the worker, and
+says whether every thread that used the state file ended (only then may it be
+closed). It is idempotent.
 
 A failed push is logged (`score_push_failed`) and counted
 (`observer_score_push_errors_total{kind}`) by what happened, `status` logged
@@ -35,6 +38,7 @@ from collections.abc import Callable, Sequence
 import structlog
 from opentelemetry import trace
 
+from observer.background import Deadline, Worker
 from observer.errors import AuthRejected, RateLimited, Rejected, RemoteError
 from observer.model import ScoreEvent
 from observer.retry import backoff_s
@@ -86,44 +90,35 @@ class Dispatcher:
         self._max_backoff_s = max_backoff_s
         self._clock = clock
         self._send_lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = Worker(
+            "observer-dispatcher",
+            self._step,
+            interval_s=interval_s,
+            crash_event="dispatcher_failed",
+        )
+        self._stop = self._worker.stopping
+        self._flushing: threading.Thread | None = None
         self.auth_failed = False
         self.last_error: str | None = None
-        self._state_error_logged = -1e9
         self._resume_at = 0.0  # clock time before which nothing is sent
         self._metrics.outbox.set(state.outbox_size())
 
     # -- lifecycle ------------------------------------------------------------
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._run, name="observer-dispatcher", daemon=True
-            )
-            self._thread.start()
+        self._worker.start()
 
     def notify(self) -> None:
         """New scores are in the outbox. Never blocks."""
         self._metrics.outbox.set(self._state.outbox_size())
-        self._wake.set()
+        self._worker.wake()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self._interval_s)
-            self._wake.clear()
-            if self._stop.is_set():
-                break
-            try:
-                self.send_due()
-            except StateError as error:  # disk full: sent scores stay queued, sent again later
-                now = time.monotonic()
-                if now - self._state_error_logged > 60:
-                    self._state_error_logged = now
-                    log.error("outbox_unwritable", error=str(error))
-            except Exception:  # the worker never dies; the outbox keeps the scores
-                log.exception("dispatcher_failed")
+    def _step(self) -> bool:
+        try:
+            self.send_due()
+        except StateError as error:  # disk full: sent scores stay queued, sent again later
+            log.error("outbox_unwritable", error=str(error))
+        return False
 
     def flush(self, timeout_s: float) -> bool:
         """Send until the outbox is empty or `timeout_s` passes; True when empty.
@@ -132,31 +127,37 @@ class Dispatcher:
         by the deadline even when a push hangs: the sending runs in a daemon thread
         that is abandoned then (the scores stay in the outbox for the next run).
         """
-        deadline = time.monotonic() + timeout_s
+        return self._flush(Deadline.within(timeout_s))
+
+    def _flush(self, deadline: Deadline) -> bool:
         done = threading.Event()
         result: list[bool] = []
 
         def send() -> None:
             try:
                 result.append(self._flush_until(deadline))
+            except StateError as error:
+                log.error("outbox_unwritable", error=str(error))
             except Exception:  # the outbox keeps the scores
                 log.exception("dispatcher_failed")
             finally:
                 done.set()
 
-        threading.Thread(target=send, name="observer-flush", daemon=True).start()
-        if not done.wait(max(0.0, timeout_s)):
+        thread = threading.Thread(target=send, name="observer-flush", daemon=True)
+        self._flushing = thread
+        thread.start()
+        if not done.wait(deadline.left()):
             log.warning("score_push_abandoned", reason="a push was still running at the deadline")
             return False
         return bool(result and result[0])
 
-    def _flush_until(self, deadline: float) -> bool:
+    def _flush_until(self, deadline: Deadline) -> bool:
         while True:
             self.send_due()
             if self._state.outbox_size() == 0:
                 return True
             next_due = self._state.next_due()
-            remaining = deadline - time.monotonic()
+            remaining = deadline.left()
             if next_due is None or remaining <= 0:
                 return self._state.outbox_size() == 0
             wait = max(0.0, max(next_due, self._resume_at) - self._clock())
@@ -165,21 +166,22 @@ class Dispatcher:
             if self._stop.wait(min(wait, remaining)) and wait > 0:
                 return False
 
-    def shutdown(self, timeout_s: float) -> bool:
-        """Stop the worker after a last flush within `timeout_s`; True when nothing is left.
+    def shutdown(self, deadline: Deadline) -> tuple[bool, bool]:
+        """A last flush by `deadline`, then the worker stopped by it: (whether the outbox
+        is empty, whether every thread that sends has ended, so the state may be closed).
 
-        Idempotent: a second call returns at once, with whether the outbox is empty.
+        Idempotent: a second call returns at once with the same answers, as they are now.
         """
-        if self._stop.is_set():
-            return self._state.outbox_size() == 0
-        deadline = time.monotonic() + timeout_s
-        flushed = self.flush(timeout_s)
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=max(0.1, deadline - time.monotonic()))
-            self._thread = None
-        return flushed
+        if not self._stop.is_set():
+            self._flush(deadline)
+        ended = self._worker.stop(deadline)
+        flushing = self._flushing
+        if flushing is not None:
+            flushing.join(deadline.left())
+            ended = ended and not flushing.is_alive()
+        if not ended:
+            return False, False  # a push still runs: the outbox is not to be read under it
+        return self._state.outbox_size() == 0, True
 
     # -- sending --------------------------------------------------------------
 

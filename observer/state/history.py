@@ -83,10 +83,10 @@ def _row(record: tuple[Any, ...], keys: Collection[str] | None, labels: dict[str
 
 
 class History:
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, on_row: Callable[[Row], None] | None = None) -> None:
         self._file = database
         # Told every trace row this process wrote, once committed (a fleet shares them).
-        self.on_row: Callable[[Row], None] | None = None
+        self.on_row = on_row
 
     def written(self, row: Row) -> None:
         """A trace row this process committed: to `on_row`, if any (never raises)."""

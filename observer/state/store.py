@@ -104,7 +104,14 @@ def _score(payload: bytes) -> ScoreEvent:
 class State:
     """Watermark, fingerprints, outbox and judge budget; `history` and `alerts` beside them."""
 
-    def __init__(self, path: str | Path, max_outbox: int = 100_000) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        max_outbox: int = 100_000,
+        *,
+        on_row: Callable[[Row], None] | None = None,
+    ) -> None:
+        """`on_row`: told every trace row this process commits to the history."""
         self._file = Database(path, _SCHEMA + HISTORY_SCHEMA + ALERTS_SCHEMA + JUDGE_SCHEMA)
         self.path = self._file.path
         self.max_outbox = max_outbox
@@ -114,7 +121,7 @@ class State:
         self._get_meta = self._file.get_meta
         self._set_meta = self._file.set_meta
         self._transaction = self._file.transaction
-        self.history = History(self._file)
+        self.history = History(self._file, on_row)
         self.alerts = AlertStore(self._file)
         self.judge = JudgeStore(self._file)
         try:

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Literal
 
 import structlog
@@ -63,6 +67,57 @@ def drop_content(
     return event_dict
 
 
+@dataclass(frozen=True)
+class Repeats:
+    """How often an event that can repeat in a storm is logged: the first time, then at
+    most once per `interval_s` for each value of `keys`, with `count_key` saying how many
+    occurrences the line stands for (itself and the ones left out before it)."""
+
+    interval_s: float
+    keys: tuple[str, ...] = ()
+    count_key: str = "occurrences"
+
+
+# Events a failing disk or receiver can raise many times a second; counted in metrics.
+REPEAT_LIMITS: Mapping[str, Repeats] = {
+    "alert_notification_dropped": Repeats(10.0, ("notifier", "reason"), "dropped"),
+    "outbox_unwritable": Repeats(60.0),
+    "signal_row_not_shared": Repeats(60.0),
+}
+
+
+class RepeatLimiter:
+    """A structlog processor: the one place a log storm is held back (`REPEAT_LIMITS`)."""
+
+    def __init__(
+        self,
+        limits: Mapping[str, Repeats] = REPEAT_LIMITS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limits = limits
+        self.clock = clock
+        self._seen: dict[tuple[str, ...], tuple[float, int]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(
+        self, _logger: object, _method_name: str, event_dict: structlog.types.EventDict
+    ) -> structlog.types.EventDict:
+        event = str(event_dict.get("event"))
+        limit = self.limits.get(event)
+        if limit is None:
+            return event_dict
+        key = (event, *(str(event_dict.get(k)) for k in limit.keys))
+        now = self.clock()
+        with self._lock:
+            last, left_out = self._seen.get(key, (None, 0))
+            if last is not None and now - last < limit.interval_s:
+                self._seen[key] = (last, left_out + 1)
+                raise structlog.DropEvent
+            self._seen[key] = (now, 0)
+        event_dict[limit.count_key] = left_out + 1
+        return event_dict
+
+
 def configure_logging(
     fmt: Literal["auto", "json", "console"] = "auto",
     level: Literal["debug", "info", "warning", "error"] = "info",
@@ -79,6 +134,7 @@ def configure_logging(
     )
     content: list[structlog.types.Processor] = [] if log_content else [drop_content]
     shared: list[structlog.types.Processor] = [
+        RepeatLimiter(),
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),

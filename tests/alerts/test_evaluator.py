@@ -27,6 +27,7 @@ from observer.alerts.evaluator import AlertEvaluator
 from observer.alerts.notifiers.webhook import WebhookNotifier
 from observer.alerts.rules import Expression, WindowRule, check_window_rule
 from observer.alerts.service import AlertService, StepResult
+from observer.background import Deadline
 from observer.state import State
 from observer.telemetry.http import Health
 from observer.telemetry.metrics import Metrics
@@ -254,17 +255,17 @@ def test_the_poll_loop_never_waits_for_the_evaluator(gap: Path) -> None:
             slowest = max(slowest, time.monotonic() - started)
             assert health.live()[0]
         assert slowest < 0.05
-        assert not evaluator.alive(within_s=120.0)  # its own heartbeat: stuck for 5 min
+        assert evaluator.heartbeat_age_s() > 120.0  # its own heartbeat: stuck for 5 min
         release.set()
         deadline = time.monotonic() + 10
         while (evaluator.last is None or evaluator.behind) and time.monotonic() < deadline:
             time.sleep(0.005)
         assert evaluator.last is not None and not evaluator.behind
-        assert evaluator.alive(within_s=1.0)
+        assert evaluator.heartbeat_age_s() <= 1.0
     finally:
         release.set()
-        assert evaluator.shutdown(5)
-        assert evaluator.shutdown(5)  # idempotent
+        assert evaluator.shutdown(Deadline.within(5))
+        assert evaluator.shutdown(Deadline.within(5))  # idempotent
         state.close()
     state = State(gap)
     try:
@@ -393,10 +394,15 @@ def receiver() -> Iterator[Receiver]:
         yield server
 
 
-def webhook_delivery(receiver: Receiver, metrics: Metrics, **options: Any) -> Delivery:
+def webhook_delivery(
+    receiver: Receiver, metrics: Metrics, state: State, **options: Any
+) -> Delivery:
     options = {"base_s": 0.01, "max_backoff_s": 0.02, **options}
     return Delivery(
-        {"hook": WebhookNotifier("hook", receiver.url, timeout_s=5)}, metrics, **options
+        {"hook": WebhookNotifier("hook", receiver.url, timeout_s=5)},
+        metrics,
+        state.alerts,
+        **options,
     )
 
 
@@ -442,7 +448,9 @@ def test_a_notification_decided_before_a_kill_is_delivered_once_after_the_restar
     path = firing_soon(tmp_path)
     metrics = Metrics()
     state = State(path)
-    killed = KilledBeforeSending({"hook": WebhookNotifier("hook", receiver.url)}, metrics)
+    killed = KilledBeforeSending(
+        {"hook": WebhookNotifier("hook", receiver.url)}, metrics, state.alerts
+    )
     events = service_on(state, metrics, killed, FOR_NOW).evaluate(moment(T))
     assert [e.transition for e in events] == ["firing"]
     assert state.alerts.waiting("hook") == 1  # decided, and in the outbox with the decision
@@ -450,18 +458,18 @@ def test_a_notification_decided_before_a_kill_is_delivered_once_after_the_restar
     assert receiver.requests == []
 
     state = State(path)
-    service = service_on(state, metrics, webhook_delivery(receiver, metrics), FOR_NOW)
+    service = service_on(state, metrics, webhook_delivery(receiver, metrics, state), FOR_NOW)
     evaluator = AlertEvaluator(service)
     evaluator.start()  # what the killed process left goes out at once
     try:
         (request,) = receiver.wait_for(1)
-        assert service.flush(5)
+        assert service.flush(Deadline.within(5))
         evaluator.notify(moment(T + 30.0))
         evaluator.tick()  # the alert still fires: nothing new to say
-        assert service.flush(5)
+        assert service.flush(Deadline.within(5))
     finally:
-        assert evaluator.shutdown(5)
-        assert service.shutdown(5)
+        assert evaluator.shutdown(Deadline.within(5))
+        assert service.shutdown(Deadline.within(5))
     body = request.json()
     assert (body["rule"], body["state"], body["severity"]) == (
         "ungrounded_rate_high",
@@ -479,15 +487,15 @@ def test_a_notifier_that_failed_all_its_retries_gets_it_at_the_next_evaluation(
     path = firing_soon(tmp_path)
     metrics = Metrics()
     state = State(path)
-    service = service_on(state, metrics, webhook_delivery(receiver, metrics), FOR_NOW)
+    service = service_on(state, metrics, webhook_delivery(receiver, metrics, state), FOR_NOW)
     receiver.fail(4, status=503)  # every attempt of the first round
     assert [e.transition for e in service.evaluate(moment(T))] == ["firing"]
     receiver.wait_for(4)
-    assert service.flush(5) is False  # kept in the outbox, not given up
+    assert service.flush(Deadline.within(5)) is False  # kept in the outbox, not given up
     assert state.alerts.waiting("hook") == 1
     # The next evaluation (30 s later, well before `repeat`) tries it again.
     assert service.evaluate(moment(T + 30.0)) == []
-    assert service.flush(5)
+    assert service.flush(Deadline.within(5))
     requests = receiver.requests
     assert len(requests) == 5
     assert len({r.headers["webhook-id"] for r in requests}) == 1  # the same message
@@ -496,7 +504,7 @@ def test_a_notifier_that_failed_all_its_retries_gets_it_at_the_next_evaluation(
     assert count("observer_alert_notifications_total", notifier="hook", result="sent") == 1
     assert count("observer_alert_notifications_total", notifier="hook", result="failed") == 1
     assert count("observer_alert_notifications_total", notifier="hook", result="dropped") == 0
-    service.shutdown(5)
+    service.shutdown(Deadline.within(5))
     state.close()
 
 
@@ -506,20 +514,20 @@ def test_a_resolve_decided_while_the_page_waits_goes_out_after_it(
     path = firing_soon(tmp_path)
     metrics = Metrics()
     state = State(path)
-    service = service_on(state, metrics, webhook_delivery(receiver, metrics), FOR_NOW)
+    service = service_on(state, metrics, webhook_delivery(receiver, metrics, state), FOR_NOW)
     receiver.default = Answer(503, b"down")
     service.evaluate(moment(T))
     receiver.wait_for(4)
-    service.flush(5)
+    service.flush(Deadline.within(5))
     # Twenty minutes of good traces while the receiver is down: the alert resolves.
     state.history.put_many(stream(T, T + 1200.0, 4.0, prefix="good"))
     state.set_watermark(moment(T + 1200.0))
     receiver.default = Answer()
     transitions = [e.transition for e in service.evaluate(moment(T + 1200.0))]
     assert transitions == ["resolved"]
-    assert service.flush(5)
+    assert service.flush(Deadline.within(5))
     states = [r.json()["state"] for r in receiver.requests if r.json()]
     assert states[-2:] == ["firing", "resolved"]
     assert state.alerts.waiting() == 0
-    service.shutdown(5)
+    service.shutdown(Deadline.within(5))
     state.close()

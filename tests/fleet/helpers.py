@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from observer import app
+from observer.background import Deadline
 from observer.config import FleetSettings, Settings
 from observer.fleet.member import Member
 from tests.daemon_helpers import configure, packed_traces
@@ -40,14 +41,23 @@ def members(settings: Settings, workdir: Path, names: list[str]) -> Iterator[lis
     with ExitStack() as stack:
         built: list[Member] = []
         for name in names:
-            parts = stack.enter_context(app.build(settings, state_path=workdir / f"{name}.sqlite"))
             client = redis.Redis.from_url(settings.fleet_url(), socket_timeout=5)
-            stack.callback(client.close)
-            member = Member(parts, client, name=name)
+            parts = stack.enter_context(
+                app.build(
+                    settings,
+                    mode="member",
+                    state_path=workdir / f"{name}.sqlite",
+                    redis_client=client,
+                    member_name=name,
+                )
+            )
+            member = parts.member
+            assert member is not None
+            member.parts = parts  # type: ignore[attr-defined]  # tests reach the other parts
             member.worker.batch = 10  # small batches: every member gets some of the demo's 80
             member.stream.ensure_group()
             parts.dispatcher.start()
-            stack.callback(parts.dispatcher.shutdown, 5.0)
+            stack.callback(lambda p=parts: p.dispatcher.shutdown(Deadline.within(5.0)))
             built.append(member)
         yield built
 

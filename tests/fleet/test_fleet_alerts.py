@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from observer.alerts.evaluator import AlertEvaluator
+from observer.background import Deadline
 from observer.config import FleetSettings, load_settings
 from tests.alerts.test_daemon_alerts import RULE
 from tests.daemon_helpers import configure, packed_traces
@@ -52,14 +52,11 @@ def test_a_window_alert_fires_once_for_the_fleet_across_a_change_of_evaluator(
             update={"fleet": FleetSettings(secret_env="FLEET_REDIS", name="al")}
         )
         with members(settings, tmp_path, ["m1", "m2"]) as (m1, m2):
-            for m in (m1, m2):
-                m.parts.evaluator = AlertEvaluator(m.parts.alerts, interval_s=60)
-                m.parts.evaluator.active = lambda m=m: m.evaluating and m.lease.held()  # type: ignore[misc]
-                m.parts.evaluator.after_tick = m.hand_over
-                m.parts.evaluator._reader = m.parts.state.history.reader()
+            for m in (m1, m2):  # each member's evaluator, as built for it, driven here
+                m.parts.evaluator.open()
             m1.keep()
             m2.keep()
-            assert m1.evaluating and not m2.evaluating
+            assert m1.evaluation.evaluating and not m2.evaluation.evaluating
             m1.read_once()
             drain([m1, m2])
             for m in (m1, m2):
@@ -80,7 +77,7 @@ def test_a_window_alert_fires_once_for_the_fleet_across_a_change_of_evaluator(
             # The lease (and the evaluation) moves to m2: it takes the firing alert over.
             rclient.delete(m1.keys.lease)
             m2.keep()
-            assert m2.evaluating
+            assert m2.evaluation.evaluating
             m2.read_once()
             m2.alerts.sync(m2.stream.watermark())
             m2.parts.evaluator.tick()
@@ -92,5 +89,5 @@ def test_a_window_alert_fires_once_for_the_fleet_across_a_change_of_evaluator(
             traces = Counter(u for b in _bodies(receiver, "trace") for u in b["trace_urls"])
             assert traces and max(traces.values()) == 1
             for m in (m1, m2):
-                m.parts.evaluator.shutdown(1.0)
-                m.parts.alerts.shutdown(2.0)
+                m.parts.evaluator.shutdown(Deadline.within(1.0))
+                m.parts.alerts.shutdown(Deadline.within(2.0))

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from observer import app
+from observer.background import Deadline
 from observer.judge.outcome import JudgeResult
 from observer.model import RagRecord
 from observer.scores import score_id
@@ -273,7 +274,9 @@ def test_samples_still_queued_at_shutdown_are_judged_after_the_restart(
         assert parts.judge is not None
         queued = parts.judge.pending()
         assert queued > 3
-        assert parts.judge.shutdown(0.1) is False  # never started: all of them kept
+        assert (
+            parts.judge.shutdown(Deadline.within(0.1)) is False
+        )  # never started: all of them kept
         parts.dispatcher.flush(5)
     finally:
         parts.state.close()

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from observer.background import Deadline
 from observer.judge.workers import Workers
 
 
@@ -37,14 +38,16 @@ def test_never_more_than_concurrency_at_once_and_all_done() -> None:
     for item in range(20):
         workers.put(item)
     assert workers.pending() == 20
-    assert not workers.drain(0.3)  # three are held at the gate, the rest wait their turn
+    assert not workers.drain(
+        Deadline.within(0.3)
+    )  # three are held at the gate, the rest wait their turn
     assert gate.running == 3 and not gate.done
     gate.release.set()
-    assert workers.drain(5)
+    assert workers.drain(Deadline.within(5))
     assert sorted(gate.done) == list(range(20))
     assert gate.most == 3
     assert workers.pending() == 0
-    assert workers.shutdown(1) == []
+    assert workers.shutdown(Deadline.within(1)) == []
 
 
 def test_a_full_queue_refuses_at_once_unless_asked_to_wait() -> None:
@@ -59,9 +62,9 @@ def test_a_full_queue_refuses_at_once_unless_asked_to_wait() -> None:
     workers.start()
     gate.release.set()
     workers.put(3, block=True)  # room comes as the worker takes items
-    assert workers.drain(5)
+    assert workers.drain(Deadline.within(5))
     assert sorted(gate.done) == [1, 2, 3]
-    workers.shutdown(1)
+    workers.shutdown(Deadline.within(1))
 
 
 def test_shutdown_hands_back_what_no_worker_started() -> None:
@@ -71,7 +74,7 @@ def test_shutdown_hands_back_what_no_worker_started() -> None:
     workers.start()
     for item in range(4):
         workers.put(item)
-    left = workers.shutdown(0.2)  # item 0 is held at the gate past the budget
+    left = workers.shutdown(Deadline.within(0.2))  # item 0 is held at the gate past the budget
     assert left == [1, 2, 3]
     assert counts[-1] == 1  # only the one abandoned in flight
     gate.release.set()
@@ -89,6 +92,6 @@ def test_a_failing_item_does_not_stop_its_worker() -> None:
     workers.start()
     for item in range(3):
         workers.put(item)
-    assert workers.drain(5)
+    assert workers.drain(Deadline.within(5))
     assert done == [0, 2]
-    workers.shutdown(1)
+    workers.shutdown(Deadline.within(1))

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from observer import app
+from observer.background import Deadline
 from observer.telemetry.metrics import Metrics
 from tests.daemon_helpers import ROOT, after, configure, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
@@ -278,7 +279,7 @@ def test_a_queued_sample_keeps_its_findings_across_a_restart(
     parts = app.build(settings, state_path=state)
     try:
         parts.pipeline.poll(after(demo_observations()))  # workers never started: all queued
-        assert parts.judge is not None and parts.judge.shutdown(0.1) is False
+        assert parts.judge is not None and parts.judge.shutdown(Deadline.within(0.1)) is False
         parts.dispatcher.flush(5)
     finally:
         parts.state.close()

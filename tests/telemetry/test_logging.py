@@ -7,7 +7,7 @@ import json
 import pytest
 import structlog
 
-from observer.telemetry.logging import configure_logging
+from observer.telemetry.logging import RepeatLimiter, configure_logging
 
 
 def emit() -> None:
@@ -62,3 +62,26 @@ def test_question_and_answer_text_stay_out_unless_asked(
     hidden, shown = (json.loads(line) for line in capsys.readouterr().err.splitlines())
     assert "balance" not in json.dumps(hidden) and "42 EUR" not in json.dumps(hidden)
     assert shown["question"] == "what is my balance?"
+
+
+def test_repeat_limiter_lets_one_line_per_interval_and_key_through_with_its_count() -> None:
+    now = [1000.0]
+    limiter = RepeatLimiter(clock=lambda: now[0])
+
+    def dropped(notifier: str = "hook", reason: str = "queue_full") -> structlog.types.EventDict:
+        line = {"event": "alert_notification_dropped", "notifier": notifier, "reason": reason}
+        return limiter(None, "warning", line)
+
+    assert dropped()["dropped"] == 1  # the first line goes through
+    for _ in range(3):
+        now[0] += 3.0  # within the 10 s of REPEAT_LIMITS
+        with pytest.raises(structlog.DropEvent):
+            dropped()
+    assert dropped(reason="unknown_notifier")["dropped"] == 1  # each key on its own
+    assert dropped(notifier="slack")["dropped"] == 1
+    now[0] = 1010.0  # the interval since the first line is over
+    assert dropped()["dropped"] == 4  # itself and the 3 left out
+    now[0] += 9.9
+    with pytest.raises(structlog.DropEvent):
+        dropped()  # the interval starts again at the line let through
+    assert limiter(None, "info", {"event": "poll_completed"}) == {"event": "poll_completed"}

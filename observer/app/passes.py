@@ -1,0 +1,84 @@
+"""One pass, driven the same way by `run`, `run --once` and a fleet's reader.
+
+    tick(now) = beat -> the server checked (once) -> pipeline.poll(now)
+                -> Langfuse answered -> the watermark's lag -> the evaluator told
+                -> poll_completed
+
+`run` calls `tick()` on its schedule and the fleet's reader in its loop, each
+catching what a pass can raise in its own way (the loop never dies); `run
+--once` calls `tick(burst=True)`: the same pass, then the window rules
+evaluated on its own thread up to the pass's moment, and errors raised to it
+(the exit code says what happened). The lag is measured from the pipeline's
+own watermark: the state file's, or the fleet's stream's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+import structlog
+
+from observer.alerts.evaluator import AlertEvaluator
+from observer.pipeline import PassResult, Pipeline
+from observer.telemetry.http import Health
+
+log = structlog.get_logger("observer.app")
+
+COUNTS = ("observations", "scored", "rescored", "unchanged", "unsettled", "skipped", "scores")
+
+
+def lag_s(moment: datetime, watermark: datetime | None) -> float:
+    """How far the watermark trails the pass's moment (0 before the first pass)."""
+    return max(0.0, (moment - watermark).total_seconds()) if watermark is not None else 0.0
+
+
+def completed_fields(result: PassResult, counts: tuple[str, ...] = COUNTS) -> dict[str, object]:
+    """What `poll_completed` says of a pass."""
+    return {"sweep": result.sweep, **{name: getattr(result, name) for name in counts}}
+
+
+class Passes:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        health: Health,
+        evaluator: AlertEvaluator | None,
+        clock: Callable[[], datetime],
+        *,
+        check_server: Callable[[], object] | None = None,
+        counts: tuple[str, ...] = COUNTS,
+        extra: Callable[[], Mapping[str, object]] = dict,
+    ) -> None:
+        """`check_server` raises ConfigError for a server too old (before the first pass);
+        `counts` and `extra` are what `poll_completed` says besides the sweep."""
+        self.pipeline = pipeline
+        self.health = health
+        self.evaluator = evaluator
+        self.clock = clock
+        self.check_server = check_server
+        self.counts = counts
+        self.extra = extra
+        self.done = 0  # passes completed
+
+    def check(self) -> None:
+        """The server checked, once per process (ConfigError when it is too old)."""
+        if self.check_server is not None:
+            self.check_server()
+            self.check_server = None
+
+    def tick(self, now: datetime | None = None, *, burst: bool = False) -> PassResult:
+        """One pass up to `now` (the clock's), told to the evaluator and the log. Raises
+        what the pass raised (Stopped, a RemoteError, StateError, ConfigError)."""
+        self.health.beat()
+        self.check()
+        moment = now or self.clock()
+        result = self.pipeline.poll(moment)
+        self.health.langfuse_answered()
+        if self.evaluator is not None:
+            self.evaluator.after_pass(moment, lag_s(moment, self.pipeline.marks.watermark()))
+            if burst:
+                self.evaluator.catch_up()
+        self.done += 1
+        log.info("poll_completed", **completed_fields(result, self.counts), **self.extra())
+        return result
