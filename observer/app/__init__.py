@@ -35,7 +35,6 @@ if TYPE_CHECKING:
         check_state,
         ingestion_row,
         recent_answers,
-        require_supported_server,
     )
     from observer.app.daemon import run_daemon, signals_set
     from observer.app.demo_run import demo, demo_traces_path, serve_until_stopped
@@ -59,6 +58,7 @@ if TYPE_CHECKING:
         build_resolver,
         build_source,
         now_utc,
+        require_supported_server,
         start_http,
     )
     from observer.pipeline import PassResult
@@ -78,7 +78,7 @@ _HOMES = {
     "check_state": "observer.app.checks",
     "ingestion_row": "observer.app.checks",
     "recent_answers": "observer.app.checks",
-    "require_supported_server": "observer.app.checks",
+    "require_supported_server": "observer.app.parts",
     "run_daemon": "observer.app.daemon",
     "signals_set": "observer.app.daemon",
     "demo": "observer.app.demo_run",

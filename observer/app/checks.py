@@ -10,11 +10,16 @@ from typing import Any
 
 import structlog
 
-from observer import langfuse_api
 from observer.app.exits import EXIT_CONFIG, EXIT_OK, exit_code
-from observer.app.parts import build_api, build_resolver, build_source, now_utc, resolver_fields
+from observer.app.parts import (
+    build_resolver,
+    build_source,
+    now_utc,
+    require_supported_server,
+    resolver_fields,
+)
 from observer.config import ConfigError, Settings
-from observer.errors import RemoteError, UnsupportedServer
+from observer.errors import RemoteError
 from observer.model import RagRecord, Signals
 from observer.sources.ingestion import SLOW_INGESTION_BOUND_S, slow_ingestion
 from observer.sources.langfuse import LangfuseSource
@@ -44,21 +49,6 @@ def ingestion_row(settings: Settings, source: LangfuseSource) -> str:
         f"sweeps re-read {max(settings.source.overlap_s, slow_overlap):g} s "
         "(SDK 5 lands within seconds)"
     )
-
-
-def require_supported_server(settings: Settings) -> str:
-    """Langfuse's version, described; raises ConfigError for a server too old (exit 2).
-
-    An unreachable health endpoint is not a refusal: the daemon's own retries wait
-    for Langfuse, and `check` reports reachability on its own row."""
-    try:
-        version = langfuse_api.check_server_version(build_api(settings), settings.langfuse.base_url)
-    except UnsupportedServer as error:
-        raise ConfigError(str(error)) from None
-    except RemoteError as error:
-        log.warning("server_version_unread", error=str(error))
-        return f"not read: {error}"
-    return version.describe
 
 
 def check_state(path: Path) -> str:

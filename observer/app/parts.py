@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import redis
+import structlog
 from langfuse.api.client import LangfuseAPI
 
 from observer import langfuse_api
@@ -21,6 +22,7 @@ from observer.alerts.notifiers import Notifier, NotifyError
 from observer.alerts.service import AlertService
 from observer.app.passes import Passes
 from observer.config import ConfigError, Settings
+from observer.errors import RemoteError, UnsupportedServer
 from observer.fleet.alerts import Evaluation, FleetAlerts, publish_row
 from observer.fleet.budget import FleetBudget
 from observer.fleet.keys import Keys
@@ -49,6 +51,8 @@ from observer.telemetry.http import Health, HttpServer
 from observer.telemetry.metrics import Metrics
 from observer.telemetry.otel import LangfuseOtlp, Telemetry, setup_telemetry
 
+log = structlog.get_logger("observer.app")
+
 
 def build_api(settings: Settings) -> LangfuseAPI:
     lf = settings.langfuse
@@ -69,6 +73,21 @@ def build_api(settings: Settings) -> LangfuseAPI:
         lf.secret_key.get_secret_value(),
         settings.source.request_timeout_s,
     )
+
+
+def require_supported_server(settings: Settings) -> str:
+    """Langfuse's version, described; raises ConfigError for a server too old (exit 2).
+
+    An unreachable health endpoint is not a refusal: the daemon's own retries wait
+    for Langfuse, and `check` reports reachability on its own row."""
+    try:
+        version = langfuse_api.check_server_version(build_api(settings), settings.langfuse.base_url)
+    except UnsupportedServer as error:
+        raise ConfigError(str(error)) from None
+    except RemoteError as error:
+        log.warning("server_version_unread", error=str(error))
+        return f"not read: {error}"
+    return version.describe
 
 
 def build_judge_client(settings: Settings, telemetry: Telemetry | None = None) -> JudgeClient:
@@ -573,8 +592,6 @@ def _server_check(
 ) -> Callable[[], object] | None:
     """Batch score posts need Langfuse v4.59+: checked before the first pass reads."""
     if isinstance(source, LangfuseSource) and isinstance(sink, LangfuseScoreSink):
-        from observer.app.checks import require_supported_server
-
         return functools.partial(require_supported_server, settings)
     return None
 
