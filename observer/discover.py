@@ -314,70 +314,101 @@ def proposals(
 ) -> list[Proposal]:
     """What [mapping] values would read this trace better (nothing when none would)."""
     outcome = result.result
-    if isinstance(outcome, Skip):
-        reason = outcome.reason
-        if reason == "no_generation":
-            candidates = [o for o in observations if _llm_looking(o, rules)]
-            if not candidates:
-                return []
-            chosen = max(candidates, key=_start)
-            name = as_str(chosen.get("name"))
-            if name is None:
-                return []
+    if not isinstance(outcome, Skip):
+        return _refinements(observations, result, outcome.question, outcome.sources, rules)
+    reason = outcome.reason
+    if reason == "no_generation":
+        return _generation_proposals(observations, rules)
+    if reason == "no_answer_text":
+        return _answer_key_proposals(observations, result, rules)
+    if reason == "malformed_sources":
+        return _retriever_proposals(observations, result, rules)
+    if reason in ("citations_without_sources", "sources_unverified"):
+        return _shown_source_proposals(observations, result, rules, reason)
+    return []
+
+
+def _answer_generation(
+    observations: Sequence[Observation], result: Explained
+) -> Observation | None:
+    """The generation the trace's answer was read from (or None)."""
+    step = _step(result, "answer")
+    return _by_id(observations, step.observation_id if step else None)
+
+
+def _generation_proposals(
+    observations: Sequence[Observation], rules: MappingRules
+) -> list[Proposal]:
+    """no_generation: the latest LLM-looking observation's name, as a generation name."""
+    candidates = [o for o in observations if _llm_looking(o, rules)]
+    if not candidates:
+        return []
+    chosen = max(candidates, key=_start)
+    name = as_str(chosen.get("name"))
+    if name is None:
+        return []
+    return [
+        Proposal(
+            "generation_names",
+            name,
+            f"{name!r} ({chosen.get('type')}) looks like the LLM call but is no GENERATION",
+        )
+    ]
+
+
+def _answer_key_proposals(
+    observations: Sequence[Observation], result: Explained, rules: MappingRules
+) -> list[Proposal]:
+    """no_answer_text: the key the generation's output holds its answer under."""
+    generation = _answer_generation(observations, result)
+    answer = _answer_proposal(generation) if generation is not None else None
+    return [answer] if answer is not None and answer.value not in rules.answer_keys else []
+
+
+def _retriever_proposals(
+    observations: Sequence[Observation], result: Explained, rules: MappingRules
+) -> list[Proposal]:
+    """malformed_sources: keys that read the documents of a retriever already passed over."""
+    # Every retriever passed over, the latest first: the first one a key reads
+    # whose documents the answer's prompt does not refute.
+    generation = _answer_generation(observations, result)
+    prompt = prompt_text(generation.get("input")) if generation is not None else None
+    for step in result.steps:
+        observation = _by_id(observations, step.observation_id)
+        if step.part == "sources" and observation is not None and _shown(observation, prompt):
+            documents = _document_proposals(observation, rules)
+            if documents:
+                return documents
+    return []
+
+
+def _shown_source_proposals(
+    observations: Sequence[Observation], result: Explained, rules: MappingRules, reason: str
+) -> list[Proposal]:
+    """citations_without_sources, sources_unverified: the latest observation before the
+    generation whose documents its prompt shows, read by keys or named a retriever."""
+    generation = _answer_generation(observations, result)
+    if generation is None:
+        return []
+    prompt = prompt_text(generation.get("input"))
+    ordered = tree_order(observations)
+    before = ordered[: next(i for i, o in enumerate(ordered) if o is generation)]
+    for observation in reversed(before):
+        if not _shown(observation, prompt):
+            continue  # never proposed: the prompt would refute it
+        documents = _document_proposals(observation, rules)
+        if documents:
+            return documents
+        name = as_str(observation.get("name"))
+        if reason == "sources_unverified" and rules.retriever_names and name:
             return [
                 Proposal(
-                    "generation_names",
+                    "retriever_names",
                     name,
-                    f"{name!r} ({chosen.get('type')}) looks like the LLM call but is no GENERATION",
+                    f"the answer's prompt shows the documents of {name!r}",
                 )
             ]
-        if reason == "no_answer_text":
-            step = _step(result, "answer")
-            generation = _by_id(observations, step.observation_id if step else None)
-            answer = _answer_proposal(generation) if generation is not None else None
-            return [answer] if answer is not None and answer.value not in rules.answer_keys else []
-        if reason == "malformed_sources":
-            # Every retriever passed over, the latest first: the first one a key reads
-            # whose documents the answer's prompt does not refute.
-            step = _step(result, "answer")
-            generation = _by_id(observations, step.observation_id if step else None)
-            prompt = prompt_text(generation.get("input")) if generation is not None else None
-            for step in result.steps:
-                observation = _by_id(observations, step.observation_id)
-                if (
-                    step.part == "sources"
-                    and observation is not None
-                    and _shown(observation, prompt)
-                ):
-                    documents = _document_proposals(observation, rules)
-                    if documents:
-                        return documents
-            return []
-        if reason in ("citations_without_sources", "sources_unverified"):
-            step = _step(result, "answer")
-            generation = _by_id(observations, step.observation_id if step else None)
-            if generation is None:
-                return []
-            prompt = prompt_text(generation.get("input"))
-            ordered = tree_order(observations)
-            before = ordered[: next(i for i, o in enumerate(ordered) if o is generation)]
-            for observation in reversed(before):
-                if not _shown(observation, prompt):
-                    continue  # never proposed: the prompt would refute it
-                documents = _document_proposals(observation, rules)
-                if documents:
-                    return documents
-                name = as_str(observation.get("name"))
-                if reason == "sources_unverified" and rules.retriever_names and name:
-                    return [
-                        Proposal(
-                            "retriever_names",
-                            name,
-                            f"the answer's prompt shows the documents of {name!r}",
-                        )
-                    ]
-        return []
-    return _refinements(observations, result, outcome.question, outcome.sources, rules)
+    return []
 
 
 def _refinements(
