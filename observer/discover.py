@@ -588,55 +588,18 @@ def discover(traces: Traces, rules: MappingRules, rules_with: RulesWith) -> Disc
     """The sample per trace name, and a [mapping] suggestion tried on it (or None)."""
     results = _explain_all(traces, rules)
     reports: dict[str, NameReport] = {}
-    generation_names: list[str] = []
     for trace_id, observations in traces.items():
-        result = results[trace_id]
-        report = reports.setdefault(trace_name(observations), NameReport(trace_name(observations)))
-        report.traces += 1
-        looks = is_answer(result)
-        report.answers += looks
-        for observation in observations if looks else ():
-            name = as_str(observation.get("name"))
-            if name and is_generation(observation, rules) and name not in generation_names:
-                generation_names.append(name)
-        if isinstance(result.result, Skip):
-            report.skips[result.result.reason] += 1
-            report.examples.setdefault(result.result.reason, trace_id)
-        else:
-            report.scored += 1
-        if result.provenance is not None:
-            report.checks[f"sources {result.provenance.sources_check}"] += 1
-            report.checks[f"answer {result.provenance.answer_check}"] += 1
-        for part in PARTS:
-            step = _step(result, part)
-            if step is not None:
-                rule = rule_of(step)
-                report.found.setdefault(part, Counter())[rule] += 1
-                report.found_at.setdefault((part, rule), Counter())[observation_of(step)] += 1
+        name = trace_name(observations)
+        _count(reports.setdefault(name, NameReport(name)), trace_id, results[trace_id])
     if rules.hook is not None:
         return Discovery(len(traces), _ordered(reports), None, hook=True)
 
+    generation_names = _generation_names(traces, results, rules)
     merged: dict[str, list[str]] = {}
     chosen: list[Proposal] = []
     for name, report in reports.items():
         group = {t: o for t, o in traces.items() if trace_name(o) == name}
-        mapping: dict[str, list[str]] = {}
-        group_results = {t: results[t] for t in group}
-        for _round in range(4):  # one key may uncover the next (a name, then its answer key)
-            current = rules_with(mapping) if mapping else rules
-            found = [
-                p
-                for t, observations in group.items()
-                for p in proposals(observations, group_results[t], current)
-            ]
-            best = _most_common(found)
-            if not _with(mapping, best, current, generation_names):
-                break
-            report.proposals += [p for p in best if p not in report.proposals]
-            group_results = _explain_all(group, rules_with(mapping))
-        for result in group_results.values():
-            if isinstance(result.result, Skip) and result.result.reason in FIXABLE:
-                report.notes[f"{result.result.reason}: {result.result.detail}"] += 1
+        _propose(report, group, results, rules, rules_with, generation_names)
         if report.proposals:
             _with(merged, report.proposals, rules, generation_names)
             chosen += report.proposals
@@ -660,6 +623,69 @@ def discover(traces: Traces, rules: MappingRules, rules_with: RulesWith) -> Disc
         toml=mapping_toml(after_rules),
     )
     return Discovery(len(traces), _ordered(reports), suggestion)
+
+
+def _count(report: NameReport, trace_id: str, result: Explained) -> None:
+    """One trace of the sample, counted in its name's report."""
+    report.traces += 1
+    report.answers += is_answer(result)
+    if isinstance(result.result, Skip):
+        report.skips[result.result.reason] += 1
+        report.examples.setdefault(result.result.reason, trace_id)
+    else:
+        report.scored += 1
+    if result.provenance is not None:
+        report.checks[f"sources {result.provenance.sources_check}"] += 1
+        report.checks[f"answer {result.provenance.answer_check}"] += 1
+    for part in PARTS:
+        step = _step(result, part)
+        if step is not None:
+            rule = rule_of(step)
+            report.found.setdefault(part, Counter())[rule] += 1
+            report.found_at.setdefault((part, rule), Counter())[observation_of(step)] += 1
+
+
+def _generation_names(
+    traces: Traces, results: Mapping[str, Explained], rules: MappingRules
+) -> list[str]:
+    """The names of the generations the sample's answer-looking traces hold, first seen first."""
+    names: list[str] = []
+    for trace_id, observations in traces.items():
+        if not is_answer(results[trace_id]):
+            continue
+        for observation in observations:
+            name = as_str(observation.get("name"))
+            if name and is_generation(observation, rules) and name not in names:
+                names.append(name)
+    return names
+
+
+def _propose(
+    report: NameReport,
+    group: Traces,
+    results: Mapping[str, Explained],
+    rules: MappingRules,
+    rules_with: RulesWith,
+    generation_names: Sequence[str],
+) -> None:
+    """A name's proposals, each round tried on its traces; the skips no key cures noted."""
+    mapping: dict[str, list[str]] = {}
+    group_results = {t: results[t] for t in group}
+    for _round in range(4):  # one key may uncover the next (a name, then its answer key)
+        current = rules_with(mapping) if mapping else rules
+        found = [
+            p
+            for t, observations in group.items()
+            for p in proposals(observations, group_results[t], current)
+        ]
+        best = _most_common(found)
+        if not _with(mapping, best, current, generation_names):
+            break
+        report.proposals += [p for p in best if p not in report.proposals]
+        group_results = _explain_all(group, rules_with(mapping))
+    for result in group_results.values():
+        if isinstance(result.result, Skip) and result.result.reason in FIXABLE:
+            report.notes[f"{result.result.reason}: {result.result.detail}"] += 1
 
 
 def _ordered(reports: Mapping[str, NameReport]) -> tuple[NameReport, ...]:
