@@ -738,43 +738,51 @@ def discovery_lines(discovery: Discovery, window: str) -> list[str]:
     if d.hook:
         lines.append("  mapping.hook builds the records: the default convention is not used")
     for report in d.names:
-        lines += [
-            "",
-            f"{report.name}: {report.traces} traces, {report.answers} answers, "
-            f"{report.scored} scored"
-            + (f", {report.skipped} skipped ({_reasons(report.skips)})" if report.skips else ""),
-        ]
-        for part in PARTS:
-            counted = report.found.get(part)
-            for rank, (rule, count) in enumerate((counted or Counter()).most_common(2)):
-                label = part if rank == 0 else ""
-                at = report.found_at[(part, rule)]
-                source = at.most_common(1)[0][0]
-                others = f" and {len(at) - 1} more" if len(at) > 1 else ""
-                lines.append(
-                    f"  {label:<9} {rule}  [{count}/{report.traces}, from {source}{others}]"
-                )
-            if counted and len(counted) > 2:
-                lines.append(f"  {'':<9} ... and {len(counted) - 2} other rules")
-        if report.checks:
-            lines.append(f"  checked   {checks_text(report.checks)}")
-        for proposal in report.proposals:
-            lines.append(f"  suggest   {proposal.key} + {proposal.value!r}: {proposal.why}")
-        if report.scored_after is not None and report.proposals:
-            lines.append(f"  tried     scored {report.scored} -> {report.scored_after}")
-        for reason, trace_id in report.examples.items():
-            lines.append(f"  see       observer explain {trace_id}  (a {reason} skip)")
-        for note, count in report.notes.most_common(3):
-            lines.append(f"  no mapping key reads {count}: {note} (a mapping.hook can)")
-    suggestion = d.suggestion
-    if suggestion is None:
+        lines += _report_lines(report)
+    if d.suggestion is None:
         if not d.hook:
             lines += ["", "no [mapping] suggestion: the default convention reads what it can here"]
         return lines
-    lines += [
+    return lines + _suggestion_lines(d.suggestion, d.traces)
+
+
+def _report_lines(report: NameReport) -> list[str]:
+    """One trace name's block: its counts, where each part was found, what to do."""
+    lines = [
+        "",
+        f"{report.name}: {report.traces} traces, {report.answers} answers, "
+        f"{report.scored} scored"
+        + (f", {report.skipped} skipped ({_reasons(report.skips)})" if report.skips else ""),
+    ]
+    for part in PARTS:
+        counted = report.found.get(part)
+        for rank, (rule, count) in enumerate((counted or Counter()).most_common(2)):
+            label = part if rank == 0 else ""
+            at = report.found_at[(part, rule)]
+            source = at.most_common(1)[0][0]
+            others = f" and {len(at) - 1} more" if len(at) > 1 else ""
+            lines.append(f"  {label:<9} {rule}  [{count}/{report.traces}, from {source}{others}]")
+        if counted and len(counted) > 2:
+            lines.append(f"  {'':<9} ... and {len(counted) - 2} other rules")
+    if report.checks:
+        lines.append(f"  checked   {checks_text(report.checks)}")
+    for proposal in report.proposals:
+        lines.append(f"  suggest   {proposal.key} + {proposal.value!r}: {proposal.why}")
+    if report.scored_after is not None and report.proposals:
+        lines.append(f"  tried     scored {report.scored} -> {report.scored_after}")
+    for reason, trace_id in report.examples.items():
+        lines.append(f"  see       observer explain {trace_id}  (a {reason} skip)")
+    for note, count in report.notes.most_common(3):
+        lines.append(f"  no mapping key reads {count}: {note} (a mapping.hook can)")
+    return lines
+
+
+def _suggestion_lines(suggestion: Suggestion, traces: int) -> list[str]:
+    """The suggested [mapping]: what it changed on the sample, and the block to paste."""
+    lines = [
         "",
         f"suggested [mapping], tried on this sample: scored {suggestion.scored_before} -> "
-        f"{suggestion.scored_after} of {d.traces} traces",
+        f"{suggestion.scored_after} of {traces} traces",
     ]
     if suggestion.lost:
         lines.append(
