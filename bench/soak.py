@@ -702,7 +702,7 @@ class Feeder:
         return {t: f"{s}; {'; '.join(self.log.get(t, []))}" for t, s in self.stories.items()}
 
 
-def _serve(conn: Connection, seed: int) -> None:
+def _serve(conn: Connection, seed: int) -> None:  # noqa: C901 - a dispatch over the controller's commands
     """The fake's process: serve, and obey the controller's commands until `quit`."""
     templates = tuple(load_templates())
     fake = SoakLangfuse(SERVICE_LIKE, seed=seed).start()  # FakeLangfuse.service_like's preset
