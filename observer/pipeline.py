@@ -22,11 +22,11 @@ settle_s`); the next pass starts there, and a sweep (a process's first pass,
 then one per `sweep_interval_s`) `overlap_s` before it, to catch late data.
 A crash mid-pass re-reads the same window: fingerprints make that idempotent.
 
-In a fleet (DESIGN §10) the reader's pipeline is given a `Publisher` and its
-`Marks` (the watermark and what is known of traces, kept in Redis): a complete,
-settled trace is published for the workers instead of scored here, and the
-watermark also stays below the oldest published trace not yet acknowledged
-(`next_watermark`).
+In a fleet (docs/operating.md#running-a-fleet) the reader's pipeline is given a
+`Publisher` and its `Marks` (the watermark and what is known of traces, kept in
+Redis): a complete, settled trace is published for the workers instead of scored
+here, and the watermark also stays below the oldest published trace not yet
+acknowledged (`next_watermark`).
 """
 
 from __future__ import annotations
@@ -284,7 +284,7 @@ class Pipeline:
             start = base - self.overlap
         began = time.monotonic()
         # Read past now: a trace from an app whose clock runs ahead is stamped in the
-        # future, and counts as rooted now (DESIGN §9) instead of waiting for its time.
+        # future, and counts as rooted now instead of waiting for its time (docs/daemon.md).
         result = self.process_window(start, now, now, now + FUTURE_READ)
         result.sweep = sweep
         if sweep:

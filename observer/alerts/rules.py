@@ -55,7 +55,7 @@ SIGNALS: Mapping[str, SignalInfo] = {
     "stale_citations": SignalInfo(Kind.NUMBER),
     "citation_concentration": SignalInfo(Kind.NUMBER),
     # An answer-looking trace (it has a generation) that was skipped: true on a skip row,
-    # false on every scored trace's row (mapping drift, DESIGN §6).
+    # false on every scored trace's row (docs/alerts.md#mapping-drift-skip_rate_high).
     "skipped": SignalInfo(Kind.FLAG, detail="skip_reason"),
     "lag_s": SignalInfo(Kind.NUMBER, pipeline=True),
     "scores_dropped": SignalInfo(Kind.NUMBER, pipeline=True),

@@ -3,7 +3,7 @@
 `Daemon` holds the loop's parts (`tick`, `housekeeping`, `shutdown(deadline)`), each
 callable on its own: tests drive one tick with a fake clock; `run_daemon` schedules them.
 
-With `[fleet]` (DESIGN §10) `run_daemon` connects to Redis first (unreachable: exit 3
+With `[fleet]` (docs/operating.md) `run_daemon` connects to Redis first (unreachable: exit 3
 naming the variable) and the daemon's `member` does the polling and scoring on its own
 threads (observer.fleet.member); `tick` then only checks the server, once.
 """

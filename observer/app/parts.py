@@ -307,7 +307,7 @@ def _build(
     if source is None or sink is None:
         api = build_api(settings)
     rules = settings.mapping_rules()
-    # Reads and score posts share one request budget (DESIGN §9: one General API bucket).
+    # Reads and score posts share one request budget, one bucket at Langfuse (docs/daemon.md).
     limiter = RateLimiter(settings.source.requests_per_minute)
     if source is None:
         assert api is not None

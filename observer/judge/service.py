@@ -123,7 +123,7 @@ class JudgeService:
         self._held_lock = threading.Lock()
         self._held: set[tuple[str, str | None]] = set()  # (trace, basis) queued or judged now
         self._started = False
-        self.shared: SharedBudget | None = None  # a fleet's caps, when it is one (DESIGN §10)
+        self.shared: SharedBudget | None = None  # in a fleet, its caps (docs/operating.md)
 
     # -- intake -----------------------------------------------------------------
 

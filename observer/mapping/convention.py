@@ -553,7 +553,7 @@ def _scope_name(metadata: Mapping[str, Any]) -> Any:
 
 
 def find_root(observations: Sequence[Observation]) -> Observation | None:
-    """The trace's earliest root observation (a trace may have several, DESIGN §9)."""
+    """The trace's earliest root observation (a trace may have several, docs/daemon.md)."""
     roots = [o for o in observations if o.get("isRootObservation")]
     return min(roots, key=sibling_key) if roots else None
 
