@@ -28,11 +28,11 @@ GET lists of score configs, dashboards and widgets page with ``page`` (from 1) a
 ``dashboards_api = False`` makes the dashboards API answer like a server without it
 (404 ``Route not found``, before auth).
 
-The service as it is (DESIGN §9). A fake kinder than the service hides exactly the
-failures users meet, so each of these is an attribute (and a ``Behaviour`` field), with
-the ``KIND`` and ``SERVICE_LIKE`` presets switching them together; ``DEFAULT_BEHAVIOUR``
-is what ``FakeLangfuse()`` does. Server paths are in github:langfuse/langfuse (read at
-62751446149b, v4.16.0+30).
+The service as it is (docs/daemon.md, "How it reads Langfuse as Langfuse really is"). A
+fake kinder than the service hides exactly the failures users meet, so each of these is
+an attribute (and a ``Behaviour`` field), with the ``KIND`` and ``SERVICE_LIKE`` presets
+switching them together; ``DEFAULT_BEHAVIOUR`` is what ``FakeLangfuse()`` does. Server
+paths are in github:langfuse/langfuse (read at 62751446149b, v4.16.0+30).
 
 - Order and cursor. Observations are listed ``start_time DESC, xxHash32(trace_id) DESC,
   span_id DESC`` and the cursor is the keyset of the last row, base64 JSON
