@@ -439,7 +439,7 @@ def test_check_without_skips_gives_no_hint(monkeypatch: pytest.MonkeyPatch, tmp_
     assert "observer discover" not in result.stdout
 
 
-# -- the content checks in discover (DESIGN §2.2) -----------------------------------------
+# -- the content checks in discover (docs/trace-convention.md#checked-by-content) ----------
 
 
 def test_a_configured_retriever_the_prompt_contradicts_gets_the_one_it_shows() -> None:

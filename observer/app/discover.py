@@ -314,70 +314,101 @@ def proposals(
 ) -> list[Proposal]:
     """What [mapping] values would read this trace better (nothing when none would)."""
     outcome = result.result
-    if isinstance(outcome, Skip):
-        reason = outcome.reason
-        if reason == "no_generation":
-            candidates = [o for o in observations if _llm_looking(o, rules)]
-            if not candidates:
-                return []
-            chosen = max(candidates, key=_start)
-            name = as_str(chosen.get("name"))
-            if name is None:
-                return []
+    if not isinstance(outcome, Skip):
+        return _refinements(observations, result, outcome.question, outcome.sources, rules)
+    reason = outcome.reason
+    if reason == "no_generation":
+        return _generation_proposals(observations, rules)
+    if reason == "no_answer_text":
+        return _answer_key_proposals(observations, result, rules)
+    if reason == "malformed_sources":
+        return _retriever_proposals(observations, result, rules)
+    if reason in ("citations_without_sources", "sources_unverified"):
+        return _shown_source_proposals(observations, result, rules, reason)
+    return []
+
+
+def _answer_generation(
+    observations: Sequence[Observation], result: Explained
+) -> Observation | None:
+    """The generation the trace's answer was read from (or None)."""
+    step = _step(result, "answer")
+    return _by_id(observations, step.observation_id if step else None)
+
+
+def _generation_proposals(
+    observations: Sequence[Observation], rules: MappingRules
+) -> list[Proposal]:
+    """no_generation: the latest LLM-looking observation's name, as a generation name."""
+    candidates = [o for o in observations if _llm_looking(o, rules)]
+    if not candidates:
+        return []
+    chosen = max(candidates, key=_start)
+    name = as_str(chosen.get("name"))
+    if name is None:
+        return []
+    return [
+        Proposal(
+            "generation_names",
+            name,
+            f"{name!r} ({chosen.get('type')}) looks like the LLM call but is no GENERATION",
+        )
+    ]
+
+
+def _answer_key_proposals(
+    observations: Sequence[Observation], result: Explained, rules: MappingRules
+) -> list[Proposal]:
+    """no_answer_text: the key the generation's output holds its answer under."""
+    generation = _answer_generation(observations, result)
+    answer = _answer_proposal(generation) if generation is not None else None
+    return [answer] if answer is not None and answer.value not in rules.answer_keys else []
+
+
+def _retriever_proposals(
+    observations: Sequence[Observation], result: Explained, rules: MappingRules
+) -> list[Proposal]:
+    """malformed_sources: keys that read the documents of a retriever already passed over."""
+    # Every retriever passed over, the latest first: the first one a key reads
+    # whose documents the answer's prompt does not refute.
+    generation = _answer_generation(observations, result)
+    prompt = prompt_text(generation.get("input")) if generation is not None else None
+    for step in result.steps:
+        observation = _by_id(observations, step.observation_id)
+        if step.part == "sources" and observation is not None and _shown(observation, prompt):
+            documents = _document_proposals(observation, rules)
+            if documents:
+                return documents
+    return []
+
+
+def _shown_source_proposals(
+    observations: Sequence[Observation], result: Explained, rules: MappingRules, reason: str
+) -> list[Proposal]:
+    """citations_without_sources, sources_unverified: the latest observation before the
+    generation whose documents its prompt shows, read by keys or named a retriever."""
+    generation = _answer_generation(observations, result)
+    if generation is None:
+        return []
+    prompt = prompt_text(generation.get("input"))
+    ordered = tree_order(observations)
+    before = ordered[: next(i for i, o in enumerate(ordered) if o is generation)]
+    for observation in reversed(before):
+        if not _shown(observation, prompt):
+            continue  # never proposed: the prompt would refute it
+        documents = _document_proposals(observation, rules)
+        if documents:
+            return documents
+        name = as_str(observation.get("name"))
+        if reason == "sources_unverified" and rules.retriever_names and name:
             return [
                 Proposal(
-                    "generation_names",
+                    "retriever_names",
                     name,
-                    f"{name!r} ({chosen.get('type')}) looks like the LLM call but is no GENERATION",
+                    f"the answer's prompt shows the documents of {name!r}",
                 )
             ]
-        if reason == "no_answer_text":
-            step = _step(result, "answer")
-            generation = _by_id(observations, step.observation_id if step else None)
-            answer = _answer_proposal(generation) if generation is not None else None
-            return [answer] if answer is not None and answer.value not in rules.answer_keys else []
-        if reason == "malformed_sources":
-            # Every retriever passed over, the latest first: the first one a key reads
-            # whose documents the answer's prompt does not refute.
-            step = _step(result, "answer")
-            generation = _by_id(observations, step.observation_id if step else None)
-            prompt = prompt_text(generation.get("input")) if generation is not None else None
-            for step in result.steps:
-                observation = _by_id(observations, step.observation_id)
-                if (
-                    step.part == "sources"
-                    and observation is not None
-                    and _shown(observation, prompt)
-                ):
-                    documents = _document_proposals(observation, rules)
-                    if documents:
-                        return documents
-            return []
-        if reason in ("citations_without_sources", "sources_unverified"):
-            step = _step(result, "answer")
-            generation = _by_id(observations, step.observation_id if step else None)
-            if generation is None:
-                return []
-            prompt = prompt_text(generation.get("input"))
-            ordered = tree_order(observations)
-            before = ordered[: next(i for i, o in enumerate(ordered) if o is generation)]
-            for observation in reversed(before):
-                if not _shown(observation, prompt):
-                    continue  # never proposed: the prompt would refute it
-                documents = _document_proposals(observation, rules)
-                if documents:
-                    return documents
-                name = as_str(observation.get("name"))
-                if reason == "sources_unverified" and rules.retriever_names and name:
-                    return [
-                        Proposal(
-                            "retriever_names",
-                            name,
-                            f"the answer's prompt shows the documents of {name!r}",
-                        )
-                    ]
-        return []
-    return _refinements(observations, result, outcome.question, outcome.sources, rules)
+    return []
 
 
 def _refinements(
@@ -557,55 +588,18 @@ def discover(traces: Traces, rules: MappingRules, rules_with: RulesWith) -> Disc
     """The sample per trace name, and a [mapping] suggestion tried on it (or None)."""
     results = _explain_all(traces, rules)
     reports: dict[str, NameReport] = {}
-    generation_names: list[str] = []
     for trace_id, observations in traces.items():
-        result = results[trace_id]
-        report = reports.setdefault(trace_name(observations), NameReport(trace_name(observations)))
-        report.traces += 1
-        looks = is_answer(result)
-        report.answers += looks
-        for observation in observations if looks else ():
-            name = as_str(observation.get("name"))
-            if name and is_generation(observation, rules) and name not in generation_names:
-                generation_names.append(name)
-        if isinstance(result.result, Skip):
-            report.skips[result.result.reason] += 1
-            report.examples.setdefault(result.result.reason, trace_id)
-        else:
-            report.scored += 1
-        if result.provenance is not None:
-            report.checks[f"sources {result.provenance.sources_check}"] += 1
-            report.checks[f"answer {result.provenance.answer_check}"] += 1
-        for part in PARTS:
-            step = _step(result, part)
-            if step is not None:
-                rule = rule_of(step)
-                report.found.setdefault(part, Counter())[rule] += 1
-                report.found_at.setdefault((part, rule), Counter())[observation_of(step)] += 1
+        name = trace_name(observations)
+        _count(reports.setdefault(name, NameReport(name)), trace_id, results[trace_id])
     if rules.hook is not None:
         return Discovery(len(traces), _ordered(reports), None, hook=True)
 
+    generation_names = _generation_names(traces, results, rules)
     merged: dict[str, list[str]] = {}
     chosen: list[Proposal] = []
     for name, report in reports.items():
         group = {t: o for t, o in traces.items() if trace_name(o) == name}
-        mapping: dict[str, list[str]] = {}
-        group_results = {t: results[t] for t in group}
-        for _round in range(4):  # one key may uncover the next (a name, then its answer key)
-            current = rules_with(mapping) if mapping else rules
-            found = [
-                p
-                for t, observations in group.items()
-                for p in proposals(observations, group_results[t], current)
-            ]
-            best = _most_common(found)
-            if not _with(mapping, best, current, generation_names):
-                break
-            report.proposals += [p for p in best if p not in report.proposals]
-            group_results = _explain_all(group, rules_with(mapping))
-        for result in group_results.values():
-            if isinstance(result.result, Skip) and result.result.reason in FIXABLE:
-                report.notes[f"{result.result.reason}: {result.result.detail}"] += 1
+        _propose(report, group, results, rules, rules_with, generation_names)
         if report.proposals:
             _with(merged, report.proposals, rules, generation_names)
             chosen += report.proposals
@@ -629,6 +623,69 @@ def discover(traces: Traces, rules: MappingRules, rules_with: RulesWith) -> Disc
         toml=mapping_toml(after_rules),
     )
     return Discovery(len(traces), _ordered(reports), suggestion)
+
+
+def _count(report: NameReport, trace_id: str, result: Explained) -> None:
+    """One trace of the sample, counted in its name's report."""
+    report.traces += 1
+    report.answers += is_answer(result)
+    if isinstance(result.result, Skip):
+        report.skips[result.result.reason] += 1
+        report.examples.setdefault(result.result.reason, trace_id)
+    else:
+        report.scored += 1
+    if result.provenance is not None:
+        report.checks[f"sources {result.provenance.sources_check}"] += 1
+        report.checks[f"answer {result.provenance.answer_check}"] += 1
+    for part in PARTS:
+        step = _step(result, part)
+        if step is not None:
+            rule = rule_of(step)
+            report.found.setdefault(part, Counter())[rule] += 1
+            report.found_at.setdefault((part, rule), Counter())[observation_of(step)] += 1
+
+
+def _generation_names(
+    traces: Traces, results: Mapping[str, Explained], rules: MappingRules
+) -> list[str]:
+    """The names of the generations the sample's answer-looking traces hold, first seen first."""
+    names: list[str] = []
+    for trace_id, observations in traces.items():
+        if not is_answer(results[trace_id]):
+            continue
+        for observation in observations:
+            name = as_str(observation.get("name"))
+            if name and is_generation(observation, rules) and name not in names:
+                names.append(name)
+    return names
+
+
+def _propose(
+    report: NameReport,
+    group: Traces,
+    results: Mapping[str, Explained],
+    rules: MappingRules,
+    rules_with: RulesWith,
+    generation_names: Sequence[str],
+) -> None:
+    """A name's proposals, each round tried on its traces; the skips no key cures noted."""
+    mapping: dict[str, list[str]] = {}
+    group_results = {t: results[t] for t in group}
+    for _round in range(4):  # one key may uncover the next (a name, then its answer key)
+        current = rules_with(mapping) if mapping else rules
+        found = [
+            p
+            for t, observations in group.items()
+            for p in proposals(observations, group_results[t], current)
+        ]
+        best = _most_common(found)
+        if not _with(mapping, best, current, generation_names):
+            break
+        report.proposals += [p for p in best if p not in report.proposals]
+        group_results = _explain_all(group, rules_with(mapping))
+    for result in group_results.values():
+        if isinstance(result.result, Skip) and result.result.reason in FIXABLE:
+            report.notes[f"{result.result.reason}: {result.result.detail}"] += 1
 
 
 def _ordered(reports: Mapping[str, NameReport]) -> tuple[NameReport, ...]:
@@ -681,43 +738,51 @@ def discovery_lines(discovery: Discovery, window: str) -> list[str]:
     if d.hook:
         lines.append("  mapping.hook builds the records: the default convention is not used")
     for report in d.names:
-        lines += [
-            "",
-            f"{report.name}: {report.traces} traces, {report.answers} answers, "
-            f"{report.scored} scored"
-            + (f", {report.skipped} skipped ({_reasons(report.skips)})" if report.skips else ""),
-        ]
-        for part in PARTS:
-            counted = report.found.get(part)
-            for rank, (rule, count) in enumerate((counted or Counter()).most_common(2)):
-                label = part if rank == 0 else ""
-                at = report.found_at[(part, rule)]
-                source = at.most_common(1)[0][0]
-                others = f" and {len(at) - 1} more" if len(at) > 1 else ""
-                lines.append(
-                    f"  {label:<9} {rule}  [{count}/{report.traces}, from {source}{others}]"
-                )
-            if counted and len(counted) > 2:
-                lines.append(f"  {'':<9} ... and {len(counted) - 2} other rules")
-        if report.checks:
-            lines.append(f"  checked   {checks_text(report.checks)}")
-        for proposal in report.proposals:
-            lines.append(f"  suggest   {proposal.key} + {proposal.value!r}: {proposal.why}")
-        if report.scored_after is not None and report.proposals:
-            lines.append(f"  tried     scored {report.scored} -> {report.scored_after}")
-        for reason, trace_id in report.examples.items():
-            lines.append(f"  see       observer explain {trace_id}  (a {reason} skip)")
-        for note, count in report.notes.most_common(3):
-            lines.append(f"  no mapping key reads {count}: {note} (a mapping.hook can)")
-    suggestion = d.suggestion
-    if suggestion is None:
+        lines += _report_lines(report)
+    if d.suggestion is None:
         if not d.hook:
             lines += ["", "no [mapping] suggestion: the default convention reads what it can here"]
         return lines
-    lines += [
+    return lines + _suggestion_lines(d.suggestion, d.traces)
+
+
+def _report_lines(report: NameReport) -> list[str]:
+    """One trace name's block: its counts, where each part was found, what to do."""
+    lines = [
+        "",
+        f"{report.name}: {report.traces} traces, {report.answers} answers, "
+        f"{report.scored} scored"
+        + (f", {report.skipped} skipped ({_reasons(report.skips)})" if report.skips else ""),
+    ]
+    for part in PARTS:
+        counted = report.found.get(part)
+        for rank, (rule, count) in enumerate((counted or Counter()).most_common(2)):
+            label = part if rank == 0 else ""
+            at = report.found_at[(part, rule)]
+            source = at.most_common(1)[0][0]
+            others = f" and {len(at) - 1} more" if len(at) > 1 else ""
+            lines.append(f"  {label:<9} {rule}  [{count}/{report.traces}, from {source}{others}]")
+        if counted and len(counted) > 2:
+            lines.append(f"  {'':<9} ... and {len(counted) - 2} other rules")
+    if report.checks:
+        lines.append(f"  checked   {checks_text(report.checks)}")
+    for proposal in report.proposals:
+        lines.append(f"  suggest   {proposal.key} + {proposal.value!r}: {proposal.why}")
+    if report.scored_after is not None and report.proposals:
+        lines.append(f"  tried     scored {report.scored} -> {report.scored_after}")
+    for reason, trace_id in report.examples.items():
+        lines.append(f"  see       observer explain {trace_id}  (a {reason} skip)")
+    for note, count in report.notes.most_common(3):
+        lines.append(f"  no mapping key reads {count}: {note} (a mapping.hook can)")
+    return lines
+
+
+def _suggestion_lines(suggestion: Suggestion, traces: int) -> list[str]:
+    """The suggested [mapping]: what it changed on the sample, and the block to paste."""
+    lines = [
         "",
         f"suggested [mapping], tried on this sample: scored {suggestion.scored_before} -> "
-        f"{suggestion.scored_after} of {d.traces} traces",
+        f"{suggestion.scored_after} of {traces} traces",
     ]
     if suggestion.lost:
         lines.append(

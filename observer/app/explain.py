@@ -90,7 +90,8 @@ def explain(
     """One trace as the daemon would score it, with the trail of rules behind it.
 
     The record's (and its scores') timestamp is the trace's earliest root, as the
-    daemon sets it (DESIGN §4); the resolver and the judge are not asked."""
+    daemon sets it (docs/scores.md#ids-and-timestamps); the resolver and the judge
+    are not asked."""
     explained = explain_trace(trace_id, observations, rules)
     if isinstance(explained.result, Skip):
         return Explanation(

@@ -71,9 +71,9 @@ JUDGE_ERROR_REASONS = (
 
 
 class FleetMetrics:
-    """A fleet member's own (DESIGN §10), summed across members in Prometheus. Registered
-    when the daemon joins a fleet (`Metrics.fleet`), so a single daemon's /metrics is as
-    it always was."""
+    """A fleet member's own (docs/operating.md#running-a-fleet), summed across members in
+    Prometheus. Registered when the daemon joins a fleet (`Metrics.fleet`), so a single
+    daemon's /metrics is as it always was."""
 
     def __init__(self, r: CollectorRegistry) -> None:
         self.reader = Gauge(

@@ -116,7 +116,7 @@ def test_a_network_failure_is_not_a_changed_layer(fake: FakeLangfuse) -> None:
     assert sink.fast  # a Langfuse outage says nothing about the SDK
 
 
-# -- the server's other rules (DESIGN §9) ------------------------------------------------
+# -- the server's other rules (docs/daemon.md) --------------------------------------------
 
 
 class Clock:
