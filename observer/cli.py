@@ -416,13 +416,8 @@ def explain_command(
     Exit 1 when the trace is not found, 2 for a bad file or configuration, 3 when
     Langfuse is unreachable, 4 when it rejects the keys.
     """
-    from observer.app.explain import (
-        explain,
-        explanation_json,
-        explanation_lines,
-        fetch_trace,
-        trace_from_file,
-    )
+    from observer.app.explain import explain, fetch_trace, trace_from_file
+    from observer.views.explain import explanation_json, explanation_lines
 
     settings = _settings(config_path)
     _quiet_logging(settings)
