@@ -351,11 +351,12 @@ def check(config_path: str | None, state_path: str | None) -> None:
     # The configuration first: a bad one exits 2 before the Langfuse client is loaded.
     settings = _settings(config_path)
     from observer import app
-    from observer.app.checks import recent_summary
+    from observer.app.checks import recent_sample
     from observer.views.check import check_table
+    from observer.views.discover import recent_rows
 
     outcome = app.check(settings, Path(state_path or settings.state.path))
-    found = outcome.rows + (recent_summary(settings) if outcome.reachable else [])
+    found = outcome.rows + (recent_rows(recent_sample(settings)) if outcome.reachable else [])
     console().print(check_table(settings, found))
     raise SystemExit(outcome.exit_code)
 
@@ -471,7 +472,7 @@ def discover_command(
     it rejects the keys.
     """
     from observer.app import discover
-    from observer.app.checks import newest_note
+    from observer.views.discover import discovery_json, discovery_lines, newest_note
 
     settings = _settings(config_path)
     _quiet_logging(settings)
@@ -490,15 +491,15 @@ def discover_command(
             return found, f"{iso(start)} .. {iso(end)}"
 
         sample, window = _langfuse_read(settings, read)
-    window += newest_note(sample.traces, limit)
+    window += newest_note(len(sample.traces), limit)
     found = discover.discover(
         sample.traces, settings.mapping_rules(), discover.rules_from_settings(settings)
     )
     found = replace(found, partial=sample.partial)
     if as_json:
-        click.echo(json.dumps(discover.discovery_json(found, window), ensure_ascii=False, indent=2))
+        click.echo(json.dumps(discovery_json(found, window), ensure_ascii=False, indent=2))
     else:
-        click.echo("\n".join(discover.discovery_lines(found, window)))
+        click.echo("\n".join(discovery_lines(found, window)))
 
 
 def _quiet_logging(settings: Settings) -> None:
