@@ -126,8 +126,9 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
     """
     from observer.app.score_file import score_lines, signal_params_for
     from observer.signals.output import dumps_line
-    from observer.signals.summary import Summary, summary_table
+    from observer.signals.summary import Summary
     from observer.views.lines import bad_line_json
+    from observer.views.summary import summary_table
 
     params = signal_params_for(config_path)
     out = sys.stdout.buffer
