@@ -509,10 +509,6 @@ class AlertService:
         if self.delivery is not None:
             self.delivery.resume()
 
-    def waiting_notifications(self) -> int:
-        """Notifications in the outbox, not yet taken by their receivers."""
-        return self.state.alerts.waiting()
-
     # -- status -------------------------------------------------------------------
 
     def status(self, now: datetime | None = None) -> list[RuleStatus]:
