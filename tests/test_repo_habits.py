@@ -46,7 +46,12 @@ def _text(path: Path) -> str:
 
 def test_the_scan_sees_the_repository() -> None:
     scanned = {path.relative_to(ROOT).as_posix() for path in _files(TREES, FILES)}
-    assert {"README.md", "docs/daemon.md", "observer/pipeline.py", "bench/soak.py"} <= scanned
+    assert {
+        "README.md",
+        "docs/daemon.md",
+        "observer/pipeline/__init__.py",
+        "bench/soak.py",
+    } <= scanned
     assert "tests/test_repo_habits.py" not in scanned
 
 

@@ -70,9 +70,7 @@ OPS: Mapping[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq,
     "!=": operator.ne,
 }
-Aggregate = Literal["mean", "rate", "count", "p50", "p95", "min", "max"]
 AGGREGATES: tuple[str, ...] = ("mean", "rate", "count", "p50", "p95", "min", "max")
-NoData = Literal["keep", "ok", "alert"]
 GROUP_LABELS = ("environment", "query_type")
 
 

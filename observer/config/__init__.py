@@ -210,9 +210,6 @@ class TraceRuleSettings(_Section):
     runbook_url: str = ""
 
 
-NOTIFIER_KINDS = ("alertmanager", "pagerduty", "slack", "webhook")
-
-
 class NotifierSettings(_Section):
     name: str = Field(min_length=1)
     kind: Literal["alertmanager", "pagerduty", "slack", "webhook"]
