@@ -157,7 +157,7 @@ def old_evaluate(service: AlertService, now: datetime) -> list[AlertEvent]:
     events: list[AlertEvent] = []
     for rule, states, points in plans:
         result = replay(rule, rows, states, points, service.max_groups)
-        service.state.alerts.save(rule.name, result.states)
+        service.state.alerts.commit(rule.name, result.states, points[-1])
         events.extend(result.events)
     return events
 

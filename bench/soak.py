@@ -5,7 +5,7 @@ feed and at most 3 of catch-up by default; `--quick` for about 2 in all):
 
 - a fake Langfuse in its own process (real HTTP on 127.0.0.1, so its CPU does not
   count as the daemon's): `tests.fakes.langfuse_server.FakeLangfuse.service_like`,
-  the service's habits on (DESIGN §9): continuation pages (15 % of pages empty and
+  the service's habits on (docs/daemon.md): continuation pages (15 % of pages empty and
   35 % cut short while the cursor goes on), ingestion delay (every observation
   lands after its own seeded draw of up to 10 s), `isRootObservation` computed the
   server's way (app roots marked with `add_observations(..., app_roots=)`), the
@@ -702,7 +702,7 @@ class Feeder:
         return {t: f"{s}; {'; '.join(self.log.get(t, []))}" for t, s in self.stories.items()}
 
 
-def _serve(conn: Connection, seed: int) -> None:
+def _serve(conn: Connection, seed: int) -> None:  # noqa: C901 - a dispatch over the controller's commands
     """The fake's process: serve, and obey the controller's commands until `quit`."""
     templates = tuple(load_templates())
     fake = SoakLangfuse(SERVICE_LIKE, seed=seed).start()  # FakeLangfuse.service_like's preset

@@ -126,8 +126,9 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
     """
     from observer.app.score_file import score_lines, signal_params_for
     from observer.signals.output import dumps_line
-    from observer.signals.summary import Summary, summary_table
+    from observer.signals.summary import Summary
     from observer.views.lines import bad_line_json
+    from observer.views.summary import summary_table
 
     params = signal_params_for(config_path)
     out = sys.stdout.buffer
@@ -372,11 +373,12 @@ def check(config_path: str | None, state_path: str | None) -> None:
     # The configuration first: a bad one exits 2 before the Langfuse client is loaded.
     settings = _settings(config_path)
     from observer import app
-    from observer.app.checks import recent_summary
+    from observer.app.checks import recent_sample
     from observer.views.check import check_table
+    from observer.views.discover import recent_rows
 
     outcome = app.check(settings, Path(state_path or settings.state.path))
-    found = outcome.rows + (recent_summary(settings) if outcome.reachable else [])
+    found = outcome.rows + (recent_rows(recent_sample(settings)) if outcome.reachable else [])
     console().print(check_table(settings, found))
     raise SystemExit(outcome.exit_code)
 
@@ -437,13 +439,8 @@ def explain_command(
     Exit 1 when the trace is not found, 2 for a bad file or configuration, 3 when
     Langfuse is unreachable, 4 when it rejects the keys.
     """
-    from observer.app.explain import (
-        explain,
-        explanation_json,
-        explanation_lines,
-        fetch_trace,
-        trace_from_file,
-    )
+    from observer.app.explain import explain, fetch_trace, trace_from_file
+    from observer.views.explain import explanation_json, explanation_lines
 
     settings = _settings(config_path)
     _quiet_logging(settings)
@@ -497,7 +494,7 @@ def discover_command(
     it rejects the keys.
     """
     from observer.app import discover
-    from observer.app.checks import newest_note
+    from observer.views.discover import discovery_json, discovery_lines, newest_note
 
     settings = _settings(config_path)
     _quiet_logging(settings)
@@ -516,15 +513,15 @@ def discover_command(
             return found, f"{iso(start)} .. {iso(end)}"
 
         sample, window = _langfuse_read(settings, read)
-    window += newest_note(sample.traces, limit)
+    window += newest_note(len(sample.traces), limit)
     found = discover.discover(
         sample.traces, settings.mapping_rules(), discover.rules_from_settings(settings)
     )
     found = replace(found, partial=sample.partial)
     if as_json:
-        click.echo(json.dumps(discover.discovery_json(found, window), ensure_ascii=False, indent=2))
+        click.echo(json.dumps(discovery_json(found, window), ensure_ascii=False, indent=2))
     else:
-        click.echo("\n".join(discover.discovery_lines(found, window)))
+        click.echo("\n".join(discovery_lines(found, window)))
 
 
 def _quiet_logging(settings: Settings) -> None:

@@ -94,7 +94,8 @@ def test_full_pass_scores_every_trace_right(
         root = roots[trace_id]
         for score in got.values():
             assert score["observationId"] == generation["id"]
-            # The trace's earliest root: fixed for its life (DESIGN §4), not the generation's.
+            # The trace's earliest root: fixed for its life, not the generation's
+            # (docs/scores.md#ids-and-timestamps).
             assert score["timestamp"].replace("+00:00", "Z").startswith(root["startTime"][:23])
             assert score["environment"] == generation["environment"]
             assert score["comment"]

@@ -13,18 +13,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from observer.app.discover import (
-    Discovery,
-    check_rows,
-    discover,
-    rules_from_settings,
-    since_start,
-)
+from observer.app.discover import Discovery, discover, rules_from_settings, since_start
 from observer.app.explain import by_trace
 from observer.cli import main
 from observer.config import Settings, load_settings
 from observer.mapping.convention import Skip, map_trace
 from observer.times import iso
+from observer.views.discover import check_rows
 from tests.daemon_helpers import configure, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
 
@@ -439,7 +434,7 @@ def test_check_without_skips_gives_no_hint(monkeypatch: pytest.MonkeyPatch, tmp_
     assert "observer discover" not in result.stdout
 
 
-# -- the content checks in discover (DESIGN §2.2) -----------------------------------------
+# -- the content checks in discover (docs/trace-convention.md#checked-by-content) ----------
 
 
 def test_a_configured_retriever_the_prompt_contradicts_gets_the_one_it_shows() -> None:

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from observer.app.explain import by_trace, explain, explanation_json
+from observer.app.explain import by_trace, explain
 from observer.cli import main
 from observer.config import Settings
 from observer.mapping.convention import Skip, map_trace
 from observer.scores import score_events
 from observer.signals import compute
+from observer.views.explain import explanation_json
 from tests.daemon_helpers import configure, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
 

@@ -1,5 +1,6 @@
-"""Langfuse as it really is (DESIGN §9, §4): each finding of issue 15 against the
-service-like fake, with the real SDK client. Each of these failed before its fix."""
+"""Langfuse as it really is (docs/daemon.md, docs/scores.md): each finding of issue 15
+against the service-like fake, with the real SDK client. Each of these failed before its
+fix."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A model check of the whole daemon against Langfuse as it is (DESIGN §9, §4).
+"""A model check of the whole daemon against Langfuse as it is (docs/daemon.md, docs/scores.md).
 
 A hypothesis state machine drives observer (`app.build`, then the daemon's own tick:
 `pipeline.poll(parts.clock())` and the dispatcher) against the service-like fake on a
@@ -359,7 +359,7 @@ class DaemonModel(RuleBasedStateMachine):
     def _delay(self, sdk: str, draw: float) -> float:
         """Seconds to land: SDK 5 data within 10 s, an older SDK's within the bound.
 
-        The contract (DESIGN §9) widens the sweeps once an older SDK has been seen: the
+        The daemon widens the sweeps once an older SDK has been seen (docs/daemon.md): the
         first of its traces a daemon meets must land within the regular overlap, since
         nothing can say before it that 15 minutes are needed."""
         if sdk != OLD_SDK:

@@ -290,7 +290,11 @@ def decide(
             fired = replace(state, status="firing", since=at, last_notified=at)
             return fired, ("firing", breach, None, at)
         return state, None
-    # firing
+    return _firing(rule, state, breach, at)
+
+
+def _firing(rule: WindowRule, state: AlertState, breach: str, at: float) -> tuple[AlertState, Step]:
+    """`decide` for a firing alert still breached: renotified, escalated or lowered."""
     since = state.since if state.since is not None else at
     current = state.severity or "page"
     if breach == current:

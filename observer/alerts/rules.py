@@ -55,7 +55,7 @@ SIGNALS: Mapping[str, SignalInfo] = {
     "stale_citations": SignalInfo(Kind.NUMBER),
     "citation_concentration": SignalInfo(Kind.NUMBER),
     # An answer-looking trace (it has a generation) that was skipped: true on a skip row,
-    # false on every scored trace's row (mapping drift, DESIGN §6).
+    # false on every scored trace's row (docs/alerts.md#mapping-drift-skip_rate_high).
     "skipped": SignalInfo(Kind.FLAG, detail="skip_reason"),
     "lag_s": SignalInfo(Kind.NUMBER, pipeline=True),
     "scores_dropped": SignalInfo(Kind.NUMBER, pipeline=True),
@@ -70,9 +70,7 @@ OPS: Mapping[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq,
     "!=": operator.ne,
 }
-Aggregate = Literal["mean", "rate", "count", "p50", "p95", "min", "max"]
 AGGREGATES: tuple[str, ...] = ("mean", "rate", "count", "p50", "p95", "min", "max")
-NoData = Literal["keep", "ok", "alert"]
 GROUP_LABELS = ("environment", "query_type")
 
 
@@ -217,6 +215,15 @@ class TraceRule:
 def check_window_rule(rule: WindowRule) -> WindowRule:
     """Raise RuleError when the parts of a rule do not fit together."""
     where = f"alerts.rules[{rule.name}]"
+    _check_expression(rule, where)
+    _check_thresholds(rule, where)
+    _check_durations(rule, where)
+    _check_labels(rule, where)
+    return rule
+
+
+def _check_expression(rule: WindowRule, where: str) -> None:
+    """The aggregate and the op are known, and fit the signal's kind."""
     expression = rule.expression
     if rule.aggregate not in AGGREGATES:
         raise RuleError(f"{where}.aggregate: {rule.aggregate!r} is not one of {AGGREGATES}")
@@ -232,20 +239,29 @@ def check_window_rule(rule: WindowRule) -> WindowRule:
             f"{where}.signal: {expression.signal} is a category; compare it, "
             f"e.g. '{expression.signal} == {expression.info.categories[-1]}'"
         )
+
+
+def _check_thresholds(rule: WindowRule, where: str) -> None:
+    """Finite thresholds; a warning threshold crossed on the way to the page."""
     for key, number in (("threshold", rule.threshold), ("warn_threshold", rule.warn_threshold)):
         if number is not None and not math.isfinite(number):
             raise RuleError(f"{where}.{key}: must be a finite number")
-    if rule.warn_threshold is not None:
-        if rule.op in ("==", "!="):
-            raise RuleError(f"{where}.warn_threshold: not with op {rule.op}")
-        # The warning must come first on the way to the page.
-        if rule.breaches(rule.warn_threshold, rule.threshold) or (
-            rule.warn_threshold == rule.threshold
-        ):
-            raise RuleError(
-                f"{where}.warn_threshold: {rule.warn_threshold:g} must be crossed before "
-                f"threshold {rule.threshold:g} (op {rule.op})"
-            )
+    if rule.warn_threshold is None:
+        return
+    if rule.op in ("==", "!="):
+        raise RuleError(f"{where}.warn_threshold: not with op {rule.op}")
+    # The warning must come first on the way to the page.
+    if rule.breaches(rule.warn_threshold, rule.threshold) or (
+        rule.warn_threshold == rule.threshold
+    ):
+        raise RuleError(
+            f"{where}.warn_threshold: {rule.warn_threshold:g} must be crossed before "
+            f"threshold {rule.threshold:g} (op {rule.op})"
+        )
+
+
+def _check_durations(rule: WindowRule, where: str) -> None:
+    """The window, the sample count, the durations and the no-data policy."""
     if rule.window_s <= 0:
         raise RuleError(f"{where}.window: must be longer than 0s")
     if rule.min_samples < 1:
@@ -254,6 +270,10 @@ def check_window_rule(rule: WindowRule) -> WindowRule:
         raise RuleError(f"{where}: durations cannot be negative")
     if rule.no_data not in ("keep", "ok", "alert"):
         raise RuleError(f"{where}.no_data: {rule.no_data!r} is not keep, ok or alert")
+
+
+def _check_labels(rule: WindowRule, where: str) -> None:
+    """group_by and where name known labels; a rule on the daemon itself filters none."""
     for label in rule.group_by:
         if label not in GROUP_LABELS:
             raise RuleError(f"{where}.group_by: {label!r} is not one of {GROUP_LABELS}")
@@ -263,10 +283,9 @@ def check_window_rule(rule: WindowRule) -> WindowRule:
     if rule.pipeline and rule.where:
         # The daemon's own samples carry no labels: a filter would match none of them.
         raise RuleError(
-            f"{where}.where: {expression.signal} is a sample of the daemon, "
+            f"{where}.where: {rule.expression.signal} is a sample of the daemon, "
             "not of a trace; it has no environment or query type"
         )
-    return rule
 
 
 def check_trace_rule(rule: TraceRule) -> TraceRule:

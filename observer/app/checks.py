@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -26,6 +26,9 @@ from observer.sources.langfuse import LangfuseSource
 from observer.state import State, StateError
 from observer.telemetry.metrics import Metrics
 from observer.times import iso
+
+if TYPE_CHECKING:
+    from observer.app.discover import Discovery
 
 log = structlog.get_logger("observer.app")
 
@@ -185,13 +188,18 @@ def check(settings: Settings, state_path: Path) -> CheckResult:
 CHECK_TRACES = 200
 
 
-def newest_note(traces: dict[str, Any], limit: int) -> str:
-    """`, the newest N` when a sample of traces was cut at its limit."""
-    return f", the newest {limit}" if len(traces) >= limit else ""
+@dataclass(frozen=True, slots=True)
+class RecentSample:
+    """`check`'s look at the last hour: what `discover` made of it, or why it was not read."""
+
+    discovery: Discovery | None
+    traces: int = 0  # how many traces were read
+    limit: int = CHECK_TRACES  # the most it would read
+    error: str | None = None  # why Langfuse could not be read
 
 
-def recent_summary(settings: Settings) -> list[tuple[str, str]]:
-    """`check`'s lines of `discover` over the last hour (a failed read is a line too)."""
+def recent_sample(settings: Settings) -> RecentSample:
+    """`discover` over the last hour's newest CHECK_TRACES traces (a failed read is told)."""
     from observer.app import discover
 
     try:
@@ -199,7 +207,7 @@ def recent_summary(settings: Settings) -> list[tuple[str, str]]:
         end = source.now()
         sample = discover.read_sample(source, end - timedelta(hours=1), end, CHECK_TRACES)
     except RemoteError as error:
-        return [("traces read", f"not read: {error}")]
+        return RecentSample(None, error=str(error))
     rules = settings.mapping_rules()
     found = discover.discover(sample.traces, rules, discover.rules_from_settings(settings))
-    return discover.check_rows(found, "the last hour" + newest_note(sample.traces, CHECK_TRACES))
+    return RecentSample(found, len(sample.traces))

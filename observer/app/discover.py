@@ -12,12 +12,14 @@ When the default convention cannot read a name's answers (`no_generation` on
 traces with an LLM-looking observation, `no_answer_text`,
 `malformed_sources`, `citations_without_sources`), it looks at the
 observations for what would read them (an observation name, a key) and
-proposes `[mapping]` keys, MappingSettings' own. Each proposal is tried:
+proposes `[mapping]` keys, MappingSettings' own (`observer.app.proposals`, per
+trace; here the one most traces of a name ask for). Each proposal is tried:
 `rules_with` builds `MappingRules` from the keys as the config does
 (`rules_from_settings`), the whole sample is mapped again, and the result
 (scored before -> after, traces that scored before and no longer would) is
 part of the Discovery, with the `[mapping]` TOML block to paste.
-`check_rows` is the few lines `observer check` prints of it.
+`observer.views.discover` renders it (lines for a terminal, JSON, and the few
+lines `observer check` prints of it).
 
 The I/O is `read_sample` (recent traces from Langfuse, a page at a time) and
 `sample_from_file`; the rest reads nothing.
@@ -36,20 +38,17 @@ from typing import TYPE_CHECKING, Any
 
 from observer.alerts.history import answer_looking as skipped_answer
 from observer.app.explain import read_traces_file
+from observer.app.proposals import Proposal, last_step, proposals
 from observer.mapping.convention import (
     Explained,
     MappingRules,
     Skip,
     Step,
-    answer_of,
     explain_trace,
     find_root,
     is_generation,
-    is_object_name,
 )
-from observer.mapping.decode import as_str, decode
-from observer.mapping.evidence import positions, prompt_text
-from observer.mapping.tree import tree_order
+from observer.mapping.decode import as_str
 from observer.times import parse_duration, parse_time
 
 if TYPE_CHECKING:
@@ -84,16 +83,7 @@ FIXABLE = frozenset(
     }
 )
 PARTS = ("question", "answer", "sources")
-# When the answer-looking traces skipped pass this share, `check` points to `discover`.
-HINT_SKIP_SHARE = 0.2
 
-_LLM_NAME = re.compile(
-    r"llm|chat|complet|generat|openai|anthropic|claude|gpt|gemini|mistral|ollama|model|answer",
-    re.I,
-)
-_MODEL_KEYS = ("model", "gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
-_NOT_LLM_TYPES = frozenset({"RETRIEVER", "EMBEDDING", "EVALUATOR", "GUARDRAIL"})
-_NOT_TEXT_KEYS = frozenset({"role", "type", "id", "model", "object", "finish_reason", "name"})
 _COUNT = re.compile(r"\b\d+ ")
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
 
@@ -126,304 +116,6 @@ def observation_of(step: Step) -> str:
     if step.observation_id is None:
         return "-"
     return f"{step.name or '(unnamed)'} ({step.type or '?'})"
-
-
-def _start(observation: Observation) -> datetime:
-    return parse_time(observation.get("startTime")) or _EARLIEST
-
-
-def _by_id(observations: Sequence[Observation], observation_id: str | None) -> Observation | None:
-    for observation in observations:
-        if observation_id is not None and observation.get("id") == observation_id:
-            return observation
-    return None
-
-
-def _step(result: Explained, part: str) -> Step | None:
-    found = [step for step in result.steps if step.part == part]
-    return found[-1] if found else None
-
-
-def _texts(obj: Mapping[str, Any]) -> dict[str, str]:
-    """An object's non-empty strings under text-like keys (not an id, a role or a type)."""
-    return {
-        key: value
-        for key, value in obj.items()
-        if isinstance(key, str)
-        and isinstance(value, str)
-        and value.strip()
-        and key not in _NOT_TEXT_KEYS
-        and not key.lower().endswith("id")
-    }
-
-
-def _strings(obj: Mapping[str, Any]) -> dict[str, str]:
-    """`_texts` of an object and of its `metadata`/`meta` (where the mapping looks too)."""
-    found: dict[str, str] = {}
-    for nested in ("metadata", "meta"):
-        inner = obj.get(nested)
-        if isinstance(inner, Mapping):
-            found.update(_texts(inner))
-    return found | _texts(obj)
-
-
-def text_key(obj: Mapping[str, Any]) -> str | None:
-    """The key of an object's longest text."""
-    candidates = _texts(obj)
-    if not candidates:
-        return None
-    return max(candidates, key=lambda k: len(candidates[k]))
-
-
-def document_text_key(items: Sequence[Any]) -> str | None:
-    """The key holding a text in every item of a list of objects (the longest in total)."""
-    if not items or not all(isinstance(i, Mapping) and "role" not in i for i in items):
-        return None
-    per_item = [_strings(item) for item in items]
-    common = set(per_item[0]).intersection(*per_item[1:])
-    if not common:
-        return None
-    return max(sorted(common), key=lambda k: sum(len(texts[k]) for texts in per_item))
-
-
-def _number_key(items: Sequence[Mapping[str, Any]], suffix: str | None) -> str | None:
-    """A key every item holds: a number in [0, 1] (suffix None), or a string id."""
-    keys: set[str] | None = None
-    for item in items:
-        these = set()
-        for key, value in item.items():
-            if not isinstance(key, str):
-                continue
-            if suffix is None:
-                if (
-                    isinstance(value, int | float)
-                    and not isinstance(value, bool)
-                    and 0 <= value <= 1
-                ):
-                    these.add(key)
-            elif isinstance(value, str) and value and key.lower().endswith(suffix):
-                these.add(key)
-        keys = these if keys is None else keys & these
-    return sorted(keys)[0] if keys else None
-
-
-@dataclass(frozen=True, slots=True)
-class Proposal:
-    """One [mapping] value that would read what a trace holds, and why."""
-
-    key: str
-    value: str
-    why: str
-
-
-def _list_under_key(output: Mapping[str, Any]) -> tuple[str, list[Any]] | None:
-    """The first key of an object holding a list of document-like objects (not messages)."""
-    for key, value in output.items():
-        if isinstance(value, list) and document_text_key(value) is not None:
-            return str(key), value
-    return None
-
-
-def _document_proposals(observation: Observation, rules: MappingRules) -> list[Proposal]:
-    """Keys that would read an observation's output as documents (None found: [])."""
-    name = as_str(observation.get("name")) or "(unnamed)"
-    output = decode(observation.get("output"))
-    items: Any = None
-    found: list[Proposal] = []
-    if isinstance(output, Mapping):
-        for known in rules.sources_keys:
-            if isinstance(output.get(known), list):
-                items = output[known]
-                break
-        else:
-            under = _list_under_key(output)
-            if under is not None:
-                found.append(
-                    Proposal(
-                        "sources_keys",
-                        under[0],
-                        f"{name!r} holds its documents under output.{under[0]}",
-                    )
-                )
-                items = under[1]
-    elif isinstance(output, list):
-        items = output
-    if not isinstance(items, list) or not items:
-        return found
-    text = document_text_key(items)
-    if text is not None and text not in rules.text_keys:
-        found.append(
-            Proposal("text_keys", text, f"the documents of {name!r} hold their text under {text}")
-        )
-    return found
-
-
-def _llm_looking(observation: Observation, rules: MappingRules) -> bool:
-    if observation.get("type") in _NOT_LLM_TYPES:
-        return False
-    metadata = decode(observation.get("metadata"))
-    modelled = isinstance(metadata, Mapping) and any(k in metadata for k in _MODEL_KEYS)
-    if not modelled and not _LLM_NAME.search(as_str(observation.get("name")) or ""):
-        return False
-    text, _ = answer_of(observation.get("output"), rules)
-    if text and text.strip():
-        return True
-    output = decode(observation.get("output"))
-    return isinstance(output, Mapping) and text_key(output) is not None
-
-
-def _not_an_answer(text: str) -> bool:
-    """A text the checks would refute as an answer: an object's name or repr, or a whole
-    response dumped as JSON."""
-    return is_object_name(text) or isinstance(decode(text), Mapping | list)
-
-
-def _shown(observation: Observation, prompt: str | None) -> bool:
-    """The documents an observation's output holds are in the prompt (or it is masked)."""
-    if prompt is None:
-        return True
-    output = decode(observation.get("output"))
-    items = output if isinstance(output, list) else None
-    if isinstance(output, Mapping):
-        under = _list_under_key(output)
-        items = under[1] if under is not None else None
-    key = document_text_key(items) if isinstance(items, list) else None
-    if key is None or not isinstance(items, list):
-        return False
-    texts = [str(_strings(item).get(key, "")) for item in items]
-    return any(at is not None for at in positions(texts, prompt))
-
-
-def _answer_proposal(observation: Observation) -> Proposal | None:
-    output = decode(observation.get("output"))
-    if isinstance(output, list):
-        output = next((item for item in output if isinstance(item, Mapping)), None)
-    if not isinstance(output, Mapping):
-        return None
-    key = text_key(output)
-    if key is None or _not_an_answer(output[key]):
-        return None
-    name = as_str(observation.get("name")) or "(unnamed)"
-    return Proposal(
-        "answer_keys", key, f"the generation {name!r} holds its answer under output.{key}"
-    )
-
-
-def proposals(
-    observations: Sequence[Observation], result: Explained, rules: MappingRules
-) -> list[Proposal]:
-    """What [mapping] values would read this trace better (nothing when none would)."""
-    outcome = result.result
-    if isinstance(outcome, Skip):
-        reason = outcome.reason
-        if reason == "no_generation":
-            candidates = [o for o in observations if _llm_looking(o, rules)]
-            if not candidates:
-                return []
-            chosen = max(candidates, key=_start)
-            name = as_str(chosen.get("name"))
-            if name is None:
-                return []
-            return [
-                Proposal(
-                    "generation_names",
-                    name,
-                    f"{name!r} ({chosen.get('type')}) looks like the LLM call but is no GENERATION",
-                )
-            ]
-        if reason == "no_answer_text":
-            step = _step(result, "answer")
-            generation = _by_id(observations, step.observation_id if step else None)
-            answer = _answer_proposal(generation) if generation is not None else None
-            return [answer] if answer is not None and answer.value not in rules.answer_keys else []
-        if reason == "malformed_sources":
-            # Every retriever passed over, the latest first: the first one a key reads
-            # whose documents the answer's prompt does not refute.
-            step = _step(result, "answer")
-            generation = _by_id(observations, step.observation_id if step else None)
-            prompt = prompt_text(generation.get("input")) if generation is not None else None
-            for step in result.steps:
-                observation = _by_id(observations, step.observation_id)
-                if (
-                    step.part == "sources"
-                    and observation is not None
-                    and _shown(observation, prompt)
-                ):
-                    documents = _document_proposals(observation, rules)
-                    if documents:
-                        return documents
-            return []
-        if reason in ("citations_without_sources", "sources_unverified"):
-            step = _step(result, "answer")
-            generation = _by_id(observations, step.observation_id if step else None)
-            if generation is None:
-                return []
-            prompt = prompt_text(generation.get("input"))
-            ordered = tree_order(observations)
-            before = ordered[: next(i for i, o in enumerate(ordered) if o is generation)]
-            for observation in reversed(before):
-                if not _shown(observation, prompt):
-                    continue  # never proposed: the prompt would refute it
-                documents = _document_proposals(observation, rules)
-                if documents:
-                    return documents
-                name = as_str(observation.get("name"))
-                if reason == "sources_unverified" and rules.retriever_names and name:
-                    return [
-                        Proposal(
-                            "retriever_names",
-                            name,
-                            f"the answer's prompt shows the documents of {name!r}",
-                        )
-                    ]
-        return []
-    return _refinements(observations, result, outcome.question, outcome.sources, rules)
-
-
-def _refinements(
-    observations: Sequence[Observation],
-    result: Explained,
-    question: str,
-    sources: Sequence[Any],
-    rules: MappingRules,
-) -> list[Proposal]:
-    """A scored trace read short: an empty question, sources without scores or ids."""
-    found: list[Proposal] = []
-    question_step = _step(result, "question")
-    root = _by_id(observations, question_step.observation_id if question_step else None)
-    if not question.strip() and root is not None:
-        value = decode(root.get("input"))
-        key = text_key(value) if isinstance(value, Mapping) else None
-        if key is not None and key not in rules.question_keys:
-            found.append(
-                Proposal("question_keys", key, f"the root holds its question under input.{key}")
-            )
-    sources_step = _step(result, "sources")
-    retriever = _by_id(observations, sources_step.observation_id if sources_step else None)
-    if retriever is None or not sources:
-        return found
-    output = decode(retriever.get("output"))
-    items = output
-    if isinstance(output, Mapping):
-        items = next(
-            (output[k] for k in rules.sources_keys if isinstance(output.get(k), list)), None
-        )
-    if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
-        return found
-    name = as_str(retriever.get("name")) or "(unnamed)"
-    if all(s.score is None for s in sources):
-        key = _number_key(items, None)
-        if key is not None and key not in rules.score_keys:
-            found.append(
-                Proposal("score_keys", key, f"the documents of {name!r} hold a score under {key}")
-            )
-    if all(s.chunk_id is None for s in sources):
-        key = _number_key(items, "id")
-        if key is not None and key not in rules.chunk_id_keys:
-            found.append(
-                Proposal("chunk_id_keys", key, f"the documents of {name!r} hold an id under {key}")
-            )
-    return found
 
 
 # -- the sample, per name ---------------------------------------------------------------
@@ -557,55 +249,18 @@ def discover(traces: Traces, rules: MappingRules, rules_with: RulesWith) -> Disc
     """The sample per trace name, and a [mapping] suggestion tried on it (or None)."""
     results = _explain_all(traces, rules)
     reports: dict[str, NameReport] = {}
-    generation_names: list[str] = []
     for trace_id, observations in traces.items():
-        result = results[trace_id]
-        report = reports.setdefault(trace_name(observations), NameReport(trace_name(observations)))
-        report.traces += 1
-        looks = is_answer(result)
-        report.answers += looks
-        for observation in observations if looks else ():
-            name = as_str(observation.get("name"))
-            if name and is_generation(observation, rules) and name not in generation_names:
-                generation_names.append(name)
-        if isinstance(result.result, Skip):
-            report.skips[result.result.reason] += 1
-            report.examples.setdefault(result.result.reason, trace_id)
-        else:
-            report.scored += 1
-        if result.provenance is not None:
-            report.checks[f"sources {result.provenance.sources_check}"] += 1
-            report.checks[f"answer {result.provenance.answer_check}"] += 1
-        for part in PARTS:
-            step = _step(result, part)
-            if step is not None:
-                rule = rule_of(step)
-                report.found.setdefault(part, Counter())[rule] += 1
-                report.found_at.setdefault((part, rule), Counter())[observation_of(step)] += 1
+        name = trace_name(observations)
+        _count(reports.setdefault(name, NameReport(name)), trace_id, results[trace_id])
     if rules.hook is not None:
         return Discovery(len(traces), _ordered(reports), None, hook=True)
 
+    generation_names = _generation_names(traces, results, rules)
     merged: dict[str, list[str]] = {}
     chosen: list[Proposal] = []
     for name, report in reports.items():
         group = {t: o for t, o in traces.items() if trace_name(o) == name}
-        mapping: dict[str, list[str]] = {}
-        group_results = {t: results[t] for t in group}
-        for _round in range(4):  # one key may uncover the next (a name, then its answer key)
-            current = rules_with(mapping) if mapping else rules
-            found = [
-                p
-                for t, observations in group.items()
-                for p in proposals(observations, group_results[t], current)
-            ]
-            best = _most_common(found)
-            if not _with(mapping, best, current, generation_names):
-                break
-            report.proposals += [p for p in best if p not in report.proposals]
-            group_results = _explain_all(group, rules_with(mapping))
-        for result in group_results.values():
-            if isinstance(result.result, Skip) and result.result.reason in FIXABLE:
-                report.notes[f"{result.result.reason}: {result.result.detail}"] += 1
+        _propose(report, group, results, rules, rules_with, generation_names)
         if report.proposals:
             _with(merged, report.proposals, rules, generation_names)
             chosen += report.proposals
@@ -631,6 +286,69 @@ def discover(traces: Traces, rules: MappingRules, rules_with: RulesWith) -> Disc
     return Discovery(len(traces), _ordered(reports), suggestion)
 
 
+def _count(report: NameReport, trace_id: str, result: Explained) -> None:
+    """One trace of the sample, counted in its name's report."""
+    report.traces += 1
+    report.answers += is_answer(result)
+    if isinstance(result.result, Skip):
+        report.skips[result.result.reason] += 1
+        report.examples.setdefault(result.result.reason, trace_id)
+    else:
+        report.scored += 1
+    if result.provenance is not None:
+        report.checks[f"sources {result.provenance.sources_check}"] += 1
+        report.checks[f"answer {result.provenance.answer_check}"] += 1
+    for part in PARTS:
+        step = last_step(result, part)
+        if step is not None:
+            rule = rule_of(step)
+            report.found.setdefault(part, Counter())[rule] += 1
+            report.found_at.setdefault((part, rule), Counter())[observation_of(step)] += 1
+
+
+def _generation_names(
+    traces: Traces, results: Mapping[str, Explained], rules: MappingRules
+) -> list[str]:
+    """The names of the generations the sample's answer-looking traces hold, first seen first."""
+    names: list[str] = []
+    for trace_id, observations in traces.items():
+        if not is_answer(results[trace_id]):
+            continue
+        for observation in observations:
+            name = as_str(observation.get("name"))
+            if name and is_generation(observation, rules) and name not in names:
+                names.append(name)
+    return names
+
+
+def _propose(
+    report: NameReport,
+    group: Traces,
+    results: Mapping[str, Explained],
+    rules: MappingRules,
+    rules_with: RulesWith,
+    generation_names: Sequence[str],
+) -> None:
+    """A name's proposals, each round tried on its traces; the skips no key cures noted."""
+    mapping: dict[str, list[str]] = {}
+    group_results = {t: results[t] for t in group}
+    for _round in range(4):  # one key may uncover the next (a name, then its answer key)
+        current = rules_with(mapping) if mapping else rules
+        found = [
+            p
+            for t, observations in group.items()
+            for p in proposals(observations, group_results[t], current)
+        ]
+        best = _most_common(found)
+        if not _with(mapping, best, current, generation_names):
+            break
+        report.proposals += [p for p in best if p not in report.proposals]
+        group_results = _explain_all(group, rules_with(mapping))
+    for result in group_results.values():
+        if isinstance(result.result, Skip) and result.result.reason in FIXABLE:
+            report.notes[f"{result.result.reason}: {result.result.detail}"] += 1
+
+
 def _ordered(reports: Mapping[str, NameReport]) -> tuple[NameReport, ...]:
     return tuple(sorted(reports.values(), key=lambda r: (-r.traces, r.name)))
 
@@ -644,167 +362,6 @@ def rules_from_settings(settings: Settings) -> RulesWith:
         return settings.model_copy(update={"mapping": section}).mapping_rules()
 
     return rules_with
-
-
-# -- rendering ----------------------------------------------------------------------------
-
-
-def checks_text(checks: Counter[str]) -> str:
-    """`sources: all 12, not_recorded 3; answer: confirmed 15` (docs/trace-convention.md)."""
-    parts: dict[str, list[str]] = {}
-    for key, count in checks.most_common():
-        part, _, verdict = key.partition(" ")
-        parts.setdefault(part, []).append(f"{verdict} {count:,}")
-    return "; ".join(
-        f"{part}: {', '.join(verdicts)}" for part, verdicts in sorted(parts.items(), reverse=True)
-    )
-
-
-def _reasons(skips: Counter[str], top: int | None = None) -> str:
-    shown = ", ".join(f"{reason} {count}" for reason, count in skips.most_common(top))
-    rest = len(skips) - top if top is not None else 0
-    return shown + (f", and {rest} more reason{'s' if rest > 1 else ''}" if rest > 0 else "")
-
-
-def discovery_lines(discovery: Discovery, window: str) -> list[str]:
-    """The discovery for a person reading a terminal."""
-    d = discovery
-    lines = [
-        f"observer discover: {d.traces} traces ({window}), {d.answers} answers, "
-        f"{d.scored} scored"
-        + (f", {sum(d.skips.values())} skipped ({_reasons(d.skips)})" if d.skips else "")
-    ]
-    if d.partial:
-        lines.append(
-            f"  {d.partial} traces left out: their root observation was not in the window read"
-        )
-    if d.hook:
-        lines.append("  mapping.hook builds the records: the default convention is not used")
-    for report in d.names:
-        lines += [
-            "",
-            f"{report.name}: {report.traces} traces, {report.answers} answers, "
-            f"{report.scored} scored"
-            + (f", {report.skipped} skipped ({_reasons(report.skips)})" if report.skips else ""),
-        ]
-        for part in PARTS:
-            counted = report.found.get(part)
-            for rank, (rule, count) in enumerate((counted or Counter()).most_common(2)):
-                label = part if rank == 0 else ""
-                at = report.found_at[(part, rule)]
-                source = at.most_common(1)[0][0]
-                others = f" and {len(at) - 1} more" if len(at) > 1 else ""
-                lines.append(
-                    f"  {label:<9} {rule}  [{count}/{report.traces}, from {source}{others}]"
-                )
-            if counted and len(counted) > 2:
-                lines.append(f"  {'':<9} ... and {len(counted) - 2} other rules")
-        if report.checks:
-            lines.append(f"  checked   {checks_text(report.checks)}")
-        for proposal in report.proposals:
-            lines.append(f"  suggest   {proposal.key} + {proposal.value!r}: {proposal.why}")
-        if report.scored_after is not None and report.proposals:
-            lines.append(f"  tried     scored {report.scored} -> {report.scored_after}")
-        for reason, trace_id in report.examples.items():
-            lines.append(f"  see       observer explain {trace_id}  (a {reason} skip)")
-        for note, count in report.notes.most_common(3):
-            lines.append(f"  no mapping key reads {count}: {note} (a mapping.hook can)")
-    suggestion = d.suggestion
-    if suggestion is None:
-        if not d.hook:
-            lines += ["", "no [mapping] suggestion: the default convention reads what it can here"]
-        return lines
-    lines += [
-        "",
-        f"suggested [mapping], tried on this sample: scored {suggestion.scored_before} -> "
-        f"{suggestion.scored_after} of {d.traces} traces",
-    ]
-    if suggestion.lost:
-        lines.append(
-            f"  careful: {len(suggestion.lost)} traces scored before no longer would: "
-            + ", ".join(suggestion.lost[:5])
-        )
-    lines += [
-        "paste it into your config file (in place of its [mapping] section, if it has one):",
-        "",
-        suggestion.toml.rstrip("\n"),
-    ]
-    return lines
-
-
-def discovery_json(discovery: Discovery, window: str) -> dict[str, Any]:
-    """The discovery as one JSON object (`observer discover --json`)."""
-    suggestion = discovery.suggestion
-    return {
-        "window": window,
-        "traces": discovery.traces,
-        "answers": discovery.answers,
-        "scored": discovery.scored,
-        "skips": dict(discovery.skips.most_common()),
-        "partial": discovery.partial,
-        "hook": discovery.hook,
-        "names": [
-            {
-                "name": r.name,
-                "traces": r.traces,
-                "answers": r.answers,
-                "scored": r.scored,
-                "skipped": r.skipped,
-                "skips": dict(r.skips.most_common()),
-                "found": {
-                    part: [
-                        {
-                            "rule": rule,
-                            "traces": count,
-                            "observations": dict(r.found_at[(part, rule)].most_common()),
-                        }
-                        for rule, count in counted.most_common()
-                    ]
-                    for part, counted in r.found.items()
-                },
-                "proposals": [{"key": p.key, "value": p.value, "why": p.why} for p in r.proposals],
-                "checks": dict(r.checks.most_common()),
-                "unreadable": dict(r.notes.most_common()),
-                "examples": r.examples,
-                "scored_after": r.scored_after,
-            }
-            for r in discovery.names
-        ],
-        "suggestion": None
-        if suggestion is None
-        else {
-            "mapping": suggestion.mapping,
-            "scored_before": suggestion.scored_before,
-            "scored_after": suggestion.scored_after,
-            "lost": list(suggestion.lost),
-            "toml": suggestion.toml,
-        },
-    }
-
-
-def check_rows(discovery: Discovery, window: str) -> list[tuple[str, str]]:
-    """`observer check`'s few lines of it: traces, answers, scored, skips, the hint."""
-    d = discovery
-    rows = [
-        (
-            "traces read",
-            f"{d.traces:,} traces in {window}, {d.answers:,} answers, {d.scored:,} scored",
-        )
-    ]
-    if d.skips:
-        rows.append(("skipped", f"{sum(d.skips.values()):,} ({_reasons(d.skips, 4)})"))
-    if d.checks:
-        rows.append(("checked", checks_text(d.checks)))
-    share = d.answers_skipped / d.answers if d.answers else 0.0
-    if d.suggestion is not None or share > HINT_SKIP_SHARE:
-        rows.append(
-            (
-                "hint",
-                f"{d.answers_skipped:,} of {d.answers:,} answers skipped: run `observer discover` "
-                "to see why, and the [mapping] that reads them",
-            )
-        )
-    return rows
 
 
 # -- reading the sample ----------------------------------------------------------------

@@ -210,9 +210,6 @@ class TraceRuleSettings(_Section):
     runbook_url: str = ""
 
 
-NOTIFIER_KINDS = ("alertmanager", "pagerduty", "slack", "webhook")
-
-
 class NotifierSettings(_Section):
     name: str = Field(min_length=1)
     kind: Literal["alertmanager", "pagerduty", "slack", "webhook"]
@@ -379,7 +376,7 @@ class TelemetrySettings(_Section):
 
 
 class FleetSettings(_Section):
-    """A fleet of `observer run` on Redis Streams (DESIGN §10); absent: one daemon."""
+    """A fleet of `observer run` on Redis Streams (docs/operating.md); absent: one daemon."""
 
     secret_env: str = Field(
         "REDIS_URL", min_length=1, description="the variable holding the Redis URL"
@@ -454,7 +451,7 @@ class Settings(BaseModel):
     metrics: MetricsSettings = MetricsSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
     log: LogSettings = LogSettings()
-    fleet: FleetSettings | None = None  # [fleet]: join a fleet (DESIGN §10)
+    fleet: FleetSettings | None = None  # [fleet]: join a fleet (docs/operating.md)
 
     def signal_params(self) -> SignalParams:
         return signal_params(self.signals, self.crag, self.band)

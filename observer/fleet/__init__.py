@@ -1,4 +1,4 @@
-"""The Redis Streams fleet (DESIGN §10): several `observer run` as one daemon.
+"""The Redis Streams fleet: several `observer run` as one daemon (docs/operating.md).
 
     keys      the fleet's key names in Redis (pure)
     entry     a complete trace as a stream entry, and back (pure)

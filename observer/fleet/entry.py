@@ -2,9 +2,10 @@
 
 An entry holds what the reader read of one trace: its observations (none when
 there were more than `limits.max_observations_per_trace`: then `too_large`
-holds how many), its earliest root (the scores' timestamp, DESIGN §4), the
-Langfuse "now" of the pass that read it (settled by then), and the latest start
-it showed (kept with the trace by the worker that scores it).
+holds how many), its earliest root (the scores' timestamp,
+docs/scores.md#ids-and-timestamps), the Langfuse "now" of the pass that read it
+(settled by then), and the latest start it showed (kept with the trace by the
+worker that scores it).
 """
 
 from __future__ import annotations

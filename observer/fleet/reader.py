@@ -78,7 +78,6 @@ class StreamPublisher:
         self.marks_ttl_s = (timedelta(seconds=overlap_s) + MARKS_KEPT).total_seconds()
         self.stop = stop
         self.wait_s = wait_s
-        self.waited = 0  # times publishing waited for the workers (backpressure)
         self._room = 0  # entries that may be published before the bound is asked again
 
     def publish(
@@ -96,7 +95,6 @@ class StreamPublisher:
                 return "unsettled"  # as the daemon: it holds the watermark at its root
         if self._room <= 0:  # asked again only once the room last seen is used up
             while (unacked := self.stream.unacked()) >= self.stream.pending_bound:
-                self.waited += 1
                 if self.stop.wait(self.wait_s):
                     raise Stopped()
                 _value(self.lease)

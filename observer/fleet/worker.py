@@ -9,8 +9,8 @@ through the daemon's own `TraceRecorder` against this member's state file
 "now" for the pass that read it; an entry is acknowledged only after its
 trace's transaction committed. A trace the outbox had no room for stays
 pending here and is read again; a worker whose outbox is full reads nothing.
-Score ids are deterministic (DESIGN §4): a trace scored twice (its worker died
-before acknowledging) upserts the same scores.
+Score ids are deterministic (docs/scores.md#ids-and-timestamps): a trace scored
+twice (its worker died before acknowledging) upserts the same scores.
 """
 
 from __future__ import annotations

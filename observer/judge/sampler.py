@@ -16,7 +16,6 @@ from typing import Literal
 from observer.model import Band, Signals
 
 Decision = Literal["sampled", "risk", "not_sampled", "over_budget", "disabled"]
-DECISIONS: tuple[Decision, ...] = ("sampled", "risk", "not_sampled", "over_budget", "disabled")
 
 
 @dataclass(frozen=True, slots=True)

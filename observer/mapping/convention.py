@@ -176,38 +176,54 @@ def question_of(value: Any, rules: MappingRules) -> tuple[str, str]:
     if isinstance(value, str):
         return value, "input as text"
     if isinstance(value, Mapping):
-        found = _keyed(value, rules.question_keys)
-        if found is not None:
-            return found[1], f"input.{found[0]}"
-        args, kwargs = value.get("args"), value.get("kwargs")
-        if isinstance(args, list) and isinstance(kwargs, Mapping):
-            # The @observe decorator's record of a call: f(*args, **kwargs).
-            found = _keyed(kwargs, rules.question_keys)
-            if found is not None:
-                return found[1], f"input.kwargs.{found[0]}"
-            strings = [(i, a) for i, a in enumerate(args) if isinstance(a, str)]
-            # A client passed first is recorded as its class name: the text after it.
-            texts = [(i, a) for i, a in strings if not is_object_name(a)] or strings
-            if texts:
-                index, arg = texts[0]
-                return arg, f"input.args[{index}] (the first text argument)"
-        for component, inner in value.items():
-            # Keyed by component, one level down: {"retriever": {"query": ...}} (Haystack).
-            if isinstance(inner, Mapping):
-                found = _keyed(inner, rules.question_keys)
-                if found is not None:
-                    return found[1], f"input.{component}.{found[0]}"
-        messages = value.get("messages")
-        if isinstance(messages, list):
-            text = _last_user_text(messages)
-            if text is not None:
-                return text, "input.messages: the last user message"
-        return "", "input is an object without a question key"
+        return _question_in_object(value, rules)
     if isinstance(value, list):
         text = _last_user_text(value)
         if text is not None:
             return text, "input is chat messages: the last user message"
     return "", f"input is a {type(value).__name__} without a question"
+
+
+def _question_in_object(value: Mapping[str, Any], rules: MappingRules) -> tuple[str, str]:
+    """`question_of` on an object: a question key, a call's arguments, a component's key,
+    or the last user message, the first that holds one."""
+    found = _keyed(value, rules.question_keys)
+    if found is not None:
+        return found[1], f"input.{found[0]}"
+    args, kwargs = value.get("args"), value.get("kwargs")
+    if isinstance(args, list) and isinstance(kwargs, Mapping):
+        called = _question_of_call(args, kwargs, rules)
+        if called is not None:
+            return called
+    for component, inner in value.items():
+        # Keyed by component, one level down: {"retriever": {"query": ...}} (Haystack).
+        if isinstance(inner, Mapping):
+            found = _keyed(inner, rules.question_keys)
+            if found is not None:
+                return found[1], f"input.{component}.{found[0]}"
+    messages = value.get("messages")
+    if isinstance(messages, list):
+        text = _last_user_text(messages)
+        if text is not None:
+            return text, "input.messages: the last user message"
+    return "", "input is an object without a question key"
+
+
+def _question_of_call(
+    args: list[Any], kwargs: Mapping[str, Any], rules: MappingRules
+) -> tuple[str, str] | None:
+    """The @observe decorator's record of a call, f(*args, **kwargs): a question key among
+    the keyword arguments, else the first text argument (or None)."""
+    found = _keyed(kwargs, rules.question_keys)
+    if found is not None:
+        return found[1], f"input.kwargs.{found[0]}"
+    strings = [(i, a) for i, a in enumerate(args) if isinstance(a, str)]
+    # A client passed first is recorded as its class name: the text after it.
+    texts = [(i, a) for i, a in strings if not is_object_name(a)] or strings
+    if texts:
+        index, arg = texts[0]
+        return arg, f"input.args[{index}] (the first text argument)"
+    return None
 
 
 def _last_user_text(messages: list[Any]) -> str | None:
@@ -537,7 +553,7 @@ def _scope_name(metadata: Mapping[str, Any]) -> Any:
 
 
 def find_root(observations: Sequence[Observation]) -> Observation | None:
-    """The trace's earliest root observation (a trace may have several, DESIGN §9)."""
+    """The trace's earliest root observation (a trace may have several, docs/daemon.md)."""
     roots = [o for o in observations if o.get("isRootObservation")]
     return min(roots, key=sibling_key) if roots else None
 

@@ -22,11 +22,11 @@ settle_s`); the next pass starts there, and a sweep (a process's first pass,
 then one per `sweep_interval_s`) `overlap_s` before it, to catch late data.
 A crash mid-pass re-reads the same window: fingerprints make that idempotent.
 
-In a fleet (DESIGN §10) the reader's pipeline is given a `Publisher` and its
-`Marks` (the watermark and what is known of traces, kept in Redis): a complete,
-settled trace is published for the workers instead of scored here, and the
-watermark also stays below the oldest published trace not yet acknowledged
-(`next_watermark`).
+In a fleet (docs/operating.md#running-a-fleet) the reader's pipeline is given a
+`Publisher` and its `Marks` (the watermark and what is known of traces, kept in
+Redis): a complete, settled trace is published for the workers instead of scored
+here, and the watermark also stays below the oldest published trace not yet
+acknowledged (`next_watermark`).
 """
 
 from __future__ import annotations
@@ -284,7 +284,7 @@ class Pipeline:
             start = base - self.overlap
         began = time.monotonic()
         # Read past now: a trace from an app whose clock runs ahead is stamped in the
-        # future, and counts as rooted now (DESIGN §9) instead of waiting for its time.
+        # future, and counts as rooted now instead of waiting for its time (docs/daemon.md).
         result = self.process_window(start, now, now, now + FUTURE_READ)
         result.sweep = sweep
         if sweep:
@@ -408,15 +408,7 @@ class Pipeline:
             trace = flight.pop(trace_id)
             handled_ids.add(trace_id)
             root_start = trace.earliest
-            # Where the watermark waits if the trace is not done. A trace the state file
-            # knows is read whole from its remembered root whenever the next pass meets
-            # one of its roots, so it waits at the last root read, the settling turn's;
-            # waiting at the first turn's would stop it while later turns come and settle.
-            # A new trace waits at its first root, or the next pass would miss that turn.
-            if revisit:
-                hold = trace.latest
-            else:
-                hold = trace.root if trace.known is None else trace.last_root
+            hold = trace.hold(revisit)
             if not revisit:
                 assert root_start is not None and trace.root is not None
                 if trace.root < start:
@@ -459,12 +451,7 @@ class Pipeline:
             handled.append(
                 (trace_id, trace.observations, root_start, hold or root_start, prepared, trace.news)
             )
-        # The new and changed traces of this page: their cited chunks in one lookup.
-        changed = [p for *_, p, _news in handled if p.changed]
-        if self.lookup is not None and changed:
-            found = self.lookup([(p.record, p.signals) for p in changed if p.record and p.signals])
-            for item, findings in zip(changed, found, strict=True):
-                item.findings = findings
+        self._look_up([p for *_, p, _news in handled])
         for trace_id, observations, root_start, hold, prepared, news in handled:
             with self.tracer.start_as_current_span("observer.trace_scored") as span:
                 outcome = self.traces.record(
@@ -474,6 +461,14 @@ class Pipeline:
                 if span.is_recording():
                     span.set_attributes(_trace_attributes(trace_id, outcome, observations))
         self.notify()
+
+    def _look_up(self, prepared: list[Prepared]) -> None:
+        """The new and changed traces of a page: their cited chunks in one lookup."""
+        changed = [p for p in prepared if p.changed]
+        if self.lookup is not None and changed:
+            found = self.lookup([(p.record, p.signals) for p in changed if p.record and p.signals])
+            for item, findings in zip(changed, found, strict=True):
+                item.findings = findings
 
     def _slow_overlap(self) -> timedelta:
         """What sweeps re-read once an SDK on the slow path is known: the documented
@@ -555,6 +550,19 @@ class _InFlight:
         if self.root is None:
             return self.known
         return self.root if self.known is None else min(self.root, self.known)
+
+    def hold(self, revisit: bool) -> datetime | None:
+        """Where the watermark waits if the trace is not done.
+
+        A trace the state file knows is read whole from its remembered root whenever
+        the next pass meets one of its roots, so it waits at the last root read, the
+        settling turn's; waiting at the first turn's would stop it while later turns
+        come and settle. A new trace waits at its first root, or the next pass would
+        miss that turn. A trace read again for a late observation waits at its latest.
+        """
+        if revisit:
+            return self.latest
+        return self.root if self.known is None else self.last_root
 
     def add(self, observation: dict[str, Any], limit: int, now: datetime) -> None:
         self.count += 1

@@ -166,7 +166,8 @@ class TraceRecorder:
         """Map, compute and fingerprint one complete trace: no I/O, no counting.
 
         `root_start`, the trace's earliest root, is the record's (and its scores')
-        timestamp whatever the mapping found (DESIGN §4: fixed for the trace's life).
+        timestamp whatever the mapping found: fixed for the trace's life
+        (docs/scores.md#ids-and-timestamps).
         `too_large`: the trace had this many observations, more than the limit, and
         they were counted while reading, not kept.
         """

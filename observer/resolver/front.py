@@ -10,7 +10,7 @@ counted in `stats.errors` and logged once per call. Records whose ids were
 all answered still get their findings. After a failure the store is left
 alone for `error_backoff_s`: a store that is down or slow would otherwise
 cost up to timeout_s on every page. Meanwhile records whose ids are not
-cached get the last error's reason, and `stats.skipped` counts the calls.
+cached get the last error's reason.
 """
 
 from __future__ import annotations
@@ -54,14 +54,9 @@ def _zero_errors() -> dict[Reason, int]:
 class ResolverStats:
     """Monotonic counters since start, for metrics; every reason present from the start."""
 
-    records: int = 0  # records resolved with findings
-    records_failed: int = 0  # records left without findings by a store error
     ids_cited: int = 0  # distinct chunk ids per page, cached or not
     cache_hits: int = 0  # of those, answered from the cache
     lookups: int = 0  # queries (batches) sent to the store, failed ones included
-    ids_looked_up: int = 0  # chunk ids sent to the store
-    lookup_seconds: float = 0.0  # time spent in the store, by the injected clock
-    skipped: int = 0  # calls that did not ask the store: it failed under error_backoff_s ago
     errors: dict[Reason, int] = field(default_factory=_zero_errors)  # failed batches by reason
 
 
@@ -117,7 +112,6 @@ class Resolver:
         skipped = bool(wanted) and now < self._paused_until and self._last_error is not None
         if skipped:
             assert self._last_error is not None
-            self.stats.skipped += 1
             last = self._last_error
             failure: ResolverError | None = ResolverError(
                 last.reason,
@@ -131,12 +125,10 @@ class Resolver:
         for cited in page:
             if all(c in known for c in cited.chunk_ids):
                 results.append(Resolution(cited.trace_id, findings(cited, stored)))
-                self.stats.records += 1
             else:
                 assert failure is not None
                 results.append(Resolution(cited.trace_id, None, failure.reason, failure.detail))
                 failed += 1
-        self.stats.records_failed += failed
         if failure is not None and not skipped:
             log.warning(
                 "resolver_lookup_failed",
@@ -154,9 +146,7 @@ class Resolver:
         """Looks `wanted` up batch by batch into `known` and the cache; the first error stops."""
         for start in range(0, len(wanted), self.batch_size):
             batch = wanted[start : start + self.batch_size]
-            began = self.clock()
             self.stats.lookups += 1
-            self.stats.ids_looked_up += len(batch)
             try:
                 got = self.store.lookup(batch)
             except ResolverError as error:
@@ -165,8 +155,6 @@ class Resolver:
                 return self._failed(
                     ResolverError("error", f"{self.store.kind}: {type(error).__name__}")
                 )
-            finally:
-                self.stats.lookup_seconds += max(0.0, self.clock() - began)
             expires = self.clock() + self.cache_ttl_s
             for chunk_id in batch:
                 chunk = got.get(chunk_id)

@@ -27,8 +27,9 @@ _COMMENT_MAX = 500
 
 def score_id(trace_id: str, name: str) -> str:
     """Deterministic: the same trace and name give the same id, on any replica, for the
-    trace's whole life (DESIGN §4). A late generation or a second root updates the
-    trace's scores; an id from the generation would give the trace a second set."""
+    trace's whole life (docs/scores.md#ids-and-timestamps). A late generation or a
+    second root updates the trace's scores; an id from the generation would give the
+    trace a second set."""
     return str(uuid.uuid5(SCORE_ID_NAMESPACE, f"{trace_id}\x1f\x1f{name}"))
 
 

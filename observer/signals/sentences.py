@@ -86,7 +86,7 @@ class Split:
 _new_sentence = tuple.__new__  # Sentence(...) goes through a Python-level __new__
 
 
-def split_answer(answer: str, n_sources: int, params: SignalParams) -> Split:
+def split_answer(answer: str, n_sources: int, params: SignalParams) -> Split:  # noqa: C901 - the hot loop, kept inline for speed
     """The answer's sentences, in order, each with its refs and verdicts.
 
     The hot loop of observer: it runs once per sentence of every answer, so it

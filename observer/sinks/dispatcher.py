@@ -7,7 +7,7 @@ them. Failures never kill the worker: a 429 waits for `Retry-After`, network
 errors and 5xx back off exponentially (with jitter), a batch Langfuse refuses
 as a whole (400) is split to find the bad score, which alone is dropped and
 counted. The outbox also holds deletions (scores that no longer apply to their
-trace, DESIGN §4): sent as DELETEs, whose own rate limit holds only them.
+trace, docs/scores.md): sent as DELETEs, whose own rate limit holds only them.
 When Langfuse acknowledges the last of a trace's scores, the time from the
 trace's last activity (kept with them in the outbox) to that moment is
 observed once (`observer_trace_to_score_seconds`); scores dropped on the way

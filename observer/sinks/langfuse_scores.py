@@ -271,11 +271,6 @@ class LangfuseScoreSink:
         self._mismatch_logged: set[str] = set()
 
     @property
-    def fast(self) -> bool:
-        """Whether scores still go through the SDK's HTTP layer directly."""
-        return self._http is not None
-
-    @property
     def config_ids(self) -> ScoreConfigIds | None:
         """The configs scores are matched with; None before they were read (or when off)."""
         return self._config_ids

@@ -1,4 +1,4 @@
-"""Which traces Langfuse may ingest late, told from their metadata (DESIGN §9). Pure.
+"""Which traces Langfuse may ingest late, told from their metadata (docs/daemon.md). Pure.
 
 Data from `langfuse-python` < 4.7.0 and `langfuse-js` < 5.4.0 goes through
 Langfuse's queued ingestion path and can appear in the Observations API up

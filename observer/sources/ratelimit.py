@@ -47,11 +47,6 @@ class RateLimiter:
         with self._lock:
             self._blocked_until = max(self._blocked_until, self._clock() + seconds)
 
-    def delay(self) -> float:
-        """Seconds until the next acquisition may go out."""
-        with self._lock:
-            return self._delay()
-
     def _delay(self) -> float:
         now = self._clock()
         self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate_per_s)

@@ -160,11 +160,6 @@ class AlertStore:
             states.setdefault(str(rule), {})[_group_key(group)] = _state(state)
         return states
 
-    def save(self, rule: str, states: Mapping[GroupKey, AlertState]) -> None:
-        """The rule's whole state after an evaluation (groups not in it are forgotten)."""
-        with self._file.transaction() as db:
-            _save(db, rule, states)
-
     def commit(
         self,
         rule: str,
@@ -173,9 +168,9 @@ class AlertStore:
         outgoing: Sequence[Outgoing] = (),
         max_queued: int = 1000,
     ) -> Counter[str]:
-        """One evaluation step of a rule, in one transaction: its whole state, the point it
-        was evaluated up to, and the notifications it decided. The rows dropped per notifier
-        to keep at most `max_queued` waiting."""
+        """One evaluation step of a rule, in one transaction: its whole state (groups not in
+        it are forgotten), the point it was evaluated up to, and the notifications it
+        decided. The rows dropped per notifier to keep at most `max_queued` waiting."""
         with self._file.transaction() as db:
             _save(db, rule, states)
             db.execute(

@@ -82,21 +82,6 @@ class JudgeStore:
             value = self._file.get_meta("judge_tokens_per_trace")
         return int(float(value)) if value else DEFAULT_TOKENS_PER_TRACE
 
-    def reserve(
-        self,
-        trace_id: str,
-        record: bytes,
-        hour: str,
-        day: str,
-        tokens: int,
-        queued_at: str,
-        findings: bytes | None = None,
-        basis: str | None = None,
-    ) -> bool:
-        """Queue a sample and count it against the caps; False when it is queued already."""
-        with self._file.transaction() as db:
-            return reserve_in(db, trace_id, record, hour, day, tokens, queued_at, findings, basis)
-
     def write(self, step: Callable[[sqlite3.Connection], None]) -> None:
         """One write of the caller's (a reservation) in a transaction of its own."""
         with self._file.transaction() as db:

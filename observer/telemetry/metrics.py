@@ -50,9 +50,6 @@ SKIP_REASONS = (
     "citations_without_sources",
     "sources_unverified",
 )
-# The content checks' verdicts (docs/trace-convention.md, "Checked by content").
-SOURCES_CHECKS = ("all", "some", "none", "not_recorded", "prompt_passages", "no_retrieval")
-ANSWER_CHECKS = ("confirmed", "differs", "no_root_output", "root")
 REQUEST_RESULTS = ("ok", "rate_limited", "unreachable", "auth_rejected", "rejected")
 DROP_REASONS = ("rejected", "outbox_full")
 PUSH_ERROR_KINDS = ("rate_limited", "auth", "server_error", "unreachable")
@@ -71,9 +68,9 @@ JUDGE_ERROR_REASONS = (
 
 
 class FleetMetrics:
-    """A fleet member's own (DESIGN §10), summed across members in Prometheus. Registered
-    when the daemon joins a fleet (`Metrics.fleet`), so a single daemon's /metrics is as
-    it always was."""
+    """A fleet member's own (docs/operating.md#running-a-fleet), summed across members in
+    Prometheus. Registered when the daemon joins a fleet (`Metrics.fleet`), so a single
+    daemon's /metrics is as it always was."""
 
     def __init__(self, r: CollectorRegistry) -> None:
         self.reader = Gauge(

@@ -5,7 +5,10 @@
     passes   a pass's table (run --once, backfill, demo), the progress line and bar
     check    `check`'s table
     demo     the demo's report and next steps
+    summary  the table of many records' signals (`score --summary`, the demo)
     alerts   `alerts status` (plain columns or a table) and `alerts backtest`
+    explain  `explain`'s explanation, as JSON or as lines for a terminal
+    discover `discover`'s report (lines or JSON), and the rows `check` prints of it
 
 Nothing here reads Langfuse, the state file or the configuration: the commands in
 `observer.cli` hand it what the core (`observer.app`) returned. Each module imports

@@ -17,7 +17,7 @@ def demo_report(
     parts: Parts, outcome: OnceResult, written: int, out: str, state: str
 ) -> list[RenderableType]:
     """What the demo prints, in order; `written`: how many scores went to `out`."""
-    from observer.signals.summary import summary_table
+    from observer.views.summary import summary_table
 
     shown: list[RenderableType] = []
     if outcome.passed is not None:

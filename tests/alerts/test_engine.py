@@ -456,7 +456,7 @@ def through_the_state_file(
     """What a new process finds: saved after the evaluation, loaded at start."""
     before = State(path)
     try:
-        before.alerts.save(rule.name, states)
+        before.alerts.commit(rule.name, states, T0)
     finally:
         before.close()
     after = State(path)
@@ -961,7 +961,7 @@ class OneRuleUnderRandomUse(RuleBasedStateMachine):
         for event in result.events:
             self.told(event)
         self.states = result.states
-        self.store.alerts.save(self.rule.name, self.states)
+        self.store.alerts.commit(self.rule.name, self.states, points[-1])
         self.saved = True
 
     @rule(now=st.integers(0, 3))

@@ -1,4 +1,4 @@
-"""Mapping drift (DESIGN §6, `skip_rate_high`), the pure parts: which skipped traces get
+"""Mapping drift (`skip_rate_high`, docs/alerts.md), the pure parts: which skipped traces get
 a history row, that no other rule finds a sample in one, the top skip reason of a window,
 and the message that names it and sends the reader to `observer discover`."""
 

@@ -28,11 +28,11 @@ GET lists of score configs, dashboards and widgets page with ``page`` (from 1) a
 ``dashboards_api = False`` makes the dashboards API answer like a server without it
 (404 ``Route not found``, before auth).
 
-The service as it is (DESIGN §9). A fake kinder than the service hides exactly the
-failures users meet, so each of these is an attribute (and a ``Behaviour`` field), with
-the ``KIND`` and ``SERVICE_LIKE`` presets switching them together; ``DEFAULT_BEHAVIOUR``
-is what ``FakeLangfuse()`` does. Server paths are in github:langfuse/langfuse (read at
-62751446149b, v4.16.0+30).
+The service as it is (docs/daemon.md, "How it reads Langfuse as Langfuse really is"). A
+fake kinder than the service hides exactly the failures users meet, so each of these is
+an attribute (and a ``Behaviour`` field), with the ``KIND`` and ``SERVICE_LIKE`` presets
+switching them together; ``DEFAULT_BEHAVIOUR`` is what ``FakeLangfuse()`` does. Server
+paths are in github:langfuse/langfuse (read at 62751446149b, v4.16.0+30).
 
 - Order and cursor. Observations are listed ``start_time DESC, xxHash32(trace_id) DESC,
   span_id DESC`` and the cursor is the keyset of the last row, base64 JSON
@@ -552,7 +552,7 @@ def _string_op(operator: Any, expected: str) -> Callable[[str], bool] | None:
     return ops.get(operator) if isinstance(operator, str) else None
 
 
-def _compile_condition(condition: Any) -> _Predicate:
+def _compile_condition(condition: Any) -> _Predicate:  # noqa: C901 - a dispatch over the server's filter types
     if not isinstance(condition, dict):
         raise _bad_request("Invalid filter: each condition must be an object")
     ftype = condition.get("type")
@@ -1774,7 +1774,7 @@ def _score_key(score: JsonDict, received_at: datetime) -> tuple[str, str, str]:
     return (str(score_id), str(score["name"]), when.astimezone(UTC).date().isoformat())
 
 
-def _score_error(score: Any) -> str | None:
+def _score_error(score: Any) -> str | None:  # noqa: C901 - the server's checks, one branch each
     if not isinstance(score, dict):
         return "score must be an object"
     name = score.get("name")
@@ -2241,7 +2241,7 @@ def _check_filters(filters: Any, view: str | None, field: str) -> None:
                 )
 
 
-def _new_widget(body: Any) -> JsonDict:
+def _new_widget(body: Any) -> JsonDict:  # noqa: C901 - the server's checks, one branch each
     """POST /api/public/unstable/dashboard-widgets: the body checked as the server does."""
     if not isinstance(body, dict):
         raise _invalid_body("body", "Expected object")

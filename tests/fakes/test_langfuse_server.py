@@ -877,7 +877,7 @@ def test_dashboards_api_off_is_an_older_server(
     assert client.unstable.dashboards.list(request_options=NO_RETRY).data == []
 
 
-# ---- the service as it is (DESIGN §9): each behaviour, switched on alone -----------------
+# ---- the service as it is (docs/daemon.md): each behaviour, switched on alone -------------
 
 
 def list_all(client: LangfuseAPI, **kwargs: Any) -> tuple[list[str], list[int]]:

@@ -401,7 +401,7 @@ def _simple(attributes: Mapping[str, Any], key: str, table: Mapping[str, str]) -
     return None
 
 
-def observation_type(
+def observation_type(  # noqa: C901 - a port of Langfuse's, branch for branch
     attributes: Mapping[str, Any],
     resource_attributes: Mapping[str, Any],
     scope: Mapping[str, Any],
@@ -570,7 +570,7 @@ def _filtered_attributes(attributes: Mapping[str, Any]) -> dict[str, str]:
     return {k: v if isinstance(v, str) else js_stringify(v) for k, v in kept.items()}
 
 
-def _key_path_to_nested(values: Mapping[str, Any], prefix: str) -> Any:
+def _key_path_to_nested(values: Mapping[str, Any], prefix: str) -> Any:  # noqa: C901 - a port of Langfuse's, branch for branch
     """``convertKeyPathToNestedObject`` (the array-slot budget is never reached here)."""
     if _truthy(values.get(prefix)):
         return values[prefix]
@@ -721,7 +721,7 @@ def _io_from_events(events: Sequence[Mapping[str, Any]]) -> tuple[bool, Any, Any
     return False, None, None
 
 
-def _extract_io(
+def _extract_io(  # noqa: C901 - a port of Langfuse's, branch for branch
     events: Sequence[Mapping[str, Any]], attributes: Mapping[str, Any], scope_name: str
 ) -> tuple[Any, Any]:
     """The input and output of one span (``extractInputAndOutput``, observation domain)."""
@@ -997,7 +997,7 @@ def _dedupe_tools(tools: list[Any]) -> list[Any]:
     return out
 
 
-def _normalize_tools(value_in: Any, metadata: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+def _normalize_tools(value_in: Any, metadata: dict[str, Any]) -> tuple[Any, dict[str, Any]]:  # noqa: C901 - a port of Langfuse's, branch for branch
     """``normalizeToolMetadataForObservation``: tool definitions move into the input."""
     tools: list[Any] = []
     cleaned = dict(metadata)

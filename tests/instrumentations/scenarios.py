@@ -5,8 +5,8 @@ candidates a first-stage retrieval returns (with its similarity), the rerank sco
 fixed cross-encoder gives them, how many the reranker keeps, and the answer the model
 (the local OpenAI stub) gives, citing the kept chunks with ``[n]`` in reranked order.
 
-The expected signals are worked out by hand from DESIGN §3 (they are not computed by
-observer, nor by code here); each derivation is written beside its numbers.
+The expected signals are worked out by hand from docs/signals.md (they are not computed
+by observer, nor by code here); each derivation is written beside its numbers.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class Scenario:
     rerank: dict[str, float]
     keep: int
     answer: str
-    # What a person reading the trace expects (DESIGN §3.2-3.4).
+    # What a person reading the trace expects (docs/signals.md: coverage, CRAG, confidence).
     coverage: float
     invalid_refs: tuple[int, ...]
     rerank_top1: float

@@ -1,4 +1,6 @@
-"""Traces from the real instrumentation libraries, scored out of the box (DESIGN §2.1, §3).
+"""Traces from the real instrumentation libraries, scored out of the box.
+
+What is read is docs/trace-convention.md, what is computed docs/signals.md.
 
 The fixtures were captured by ``generate.py`` from small RAG apps traced with each library
 as its Langfuse guide says, and converted to Observations API v2 rows by ``otel_to_v2``.
@@ -153,7 +155,8 @@ NO_ROOT_OUTPUT = {"openai_agents"}
 @pytest.mark.parametrize("app", APPS)
 def test_every_answer_is_confirmed_by_its_content(app: str) -> None:
     """The sources are the list the answer's prompt shows, every text of it, and the
-    answer is what the root returned (DESIGN §2.2): nothing rests on the rules alone."""
+    answer is what the root returned: nothing rests on the rules alone
+    (docs/trace-convention.md#checked-by-content)."""
     for expected in EXPECTED["apps"][app]["traces"]:
         read = read_trace(expected["trace_id"], trace(app, expected["trace_id"]), MappingRules())
         assert read.provenance is not None

@@ -1,4 +1,6 @@
-"""The record checked by content (DESIGN §2.2): each shape of the issue's table, by hand.
+"""The record checked by content: each shape of the issue's table, by hand.
+
+What is checked is docs/trace-convention.md#checked-by-content.
 
 Each trace is the smallest one that shows the shape, in the Observations API v2's rows;
 each test says what a person reading the trace expects and what the provenance says.

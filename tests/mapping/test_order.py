@@ -1,4 +1,6 @@
-"""A trace's record does not depend on the order of its observations (DESIGN §2.2).
+"""A trace's record does not depend on the order of its observations.
+
+Order is the tree, not the clock (docs/trace-convention.md#checked-by-content).
 
 The API returns rows in no order a reader may rely on, and a wrapper and the call it wraps
 often start in the same millisecond. Every capture of a real library, shuffled, and with

@@ -4,9 +4,9 @@
 finds it there) makes a cluster in a fresh temporary directory with trust
 authentication; ``pg_ctl`` starts it on a free port of 127.0.0.1 with its
 socket in that directory, and stops it (``-m fast``) afterwards. The server
-refuses to run as root, so as root everything runs as the ``postgres`` user
-(docs: /work/shared/reference/OPS.md). Skipped when PostgreSQL is not
-installed, failed when ``OBSERVER_REQUIRE_SERVERS=1``.
+refuses to run as root, so as root everything runs as the ``postgres`` user.
+Skipped when PostgreSQL is not installed, failed when
+``OBSERVER_REQUIRE_SERVERS=1``.
 """
 
 from __future__ import annotations

@@ -212,25 +212,25 @@ FIRING = AlertState(
 
 def test_rule_state_survives_a_restart_field_for_field(state: State) -> None:
     states = {PROD: FIRING, STAGING: AlertState(no_data_since=T0, evaluated_at=T0 + 240)}
-    state.alerts.save("ungrounded_rate_high", states)
-    state.alerts.save("pipeline_lag_high", {(): AlertState(status="pending", since=T0)})
+    state.alerts.commit("ungrounded_rate_high", states, T0 + 240)
+    state.alerts.commit("pipeline_lag_high", {(): AlertState(status="pending", since=T0)}, T0)
     assert reopened(state).alerts.load() == {
         "ungrounded_rate_high": states,
         "pipeline_lag_high": {(): AlertState(status="pending", since=T0)},
     }
 
 
-def test_save_is_the_whole_state_of_the_rule(state: State) -> None:
-    state.alerts.save("r", {PROD: FIRING, STAGING: AlertState()})
-    state.alerts.save("r", {STAGING: FIRING})
+def test_a_commit_is_the_whole_state_of_the_rule(state: State) -> None:
+    state.alerts.commit("r", {PROD: FIRING, STAGING: AlertState()}, T0)
+    state.alerts.commit("r", {STAGING: FIRING}, T0 + 60)
     assert state.alerts.load() == {"r": {STAGING: FIRING}}
-    state.alerts.save("r", {})
+    state.alerts.commit("r", {}, T0 + 120)
     assert state.alerts.load() == {}
 
 
 def test_forget_other_rules_keeps_only_the_configured(state: State) -> None:
     for name in ("kept", "removed", "also_removed"):
-        state.alerts.save(name, {PROD: FIRING})
+        state.alerts.commit(name, {PROD: FIRING}, T0)
     state.alerts.forget_other_rules({"kept", "never_saved"})
     assert state.alerts.load() == {"kept": {PROD: FIRING}}
 
@@ -263,7 +263,7 @@ group_keys = st.lists(
 def test_any_rule_state_round_trips(path: Path, states: dict[GroupKey, AlertState]) -> None:
     with_file = State(path)
     try:
-        with_file.alerts.save("r", states)
+        with_file.alerts.commit("r", states, T0)
         loaded = with_file.alerts.load()
     finally:
         with_file.close()

@@ -9,14 +9,24 @@ import orjson
 
 from observer.resolver import ResolverFindings
 from observer.state import State
+from observer.state.judge import reserve_in
+
+
+def reserve(
+    state: State, trace_id: str, tokens: int, queued_at: str, findings: bytes | None = None
+) -> None:
+    """Queue a sample as the judge does: `reserve_in` in a write of the store's own."""
+    state.judge.write(
+        lambda db: reserve_in(db, trace_id, b"{}", "h", "d", tokens, queued_at, findings, None)
+    )
 
 
 def test_findings_travel_with_a_sample(tmp_path: Path) -> None:
     found = ResolverFindings(("kb-1",), ("kb-2",), 1, 3)
     state = State(tmp_path / "s.sqlite")
     try:
-        state.judge.reserve("t1", b"{}", "h", "d", 10, "2026-12-01T00:00:00Z", orjson.dumps(found))
-        state.judge.reserve("t2", b"{}", "h", "d", 10, "2026-12-01T00:00:01Z")
+        reserve(state, "t1", 10, "2026-12-01T00:00:00Z", orjson.dumps(found))
+        reserve(state, "t2", 10, "2026-12-01T00:00:01Z")
         first, second = state.judge.pending()
     finally:
         state.close()
@@ -40,7 +50,7 @@ def test_a_state_file_from_before_the_funnel_opens_and_keeps_its_samples(tmp_pat
     try:
         (sample,) = state.judge.pending()
         assert (sample.trace_id, sample.reserved, sample.findings) == ("old", 5, None)
-        state.judge.reserve("new", b"{}", "h", "d", 1, "2026-12-01T00:00:00Z", b'{"missing":[]}')
+        reserve(state, "new", 1, "2026-12-01T00:00:00Z", b'{"missing":[]}')
         assert [s.findings for s in state.judge.pending()] == [None, b'{"missing":[]}']
     finally:
         state.close()

@@ -83,19 +83,9 @@ def build_store(
     if not uri:
         raise ValueError(f"resolver kind {kind!r} needs uri")
     if kind == "milvus":
-        from observer.resolver.backends.milvus import MilvusStore, is_lite
+        from observer.resolver.backends.milvus import MilvusStore
 
-        if is_lite(uri):
-            if importlib.util.find_spec("milvus_lite") is None:
-                raise ValueError(
-                    "a Milvus Lite file needs the milvus-lite package: "
-                    "pip install 'observer[resolver]'"
-                )
-        elif "://" not in uri:
-            raise ValueError(
-                f"resolver uri {uri!r}: a Milvus server URI (http://host:19530) "
-                "or a Milvus Lite file ending in .db"
-            )
+        _check_milvus_uri(uri)
         return MilvusStore(
             uri,
             collection,
@@ -114,3 +104,19 @@ def build_store(
         timeout_s=timeout_s,
         max_ids_per_query=max_ids_per_query,
     )
+
+
+def _check_milvus_uri(uri: str) -> None:
+    """A Milvus server URI, or a Milvus Lite file with milvus-lite installed."""
+    from observer.resolver.backends.milvus import is_lite
+
+    if is_lite(uri):
+        if importlib.util.find_spec("milvus_lite") is None:
+            raise ValueError(
+                "a Milvus Lite file needs the milvus-lite package: pip install 'observer[resolver]'"
+            )
+    elif "://" not in uri:
+        raise ValueError(
+            f"resolver uri {uri!r}: a Milvus server URI (http://host:19530) "
+            "or a Milvus Lite file ending in .db"
+        )

@@ -1,0 +1,64 @@
+"""The table of a summary of many records' signals (`observer score --summary`, the demo)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from observer.model import Band, Grade
+
+if TYPE_CHECKING:  # rich is loaded only to draw the table
+    from rich.table import Table
+
+    from observer.signals.summary import Summary
+
+
+def _share(count: int, total: int) -> str:
+    return f"{count} ({count / total:.0%})" if total else str(count)
+
+
+def _mix(counter: Counter[str], order: list[str], total: int) -> str:
+    return ", ".join(f"{name} {_share(counter[name], total)}" for name in order)
+
+
+def summary_table(summary: Summary, title: str = "observer score") -> Table:
+    """A two-column table a person can read at a glance."""
+    from rich.table import Table
+
+    n = summary.records
+    table = Table(title=title, show_header=True, header_style="bold")
+    table.add_column("signal")
+    table.add_column("value", overflow="fold")
+    table.add_row("records scored", str(n))
+    if summary.bad_lines:
+        table.add_row("bad lines (skipped)", str(summary.bad_lines))
+    mean_cov = (
+        f"{summary.coverage_sum / summary.coverage_n:.3f} over {summary.coverage_n} records"
+        if summary.coverage_n
+        else "n/a (no substantive sentences)"
+    )
+    table.add_row("mean citation coverage", mean_cov)
+    table.add_row("mean confidence", f"{summary.confidence_sum / n:.3f}" if n else "n/a")
+    table.add_row("CRAG grades", _mix(summary.grades, [g.value for g in Grade], n))
+    table.add_row("confidence bands", _mix(summary.bands, [b.value for b in Band], n))
+    table.add_row("fallback answers", _share(summary.fallbacks, n))
+    table.add_row("ungrounded answers", _share(summary.ungrounded, n))
+    table.add_row(
+        "ghost references",
+        f"{summary.ghost_refs} in {_share(summary.ghost_records, n)} records",
+    )
+    table.add_row(
+        "unsupported numbers",
+        f"{summary.unsupported_numbers} of {summary.numbers} numbers, "
+        f"in {_share(summary.unsupported_records, n)} records",
+    )
+    if summary.concentration_n:
+        table.add_row(
+            "mean citation concentration",
+            f"{summary.concentration_sum / summary.concentration_n:.3f} over "
+            f"{summary.concentration_n} records; "
+            f"{summary.single_doc_records} on one document",
+        )
+    if summary.grade_mismatches:
+        table.add_row("app CRAG grade mismatches", _share(summary.grade_mismatches, n))
+    return table
