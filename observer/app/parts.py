@@ -474,20 +474,7 @@ def _build(
             disabled.inc()
 
     src = settings.source
-    marks: Marks | None = None
-    publisher: StreamPublisher | None = None
-    should_stop = _beating(health, stop)
-    if fleet is not None:
-        marks = FleetMarks(fleet.stream, fleet.lease)
-        publisher = StreamPublisher(
-            fleet.stream,
-            fleet.lease,
-            metrics,
-            settle_s=src.settle_s,
-            overlap_s=src.overlap_s,
-            stop=stop,
-        )
-        should_stop = _reading_while_held(health, stop, fleet.lease)
+    marks, publisher, should_stop = _reader(settings, fleet, metrics, health, stop)
     pipeline = Pipeline(
         source,
         state,
@@ -534,36 +521,20 @@ def _build(
     )
     member = None
     if fleet is not None:
-        assert fleet_alerts is not None and evaluation is not None and settings.fleet is not None
-        member = Member(
-            Crew(
-                name=fleet.name,
-                client=fleet.client,
-                keys=fleet.keys,
-                lease=fleet.lease,
-                stream=fleet.stream,
-                alerts=fleet_alerts,
-                evaluation=evaluation,
-                worker=Worker(
-                    fleet.stream,
-                    fleet.name,
-                    pipeline.traces,
-                    state,
-                    metrics,
-                    max_outbox=settings.sink.max_outbox,
-                    claim_idle_s=settings.fleet.claim_idle_s,
-                    lookup=resolver,
-                    notify=dispatcher.notify,
-                ),
-                pipeline=pipeline,
-                read=passes.tick,
-                state=state,
-                metrics=metrics,
-                health=health,
-                stop=stop,
-                lease_s=settings.fleet.lease_s,
-                poll_interval_s=src.poll_interval_s,
-            )
+        assert fleet_alerts is not None and evaluation is not None
+        member = _member(
+            settings,
+            fleet,
+            fleet_alerts,
+            evaluation,
+            pipeline,
+            passes,
+            resolver,
+            dispatcher,
+            state,
+            metrics,
+            health,
+            stop,
         )
     return Parts(
         settings,
@@ -584,6 +555,79 @@ def _build(
         member,
         clock=clock,
         close_resolver=close_resolver,
+    )
+
+
+def _reader(
+    settings: Settings,
+    fleet: _Fleet | None,
+    metrics: Metrics,
+    health: Health,
+    stop: threading.Event,
+) -> tuple[Marks | None, StreamPublisher | None, Callable[[], bool]]:
+    """Where the pipeline keeps its marks and hands its traces: the state file and its own
+    recorder alone, or a fleet's stream while this member holds the reader's lease."""
+    if fleet is None:
+        return None, None, _beating(health, stop)
+    src = settings.source
+    publisher = StreamPublisher(
+        fleet.stream,
+        fleet.lease,
+        metrics,
+        settle_s=src.settle_s,
+        overlap_s=src.overlap_s,
+        stop=stop,
+    )
+    marks = FleetMarks(fleet.stream, fleet.lease)
+    return marks, publisher, _reading_while_held(health, stop, fleet.lease)
+
+
+def _member(
+    settings: Settings,
+    fleet: _Fleet,
+    fleet_alerts: FleetAlerts,
+    evaluation: Evaluation,
+    pipeline: Pipeline,
+    passes: Passes,
+    resolver: ResolverLookup | None,
+    dispatcher: Dispatcher,
+    state: State,
+    metrics: Metrics,
+    health: Health,
+    stop: threading.Event,
+) -> Member:
+    """This process's part of the fleet: its worker scores with the pipeline's recorder."""
+    assert settings.fleet is not None
+    worker = Worker(
+        fleet.stream,
+        fleet.name,
+        pipeline.traces,
+        state,
+        metrics,
+        max_outbox=settings.sink.max_outbox,
+        claim_idle_s=settings.fleet.claim_idle_s,
+        lookup=resolver,
+        notify=dispatcher.notify,
+    )
+    return Member(
+        Crew(
+            name=fleet.name,
+            client=fleet.client,
+            keys=fleet.keys,
+            lease=fleet.lease,
+            stream=fleet.stream,
+            alerts=fleet_alerts,
+            evaluation=evaluation,
+            worker=worker,
+            pipeline=pipeline,
+            read=passes.tick,
+            state=state,
+            metrics=metrics,
+            health=health,
+            stop=stop,
+            lease_s=settings.fleet.lease_s,
+            poll_interval_s=settings.source.poll_interval_s,
+        )
     )
 
 

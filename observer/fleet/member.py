@@ -35,6 +35,7 @@ import redis
 import structlog
 
 from observer.background import Deadline
+from observer.background import Worker as Loop
 from observer.errors import RemoteError
 from observer.fleet.alerts import Evaluation, FleetAlerts
 from observer.fleet.connect import BLOCK_MS, LeaseLost
@@ -107,7 +108,38 @@ class Member:
         self.wake = threading.Event()  # the lease was gained: read at once
         self.redis_ok = True
         self.passes = 0
-        self._threads: list[threading.Thread] = []
+        # Four loops of one shape (observer.background.Worker), stopped by the daemon's stop.
+        self._loops = [
+            Loop(
+                "fleet-keeper",
+                self._keep_step,
+                interval_s=self.lease_s / 3,
+                crash_event="keep_crashed",
+                stopping=self.stop,
+            ),
+            Loop(
+                "fleet-reader",
+                self._read_step,
+                interval_s=crew.poll_interval_s,
+                crash_event="poll_crashed",
+                wake=self.wake,
+                stopping=self.stop,
+            ),
+            Loop(
+                "fleet-worker",
+                self._work_step,
+                interval_s=0.5,
+                crash_event="work_crashed",
+                stopping=self.stop,
+            ),
+            Loop(
+                "fleet-follower",
+                self._follow_step,
+                interval_s=0.5,
+                crash_event="follow_crashed",
+                stopping=self.stop,
+            ),
+        ]
 
     # -- life -------------------------------------------------------------------
 
@@ -115,25 +147,14 @@ class Member:
         """The stream's group, then the three threads (the lease tried at once)."""
         self.stream.ensure_group()
         self.keep()
-        for target, role in (
-            (self._keeping, "keeper"),
-            (self._reading, "reader"),
-            (self._working, "worker"),
-            (self._following, "follower"),
-        ):
-            thread = threading.Thread(target=target, name=f"fleet-{role}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        for loop in self._loops:
+            loop.start()
         log.info("fleet_joined", member=self.name, fleet=self.keys.name, reader=self.lease.held())
 
     def shutdown(self, deadline: Deadline) -> bool:
         """Stop (the daemon's stop is set), join the threads, give the lease up."""
         self.stop.set()
-        self.wake.set()
-        joined = True
-        for thread in self._threads:
-            thread.join(deadline.left())
-            joined = joined and not thread.is_alive()
+        joined = all([loop.stop(deadline) for loop in self._loops])
         try:
             if self.lease.value is not None:
                 self.lease.release()
@@ -147,9 +168,9 @@ class Member:
 
     # -- keeper -------------------------------------------------------------------
 
-    def _keeping(self) -> None:
-        while not self.stop.wait(self.lease_s / 3):
-            self.keep()
+    def _keep_step(self) -> bool:
+        self.keep()
+        return False
 
     def keep(self) -> None:
         """One round: the lease renewed or tried, this member's figures, reachability."""
@@ -220,6 +241,7 @@ class Member:
         if not self.redis_ok:
             log.info("fleet_redis_reachable", member=self.name, action="work resumed")
             self.worker.reread_own()  # an acknowledgement may have failed with the link
+            self.wake.set()  # a reader reads again at once
         self.redis_ok = True
         self.metrics.fleet.redis_up.set(1)
         if self.health.not_ready_because == UNREACHABLE:
@@ -236,28 +258,21 @@ class Member:
 
     # -- follower -------------------------------------------------------------------
 
-    def _following(self) -> None:
-        while not self.stop.wait(0.5):
-            if not self.redis_ok:
-                continue
+    def _follow_step(self) -> bool:
+        if self.redis_ok:
             try:
                 self.alerts.sync(self.stream.watermark())
             except redis.RedisError as error:
                 self._unreachable(error)
-            except Exception:
-                log.exception("follow_crashed", member=self.name)
+        return False
 
     # -- reader -------------------------------------------------------------------
 
-    def _reading(self) -> None:
-        while not self.stop.is_set():
-            if not (self.lease.held() and self.redis_ok):
-                self.wake.wait(self.lease_s / 3)
-                self.wake.clear()
-                continue
+    def _read_step(self) -> bool:
+        """A pass while this member holds the lease (woken at once when it gains it)."""
+        if self.lease.held() and self.redis_ok:
             self.read_once()
-            self.wake.wait(self.crew.poll_interval_s)
-            self.wake.clear()
+        return False
 
     def read_once(self) -> None:
         """One pass of the reader's pipeline; never raises."""
@@ -282,18 +297,15 @@ class Member:
 
     # -- worker -------------------------------------------------------------------
 
-    def _working(self) -> None:
-        while not self.stop.is_set():
-            if not self.redis_ok:
-                self.stop.wait(0.5)
-                continue
-            self.health.beat()
-            try:
-                done = self.worker.step(BLOCK_MS)
-                if done.outbox_full:
-                    self.stop.wait(0.5)  # backpressure: the dispatcher must make room first
-            except redis.RedisError as error:
-                self._unreachable(error)
-            except Exception:  # never dies; the entries stay pending and are read again
-                log.exception("work_crashed", member=self.name)
-                self.stop.wait(0.5)
+    def _work_step(self) -> bool:
+        """One batch (waiting up to BLOCK_MS for entries); at once again unless the outbox is
+        full (backpressure: the dispatcher must make room first) or Redis is away. An error
+        leaves the entries pending: they are read again."""
+        if not self.redis_ok:
+            return False
+        self.health.beat()
+        try:
+            return not self.worker.step(BLOCK_MS).outbox_full
+        except redis.RedisError as error:
+            self._unreachable(error)
+            return False
