@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -10,9 +12,11 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from observer.times import parse_time
 from tests.daemon_helpers import after, configure, demo_counts, demo_observations, once
 from tests.fakes.langfuse_server import FakeLangfuse
 
@@ -107,8 +111,12 @@ def test_sigterm_during_a_hanging_request_exits_within_the_grace(
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err.decode()[-2000:]
-    assert took < 2 + 1.5, f"took {took:.1f} s"
-    assert b'"event": "poll_abandoned"' in err
+    # Abandoned at the grace's end by the daemon's own clock (its log's timestamps), and
+    # gone long before the hanging request would have answered: the wall clock around the
+    # whole process also counts its teardown, which a busy machine stretches (6 s seen).
+    logged = events(err)
+    assert seconds_between(logged["shutdown_requested"], logged["poll_abandoned"]) < 2 + 1.5
+    assert took < 20 / 2, f"took {took:.1f} s"
     assert b"closed database" not in err
     fake.latency_s = 0.0
     done = subprocess.run(
@@ -119,6 +127,21 @@ def test_sigterm_during_a_hanging_request_exits_within_the_grace(
     )
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert len(fake.scores) == SCORES
+
+
+def events(log: bytes) -> dict[str, dict[str, Any]]:
+    """The first record of each event in a JSON log."""
+    found: dict[str, dict[str, Any]] = {}
+    for line in log.decode().splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and "event" in record:
+                found.setdefault(record["event"], record)
+    return found
+
+
+def seconds_between(earlier: dict[str, Any], later: dict[str, Any]) -> float:
+    return (parse_time(later["timestamp"]) - parse_time(earlier["timestamp"])).total_seconds()
 
 
 def test_a_hanging_score_push_does_not_hold_run_once_past_the_grace(
