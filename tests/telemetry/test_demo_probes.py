@@ -65,7 +65,7 @@ def test_the_served_demo_stays_ready_and_beats_hours_later(
             seen["ready_at_start"] = probe(url + "/readyz")
             clock.advance(3 * 3600)  # three hours of serving
             seen["ready_later"] = probe(url + "/readyz")
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + 60  # against a hang, not a speed check
             while True:  # the next beat, a few milliseconds away
                 status, live = probe(url + "/healthz")
                 if live["heartbeat_age_s"] < 1 or time.monotonic() > deadline:
