@@ -1,4 +1,10 @@
-"""Shared fixtures: an environment free of the developer's own observer settings."""
+"""Shared fixtures: an environment free of the developer's own observer settings.
+
+Hypothesis runs under a profile named by HYPOTHESIS_PROFILE (`dev` when unset;
+`.ci/run` sets `ci`): the number of examples is the profile's, a test that needs
+more or fewer takes a multiple of it (tests/budget.py), and neither profile fails a
+test because a busy machine ran an example slowly.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,27 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from observer.telemetry.logging import configure_logging
 from tests.fakes.openai_stub import OpenAIStub
+
+# Timing is never what a property is about: no deadline, no too_slow health check, in both.
+settings.register_profile(
+    "ci",
+    max_examples=200,
+    deadline=None,
+    derandomize=True,  # the same examples on every run: a failure is the code's, and repeats
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "dev",
+    max_examples=50,  # new examples on every run, and the failures found kept in .hypothesis/
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "dev")
 
 # Tests assert on behaviour and metrics; log lines only below warnings are noise.
 configure_logging("console", "warning")

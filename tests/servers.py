@@ -207,7 +207,7 @@ def _serve(
 
 
 @contextmanager
-def alertmanager(workdir: Path, *, timeout_s: float = 30.0) -> Iterator[RunningServer]:
+def alertmanager(workdir: Path, *, timeout_s: float = 120.0) -> Iterator[RunningServer]:
     """A real Alertmanager on 127.0.0.1 for the duration of the block."""
     binary = require_binary("prometheus-alertmanager")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -240,7 +240,7 @@ def prometheus(
     config_text: str,
     *,
     rule_files: Iterable[Path | str] = (),
-    timeout_s: float = 30.0,
+    timeout_s: float = 120.0,
 ) -> Iterator[RunningServer]:
     """A real Prometheus on 127.0.0.1 for the duration of the block.
 
@@ -292,7 +292,7 @@ class RedisServer:
         assert self.process is not None
         return self.process.pid
 
-    def start(self, timeout_s: float = 20.0) -> None:
+    def start(self, timeout_s: float = 120.0) -> None:
         """Start it (again: on the same port, with what its append-only file holds)."""
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from observer.config import ConfigError, Settings, load_settings
 from observer.config.signals import load_signal_params
 from observer.config.sources import merge, observer_variables
+from tests.budget import scaled
 
 
 @pytest.mark.parametrize(
@@ -99,9 +100,8 @@ _FILES = st.sampled_from(
 )
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+# A third of the profile's examples: each writes a config file and reads it twice.
+@settings(scaled(0.3), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(environ=_VALUES, text=_FILES)
 def test_score_sees_what_the_daemon_sees(
     environ: dict[str, str], text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

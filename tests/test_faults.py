@@ -10,10 +10,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from tests.daemon_helpers import demo_counts, packed_traces
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.servers import free_port
 from tests.test_shutdown import daemon_env
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -51,14 +51,10 @@ def readyz(port: int) -> tuple[int, dict[str, object]]:
         return error.code, json.loads(error.read())
 
 
-def wait(what: str, check: object, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, ValueError):
-            if check():  # type: ignore[operator]
-                return
-        time.sleep(0.1)
-    raise AssertionError(f"never: {what}")
+def wait(what: str, check: Callable[[], bool]) -> None:
+    """Until `check()` (a probe that fails counts as not yet); two minutes against a hang,
+    as a busy machine takes its time over the daemon's start and its passes."""
+    wait_until(check, what, timeout_s=120, interval_s=0.1, ignoring=(OSError, ValueError))
 
 
 def fill(disk: Path) -> Path:

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from observer import app
 from observer.config import Settings
 from observer.sinks.jsonl import JsonlScoreSink
+from tests.budget import scaled
 
 START = datetime(2026, 11, 20, 8, 30, tzinfo=UTC)
 
@@ -130,7 +131,8 @@ json_values = st.recursive(
 )  # fmt: skip
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# A fifth of the profile's examples: each is a whole pass over up to five traces.
+@settings(scaled(0.2))
 @given(
     st.lists(
         st.fixed_dictionaries(

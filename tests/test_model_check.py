@@ -80,6 +80,7 @@ from observer.sources.clock import ServerClock
 from observer.sources.langfuse import FIELDS, LangfuseSource, Stopped, as_dict
 from observer.telemetry.logging import configure_logging
 from observer.times import iso, parse_time
+from tests.budget import scaled
 from tests.daemon_helpers import demo_observations
 from tests.fakes.clock import SimulatedClock
 from tests.fakes.langfuse_server import (
@@ -619,10 +620,11 @@ class DaemonModel(RuleBasedStateMachine):
 # -- the runs ----------------------------------------------------------------------------
 
 SHRINK_S = 30
+# An eighth of the profile's runs (25 under ci): each is a daemon run of up to 10 steps over
+# a simulated hour against the service-like fake, seconds of real time.
 RUNS = settings(
-    max_examples=25,
+    scaled(1 / 8),
     stateful_step_count=10,
-    deadline=None,
     derandomize=True,
     database=None,
     print_blob=False,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from observer.times import format_duration, iso, parse_duration, parse_time
@@ -115,13 +115,11 @@ def test_format_duration(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.integers(min_value=0, max_value=10 * 365 * 86400))
 def test_whole_seconds_survive_format_then_parse(seconds: int) -> None:
     assert parse_duration(format_duration(seconds)).total_seconds() == seconds
 
 
-@settings(max_examples=300, deadline=None)
 @given(
     st.lists(
         st.tuples(st.integers(min_value=0, max_value=500), st.sampled_from("smhdw")),
@@ -193,7 +191,6 @@ def test_iso(moment: datetime, text: str) -> None:
     assert iso(moment) == text
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     st.datetimes(
         min_value=datetime(1970, 1, 2),

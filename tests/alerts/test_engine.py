@@ -45,6 +45,7 @@ from observer.alerts.engine import (
 )
 from observer.alerts.rules import Expression, WindowRule, check_window_rule
 from observer.state import State
+from tests.budget import scaled
 
 T0 = 1_764_000_000.0  # a minute boundary
 STEP = 60.0
@@ -666,7 +667,6 @@ def test_quantile(ordered: list[float], q: float, expected: float) -> None:
 samples = st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=2, max_size=60)
 
 
-@settings(max_examples=300, deadline=None)
 @given(samples)
 def test_percentiles_agree_with_the_inclusive_method(values: list[float]) -> None:
     cuts = statistics.quantiles(values, n=20, method="inclusive")
@@ -674,7 +674,6 @@ def test_percentiles_agree_with_the_inclusive_method(values: list[float]) -> Non
     assert aggregate("p95", values) == pytest.approx(cuts[18], abs=1e-6)
 
 
-@settings(max_examples=300, deadline=None)
 @given(samples, st.floats(0, 1), st.floats(0, 1))
 def test_quantiles_stay_within_the_values_and_grow_with_q(
     values: list[float], q1: float, q2: float
@@ -769,7 +768,6 @@ def test_a_gap_of_a_day_is_replayed_minute_by_minute() -> None:
     assert points[0] == T0 + STEP and points[-1] == T0 + MAX_CATCH_UP_S
 
 
-@settings(max_examples=300, deadline=None)
 @given(
     last=st.none() | st.integers(0, 10**6).map(lambda s: T0 + s),
     ahead=st.integers(-1000, 3 * 86400),
@@ -811,7 +809,6 @@ def histories(draw: st.DrawFn) -> list[Row]:
     ]
 
 
-@settings(max_examples=150, deadline=None)
 @given(
     rows=histories(),
     points=st.lists(st.integers(0, 2400), min_size=1, max_size=25, unique=True).map(
@@ -1040,7 +1037,6 @@ class OneRuleUnderRandomUse(RuleBasedStateMachine):
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-OneRuleUnderRandomUse.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=40, deadline=None
-)
+# Three quarters of the profile's runs: each is a state file and up to 40 steps.
+OneRuleUnderRandomUse.TestCase.settings = settings(scaled(0.75), stateful_step_count=40)
 TestOneRuleUnderRandomUse = OneRuleUnderRandomUse.TestCase

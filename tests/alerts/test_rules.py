@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from observer.alerts.rules import (
@@ -169,7 +169,6 @@ def test_expression_value(text: str, values: Mapping[str, Value], expected: floa
     assert parse_expression(text, "here").value(values) == expected
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     name=st.sampled_from(sorted(SIGNALS)),
     value=st.one_of(

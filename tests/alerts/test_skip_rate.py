@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from observer.alerts.engine import Row, Top, evaluate, replay, top_detail
@@ -160,7 +160,6 @@ def test_a_rule_on_a_signal_without_detail_has_no_top() -> None:
     assert top_detail(ungrounded, [(1.0, r) for r in rows([("no_answer_text", 3)])]) is None
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     counts=st.dictionaries(
         st.sampled_from(["no_answer_text", "malformed_sources", "too_large", "hook_error"]),

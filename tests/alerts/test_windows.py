@@ -15,12 +15,13 @@ import math
 from collections.abc import Sequence
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from observer.alerts.engine import AlertState, GroupKey, Row, aggregate, replay
 from observer.alerts.rules import AGGREGATES, WindowRule, check_window_rule, parse_expression
 from observer.alerts.windows import ExactSum, GroupWindow, slide
+from tests.budget import scaled
 
 T0 = 1_764_000_000.0
 ENVIRONMENTS = ("production", "staging")
@@ -157,7 +158,9 @@ def check_same(
     assert got.capped == expected.capped
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Twice the profile's examples: the slide must equal the replay where a window's edge meets
+# a gap, a cap or a point past the rows, which few of the drawn histories reach.
+@settings(scaled(2))
 @given(
     rule=rules(),
     rows=histories(),
@@ -222,7 +225,6 @@ def test_slide_is_replay_over_a_long_catch_up() -> None:
 # -- the pieces ---------------------------------------------------------------------------------
 
 
-@settings(max_examples=300, deadline=None)
 @given(
     values=st.lists(numbers, min_size=1, max_size=60),
     removed=st.integers(0, 59),
@@ -239,7 +241,6 @@ def test_an_exact_sum_is_fsum_of_what_it_holds(values: list[float], removed: int
 
 
 @pytest.mark.parametrize("name", AGGREGATES)
-@settings(max_examples=100, deadline=None)
 @given(values=st.lists(numbers, min_size=1, max_size=40), keep=st.integers(1, 40))
 def test_a_window_aggregates_as_engine_aggregate(name: str, values: list[float], keep: int) -> None:
     window = GroupWindow(name)

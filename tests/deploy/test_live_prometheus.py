@@ -41,7 +41,7 @@ from tests.fakes.openai_stub import OpenAIStub
 from tests.fakes.receiver import Receiver
 from tests.servers import free_port
 
-TIMEOUT_S = 30.0
+TIMEOUT_S = 120.0
 
 
 def get(url: str) -> Any:

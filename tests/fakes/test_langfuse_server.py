@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -37,6 +36,8 @@ from langfuse.api.unstable.dashboards.types.create_dashboard_placement_request i
 )
 from langfuse.api.unstable.dashboards.types.dashboard_definition import DashboardDefinition
 from langfuse.api.unstable.dashboards.types.dashboard_placement import DashboardPlacement_Widget
+
+from tests.waiting import wait_until
 
 from .clock import SimulatedClock
 from .langfuse_server import (
@@ -406,9 +407,7 @@ def test_outage_during_a_slow_request_cuts_the_line(
 
     worker = threading.Thread(target=call)
     worker.start()
-    deadline = time.monotonic() + 5
-    while fake.in_flight == 0 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_until(lambda: fake.in_flight, "the request reached the fake")
     assert fake.in_flight == 1
     fake.stop()
     worker.join(timeout=5)

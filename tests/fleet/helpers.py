@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
@@ -60,6 +61,26 @@ def members(settings: Settings, workdir: Path, names: list[str]) -> Iterator[lis
             stack.callback(lambda p=parts: p.dispatcher.shutdown(Deadline.within(5.0)))
             built.append(member)
         yield built
+
+
+@contextmanager
+def keeping(member: Member) -> Iterator[None]:
+    """The member's lease kept while the block runs, as its keeper thread keeps it in the
+    daemon (there every lease_s / 3; here every lease_s / 10, so that a busy machine cannot
+    let a short lease lapse in the middle of a pass the test runs by hand)."""
+    stop = threading.Event()
+
+    def keep() -> None:
+        while not stop.wait(member.lease_s / 10):
+            member.keep()
+
+    keeper = threading.Thread(target=keep, name="test-keeper", daemon=True)
+    keeper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        keeper.join()
 
 
 def drain(fleet: list[Member], *, rounds: int = 200) -> int:

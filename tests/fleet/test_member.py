@@ -15,7 +15,7 @@ import redis
 from observer.fleet.connect import LeaseLost
 from tests.daemon_helpers import demo_counts
 from tests.fakes.langfuse_server import FakeLangfuse
-from tests.fleet.helpers import drain, fleet_settings, members, traces
+from tests.fleet.helpers import drain, fleet_settings, keeping, members, traces
 from tests.servers import RedisServer
 
 
@@ -86,14 +86,19 @@ def test_a_dead_workers_entries_are_claimed_and_scored_by_another(
     settings = fleet_settings(monkeypatch, fake, redis_proc.url, lease_s=1, claim_idle_s=1)
     with members(settings, tmp_path, ["m1", "m2"]) as (m1, m2):
         m1.keep()
-        m1.read_once()
+        with keeping(m1):  # a second's lease: a pass longer than that is fenced
+            m1.read_once()
         held = m2.stream.read("dead", 10, block_ms=None)  # a member that died holding them
         assert len(held) == 10
         assert m2.stream.pending().consumers == {"dead": 10}
+        # m1 leaves the claiming to m2: a drain longer than the claim's second (a busy
+        # machine) would otherwise have m1 claim the dead member's entries as well.
+        m1.worker.claim_idle_ms = 3_600_000
         while m1.worker.step(block_ms=0).read:
             pass  # everything but the dead member's entries
         assert m1.stream.unacked() == 10
-        m1.read_once()
+        with keeping(m1):
+            m1.read_once()
         held, oldest = m1.stream.watermark(), m1.stream.oldest_unacked()
         assert held is not None and oldest is not None
         assert held <= oldest  # held below the entries not acknowledged

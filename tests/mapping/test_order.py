@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from observer.mapping.convention import MappingRules, read_trace
@@ -56,7 +56,6 @@ def test_there_are_captures_with_several_observations() -> None:
     assert len(traces()) >= 39 and all(len(t) >= 2 for t in traces())
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_any_shuffle_of_a_trace_gives_the_same_record(data: st.DataObject) -> None:
     index = data.draw(st.integers(0, len(traces()) - 1))
@@ -64,7 +63,6 @@ def test_any_shuffle_of_a_trace_gives_the_same_record(data: st.DataObject) -> No
     assert reading(list(shuffled)) == as_captured(index)
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_start_times_tied_read_the_same_in_any_order(data: st.DataObject) -> None:
     index = data.draw(st.integers(0, len(traces()) - 1))

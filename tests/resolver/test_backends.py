@@ -34,6 +34,7 @@ from observer.signals import SignalParams, compute
 from tests.resolver import hooks
 from tests.resolver.conftest import PostgresCluster
 from tests.servers import free_port
+from tests.waiting import wait_until
 
 
 def sha(text: str) -> str:
@@ -404,9 +405,7 @@ def test_hook_slow(hook_store: None) -> None:
         assert reason_of(store).reason == "timeout"  # still running: no second thread
     finally:
         hooks.RELEASE.set()
-    deadline = time.monotonic() + 2
-    while hooks.CALLS == [] and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: hooks.CALLS, "the released hook call finished")
     assert "kb-1" in store.lookup(["kb-1"])
 
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 import structlog
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from observer.model import RagRecord, Source
@@ -213,7 +213,6 @@ def test_bad_batch_size() -> None:
 _IDS = st.sampled_from(["a", "b", "c", "d", "e", "f", "g"])
 
 
-@settings(max_examples=150, deadline=None)
 @given(
     st.lists(st.lists(_IDS, max_size=5, unique=True), max_size=6),
     st.integers(min_value=1, max_value=8),

@@ -7,14 +7,12 @@ import random
 from collections.abc import Sequence
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from observer.model import Concentration, RagRecord, Sentence, Source
 from observer.signals import SignalParams, cited_sources, compute
 from observer.signals.concentration import concentration
-
-SETTINGS = settings(max_examples=300, deadline=None)
 
 
 def record(answer: str, docs: Sequence[str | None]) -> RagRecord:
@@ -148,7 +146,6 @@ def answers(draw: st.DrawFn) -> tuple[list[Sentence], list[Source]]:
     return sentences, sources
 
 
-@SETTINGS
 @given(answers())
 def test_ratio_in_unit_interval_and_null_rules(drawn: tuple[list[Sentence], list[Source]]) -> None:
     sentences, sources = drawn
@@ -165,7 +162,6 @@ def test_ratio_in_unit_interval_and_null_rules(drawn: tuple[list[Sentence], list
     assert "" not in got.cited_docs
 
 
-@SETTINGS
 @given(answers(), st.randoms(use_true_random=False))
 def test_order_of_sentences_and_sources_does_not_matter(
     drawn: tuple[list[Sentence], list[Source]], rnd: random.Random

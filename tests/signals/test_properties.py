@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 import random
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from observer.model import Band, RagRecord, Signals, Source
 from observer.signals import SignalParams, compute
 
 PARAMS = SignalParams()
-SETTINGS = settings(max_examples=200, deadline=None)
 
 # Pieces real answers are made of, mixed with arbitrary text so markdown,
 # markers, terminators and numbers meet each other in every order.
@@ -50,7 +49,6 @@ def _unit_or_none(value: float | None) -> bool:
     return value is None or (not math.isnan(value) and 0.0 <= value <= 1.0)
 
 
-@SETTINGS
 @given(records())
 def test_scores_in_unit_interval_never_nan(record: RagRecord) -> None:
     signals = compute(record, PARAMS)
@@ -62,7 +60,6 @@ def test_scores_in_unit_interval_never_nan(record: RagRecord) -> None:
         assert 0.0 <= value <= 1.0
 
 
-@SETTINGS
 @given(st.text(), st.lists(st.text(), max_size=4), st.lists(scores, max_size=4))
 def test_arbitrary_text_never_raises(answer: str, texts: list[str], floats: list[float]) -> None:
     sources = tuple(
@@ -73,13 +70,11 @@ def test_arbitrary_text_never_raises(answer: str, texts: list[str], floats: list
     assert isinstance(compute(record, PARAMS), Signals)
 
 
-@SETTINGS
 @given(records())
 def test_same_record_same_signals(record: RagRecord) -> None:
     assert compute(record, PARAMS) == compute(record, PARAMS)
 
 
-@SETTINGS
 @given(records())
 def test_refs_partition(record: RagRecord) -> None:
     cites = compute(record, PARAMS).citations
@@ -91,7 +86,6 @@ def test_refs_partition(record: RagRecord) -> None:
         assert list(refs) == sorted(set(refs))
 
 
-@SETTINGS
 @given(records())
 def test_counts_consistent(record: RagRecord) -> None:
     cites = compute(record, PARAMS).citations
@@ -104,7 +98,6 @@ def test_counts_consistent(record: RagRecord) -> None:
     assert len(numeric.unsupported) <= numeric.numbers - numeric.grounded
 
 
-@SETTINGS
 @given(records())
 def test_forced_low_band(record: RagRecord) -> None:
     signals = compute(record, PARAMS)
@@ -112,7 +105,6 @@ def test_forced_low_band(record: RagRecord) -> None:
         assert signals.band is Band.LOW
 
 
-@SETTINGS
 @given(records(), st.randoms(use_true_random=False))
 def test_score_order_does_not_matter(record: RagRecord, rnd: random.Random) -> None:
     if record.rerank_scores is None:
@@ -136,7 +128,6 @@ def test_score_order_does_not_matter(record: RagRecord, rnd: random.Random) -> N
     )
 
 
-@SETTINGS
 @given(records())
 def test_trailing_pleasantry_changes_nothing(record: RagRecord) -> None:
     # A closing pleasantry on its own line is neither substantive nor cited.
@@ -165,7 +156,6 @@ _CODE_BODY = st.lists(
 ).map("".join)
 
 
-@SETTINGS
 @given(_CODE_BODY)
 def test_nothing_inside_a_fence_counts(body: str) -> None:
     # Only splitlines() boundaries matter; keep the body to "\n" line breaks.

@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from observer.model import RagRecord, Source
 from observer.signals import SignalParams, compute
 from observer.signals.output import signals_json
 from observer.signals.text import prepare
+from tests.budget import scaled
 from tests.signals import oracle
 from tests.signals.oracle.output import signals_json as oracle_signals_json
 from tests.signals.oracle.text import prepare as oracle_prepare
 
-SETTINGS = settings(max_examples=1500, deadline=None)
+# Five times the profile's examples: the optimised signals can differ from the oracle only
+# where pieces meet at a boundary, which few draws hit; each example is cheap.
+SETTINGS = scaled(5)
 
 # Pieces that meet at sentence, marker, number, code and markdown boundaries.
 TOKENS = [
@@ -266,7 +269,6 @@ def _sentence(rng: random.Random, n_sources: int) -> str:
     return f"{body}{end}{marker}" if end == "。" else f"{body} {marker}{end}"
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.randoms(use_true_random=False))
 def test_bench_shaped_records_equal_the_oracle(rng: random.Random) -> None:
     parts: list[str] = [rng.choice(["## Answer", "", "Answer:"])]

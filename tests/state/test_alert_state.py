@@ -19,6 +19,7 @@ from observer.alerts.rules import row_keys
 from observer.state import State
 from observer.state.alerts import Digest
 from observer.state.rows import Notification, Outgoing, Queued
+from tests.budget import scaled
 
 T0 = 1_764_000_000.0  # 2025-11-24T16:00:00Z
 
@@ -256,9 +257,8 @@ group_keys = st.lists(
 ).map(tuple)
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+# A third of the profile's examples: each saves to a state file and opens it again.
+@settings(scaled(0.3), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(states=st.dictionaries(group_keys, alert_states, max_size=6))
 def test_any_rule_state_round_trips(path: Path, states: dict[GroupKey, AlertState]) -> None:
     with_file = State(path)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from observer.model import ScoreEvent
 from observer.state import OutboxFull, State, StateError
+from tests.budget import scaled
 
 NOW = datetime(2026, 11, 20, 8, 30, tzinfo=UTC)
 
@@ -169,7 +170,8 @@ def test_outbox_size_is_kept_not_recounted(tmp_path: Path) -> None:
     state.close()
 
 
-@settings(max_examples=40, deadline=None)
+# A fifth of the profile's examples: each is a new state file and up to 25 writes.
+@settings(scaled(0.2))
 @given(
     st.lists(
         st.tuples(

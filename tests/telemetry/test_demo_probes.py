@@ -24,6 +24,7 @@ from observer import app
 from observer.config import load_settings
 from tests.servers import free_port
 from tests.telemetry.test_http import get, wait_for
+from tests.waiting import wait_until
 
 
 class Clock:
@@ -64,7 +65,7 @@ def test_the_served_demo_stays_ready_and_beats_hours_later(
             seen["ready_at_start"] = probe(url + "/readyz")
             clock.advance(3 * 3600)  # three hours of serving
             seen["ready_later"] = probe(url + "/readyz")
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + 60  # against a hang, not a speed check
             while True:  # the next beat, a few milliseconds away
                 status, live = probe(url + "/healthz")
                 if live["heartbeat_age_s"] < 1 or time.monotonic() > deadline:
@@ -143,10 +144,18 @@ def test_demo_serve_as_a_user_runs_it(tmp_path: Path) -> None:
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(base + "/readyz", 200)
-        time.sleep(1.2)  # past the 1 s Langfuse bound
-        status, ready = probe(base + "/readyz")
-        assert status == 200, ready
-        assert "reasons" not in ready
+        # Asked all along until past the 1 s Langfuse bound (a busy machine only asks longer).
+        first_ready = time.monotonic()
+        answers: list[tuple[int, dict[str, Any]]] = []
+
+        def ready_past_the_bound() -> bool:
+            answers.append(probe(base + "/readyz"))
+            return time.monotonic() - first_ready > 1.2
+
+        wait_until(ready_past_the_bound, "1.2 s of /readyz answers")
+        for status, ready in answers:
+            assert status == 200, ready
+            assert "reasons" not in ready
         status, live = probe(base + "/healthz")
         assert status == 200 and live["heartbeat_of"] == "the demo's serving loop"
         assert live["heartbeat_age_s"] <= 5.5

@@ -122,7 +122,9 @@ def fake() -> Iterator[FakeLangfuse]:
         yield server
 
 
-def wait_for(url: str, status: int, timeout_s: float = 20) -> tuple[int, str, str]:
+def wait_for(url: str, status: int, timeout_s: float = 120) -> tuple[int, str, str]:
+    """`url`'s answer once it is `status`: a bound against a hang (a daemon's start takes
+    seconds of imports on a busy machine), not a speed check."""
     deadline = time.monotonic() + timeout_s
     last: tuple[int, str, str] = (0, "", "")
     while time.monotonic() < deadline:
@@ -163,7 +165,7 @@ def test_the_daemon_serves_probes_and_quality_metrics(fake: FakeLangfuse, tmp_pa
         assert any("Langfuse has not answered" in r for r in json.loads(body)["reasons"])
         assert get(base + "/healthz")[0] == 200
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -179,7 +181,7 @@ def test_a_port_in_use_is_a_configuration_error(fake: FakeLangfuse, tmp_path: Pa
             [sys.executable, "-m", "observer", "run", "--state", str(tmp_path / "s.sqlite")],
             env=env,
             capture_output=True,
-            timeout=30,
+            timeout=120,  # against a hang: the refusal comes after the daemon's imports
         )
     finally:
         holder.stop()

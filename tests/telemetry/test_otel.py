@@ -320,9 +320,10 @@ def test_without_otel_variables_nothing_is_built_or_sent(
     tmp_path: Path,
 ) -> None:
     threads = {t.name for t in threading.enumerate()}
-    started = time.perf_counter()
+    # What it costs is the CPU time of this thread: a busy machine stretches the wall clock.
+    started = time.thread_time()
     telemetry = setup_telemetry()
-    assert time.perf_counter() - started < 0.05
+    assert time.thread_time() - started < 0.05
     assert not telemetry.enabled and telemetry.judge_langfuse is None
     assert {t.name for t in threading.enumerate()} == threads  # no exporter thread
     span = telemetry.tracer.start_span("observer.poll_pass")
@@ -334,11 +335,11 @@ def test_without_otel_variables_nothing_is_built_or_sent(
 
     # A span costs next to nothing on the hot path when telemetry is off.
     tracer = telemetry.tracer
-    started = time.perf_counter()
+    started = time.thread_time()
     for _ in range(10_000):
         with tracer.start_as_current_span("observer.trace_scored") as span:
             span.is_recording()
-    assert (time.perf_counter() - started) / 10_000 < 50e-6
+    assert (time.thread_time() - started) / 10_000 < 50e-6
 
 
 @pytest.mark.parametrize(
@@ -371,9 +372,8 @@ def test_a_collector_down_is_logged_once_and_shutdown_keeps_its_budget(
     with capture_logs() as logs:
         telemetry = setup_telemetry()
         tracer = telemetry.tracer
-        for _ in range(3):
+        for _ in range(3):  # one batch, exported at shutdown (the schedule delay is 5 s)
             tracer.start_span("observer.poll_pass").end()
-            time.sleep(0.1)
         started = time.monotonic()
         done = telemetry.shutdown(1.0)
         took = time.monotonic() - started
