@@ -18,10 +18,18 @@ from tests.test_readme import anchors
 ROOT = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve()
 
-# Where to look: every file under these (caches aside), and these files.
+# Where to look: every file under these (caches and installed packages aside), and these.
 TREES = ("observer", "tests", "bench", "docs", "grafana", "examples", "deploy")
 FILES = ("README.md", "pyproject.toml")
-SKIPPED_DIRS = {"__pycache__", ".hypothesis", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
+# Caches, and what npm installs beside the captured JS apps (not the repository's).
+SKIPPED_DIRS = {
+    "__pycache__",
+    ".hypothesis",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    "node_modules",
+}
 
 # A citation of the outside spec, or a path that leaves the repository for it.
 OUTSIDE = ("DESIGN §", "shared/DESIGN", "../shared/", "/work/shared/")

@@ -693,13 +693,8 @@ def _alive_while_waiting(health: Health, stop: threading.Event) -> Callable[[], 
 
 def _reading_while_held(health: Health, stop: threading.Event, lease: Lease) -> Callable[[], bool]:
     """A fleet reader's pass goes on while the reader's lease is held (and no stop)."""
-
-    def should_stop() -> bool:
-        health.beat()
-        health.langfuse_answered()
-        return stop.is_set() or not lease.held()
-
-    return should_stop
+    beating = _beating(health, stop)
+    return lambda: beating() or not lease.held()
 
 
 def _beating(health: Health, stop: threading.Event) -> Callable[[], bool]:
