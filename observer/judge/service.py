@@ -285,7 +285,11 @@ class JudgeService:
         else:
             self.state.judge.settle(record.trace_id, day, result.tokens, basis)
         if self.shared is not None:
-            self.shared.spent(record.trace_id, basis, day, result.tokens)
+            try:
+                self.shared.spent(record.trace_id, basis, day, result.tokens)
+            except Exception as error:  # the fleet's count must not cost the trace its scores
+                # The reservation stays counted in its place: the day's tokens over, never under.
+                log.warning("judge_spend_not_shared", trace_id=record.trace_id, error=str(error))
         self.metrics.judge_calls.inc(result.calls)
         self.metrics.judge_tokens.labels(kind="prompt").inc(result.prompt_tokens)
         self.metrics.judge_tokens.labels(kind="completion").inc(result.completion_tokens)

@@ -382,3 +382,48 @@ def test_a_sample_is_in_the_state_file_with_its_trace_before_any_queue(
             parts.state.close()
     assert len(waiting) == SCORED
     assert scored == waiting
+
+
+def test_a_fleet_count_that_cannot_be_written_costs_the_trace_none_of_its_judge_scores(
+    servers: tuple[FakeLangfuse, OpenAIStub],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """A fleet member judges while its Redis is away (a partition): the spend it cannot
+    report stays a reservation there, and the trace still gets its judge scores."""
+    import json
+
+    import redis
+    from structlog.testing import capture_logs
+
+    from observer.fleet.budget import FleetBudget
+    from observer.fleet.keys import Keys
+    from observer.judge.service import JudgeService
+    from observer.records import record_from_obj
+    from observer.signals import compute
+    from tests.servers import free_port
+
+    langfuse, _judge = servers
+    settings = configure(monkeypatch, langfuse, OBSERVER_JUDGE__ENABLED="true")
+    away = redis.Redis(port=free_port(), socket_connect_timeout=0.5, socket_timeout=0.5)
+    parts = app.build(settings, state_path=tmp_path / "s.sqlite")
+    try:
+        assert parts.judge is not None
+        service = JudgeService(
+            parts.judge.client,
+            parts.state,
+            Metrics(),
+            settings.sampler_params(),
+            signal_params=settings.signal_params(),
+            shared=FleetBudget(away, Keys("away")),
+        )
+        examples = Path(__file__).resolve().parents[2] / "examples" / "records.jsonl"
+        line = examples.read_text().splitlines()[0]
+        record = record_from_obj(json.loads(line))
+        with capture_logs() as logs:
+            result = service.judge_now(record, compute(record, settings.signal_params()))
+        assert result.error is None
+        assert "judge_spend_not_shared" in [e["event"] for e in logs]
+        assert parts.state.outbox_size() > 0  # the judge's scores, queued for Langfuse
+    finally:
+        parts.close()
