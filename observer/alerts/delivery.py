@@ -257,9 +257,9 @@ class Delivery:
             close = getattr(notifier, "close", None)
             if callable(close):
                 close()
-        left = self.outbox.waiting() if ended else -1
+        left = self.outbox.waiting()
         if left:
-            log.warning("alert_notifications_kept", waiting=max(left, 0), until="the next start")
+            log.warning("alert_notifications_kept", waiting=left, until="the next start")
         self._shutdown_result = flushed and ended and left == 0
         return self._shutdown_result
 

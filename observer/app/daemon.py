@@ -164,7 +164,7 @@ class Daemon:
         parts.alerts.shutdown(deadline)
         ended = parts.alerts.ended and ended
         parts.telemetry.shutdown(deadline.left())
-        left = parts.state.outbox_size() if ended else -1
+        left = parts.state.outbox_size()  # a read: the state stays open under a late thread
         if ended:
             parts.close()
         else:

@@ -179,9 +179,7 @@ class Dispatcher:
         if flushing is not None:
             flushing.join(deadline.left())
             ended = ended and not flushing.is_alive()
-        if not ended:
-            return False, False  # a push still runs: the outbox is not to be read under it
-        return self._state.outbox_size() == 0, True
+        return self._state.outbox_size() == 0, ended
 
     # -- sending --------------------------------------------------------------
 
