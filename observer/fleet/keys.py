@@ -30,6 +30,15 @@ class Keys:
         return f"{self.prefix}:reader:fence"
 
     @property
+    def epoch(self) -> str:
+        """When this Redis's fleet data began (`<ms> <member>`): gone means Redis lost it."""
+        return f"{self.prefix}:epoch"
+
+    def restored(self, epoch: str, member: str) -> str:
+        """Set once `member` gave back what it remembers after the data loss of `epoch`."""
+        return f"{self.prefix}:restored:{epoch}:{member}"
+
+    @property
     def watermark(self) -> str:
         return f"{self.prefix}:watermark"
 
@@ -37,6 +46,11 @@ class Keys:
     def stream(self) -> str:
         """The complete traces the reader published, for the workers."""
         return f"{self.prefix}:traces"
+
+    @property
+    def dead(self) -> str:
+        """Entries that failed `fleet.max_deliveries` times: kept for `fleet dead --replay`."""
+        return f"{self.prefix}:dead"
 
     @property
     def inflight(self) -> str:
