@@ -345,6 +345,13 @@ class RedisServer:
             _stop(self.process)
             self.process = None
 
+    def wipe(self) -> None:
+        """Stop it and lose its data (its append-only files and any snapshot): the next
+        start is empty, as a restart without persistence or a failover to an empty replica."""
+        self.stop()
+        shutil.rmtree(self.workdir / "appendonlydir", ignore_errors=True)
+        (self.workdir / "dump.rdb").unlink(missing_ok=True)
+
     def pause(self) -> None:
         os.kill(self.pid, signal.SIGSTOP)
 

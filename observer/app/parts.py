@@ -474,7 +474,7 @@ def _build(
             disabled.inc()
 
     src = settings.source
-    marks, publisher, should_stop = _reader(settings, fleet, metrics, health, stop)
+    marks, publisher, should_stop = _reader(settings, fleet, metrics, health, stop, state.watermark)
     pipeline = Pipeline(
         source,
         state,
@@ -564,6 +564,7 @@ def _reader(
     metrics: Metrics,
     health: Health,
     stop: threading.Event,
+    local: Callable[[], datetime | None],
 ) -> tuple[Marks | None, StreamPublisher | None, Callable[[], bool]]:
     """Where the pipeline keeps its marks and hands its traces: the state file and its own
     recorder alone, or a fleet's stream while this member holds the reader's lease."""
@@ -578,7 +579,7 @@ def _reader(
         overlap_s=src.overlap_s,
         stop=stop,
     )
-    marks = FleetMarks(fleet.stream, fleet.lease)
+    marks = FleetMarks(fleet.stream, fleet.lease, local)
     return marks, publisher, _reading_while_held(health, stop, fleet.lease)
 
 
@@ -606,6 +607,7 @@ def _member(
         metrics,
         max_outbox=settings.sink.max_outbox,
         claim_idle_s=settings.fleet.claim_idle_s,
+        max_deliveries=settings.fleet.max_deliveries,
         lookup=resolver,
         notify=dispatcher.notify,
     )

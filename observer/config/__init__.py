@@ -386,7 +386,14 @@ class FleetSettings(_Section):
     )
     lease_s: float = Field(15.0, ge=1, description="the reader's lease; a new reader within it")
     claim_idle_s: float = Field(60.0, gt=0, description="a dead member's entries claimed after")
-    stream_maxlen: int = Field(100_000, ge=100, description="the trace stream's length, about")
+    stream_maxlen: int = Field(
+        100_000,
+        ge=100,
+        description="signal rows kept for the others; the reader stops at half as many pending",
+    )
+    max_deliveries: int = Field(
+        5, ge=1, le=100, description="an entry failing this often goes to the dead stream"
+    )
 
     @model_validator(mode="after")
     def _claim_after_lease(self) -> FleetSettings:

@@ -1,7 +1,9 @@
 """One reader at a time: a lease in Redis, renewed by its holder, fenced by a token.
 
 Acquiring is `SET lease member:token NX PX lease_ms` with a token from `INCR` on
-the fence key, so every holder's token is larger than every earlier holder's.
+the fence key, raised to Redis's clock in milliseconds when that is larger: every
+holder's token is larger than every earlier holder's, even after Redis lost its
+data (the counter with it) and started again from nothing.
 Only the holder renews (a script compares the value, then `PEXPIRE`s) or
 releases (compare, then `DEL`). Every write of the reader (publishing a trace,
 moving the watermark) runs in a script that first compares the lease's value
@@ -23,10 +25,19 @@ import redis
 from observer.fleet.keys import Keys
 
 # KEYS[1] lease, KEYS[2] fence; ARGV[1] member, ARGV[2] ttl ms -> the token, or 0 (held).
+# The token is seeded from the server's clock, so a fence lost with the data stays
+# monotonic; string.format keeps 13 digits from turning into 1.7e+12.
 ACQUIRE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local token = redis.call('INCR', KEYS[2])
-if redis.call('SET', KEYS[1], ARGV[1] .. ':' .. token, 'NX', 'PX', ARGV[2]) then
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if token < now then
+  token = now
+  redis.call('SET', KEYS[2], string.format('%d', token))
+end
+local value = ARGV[1] .. ':' .. string.format('%d', token)
+if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   return token
 end
 return 0

@@ -1,8 +1,9 @@
 """One member of the fleet: its threads and its role, on parts the composition root built.
 
-    keeper   every lease_s / 3: renew or try the reader's lease; say this member is
-             alive (members ZSET, its figures in a hash that expires); Redis's
-             reachability for /readyz
+    keeper   every lease_s / 3: the fleet's epoch checked; renew or try the reader's
+             lease; say this member is alive (members ZSET, its figures in a hash that
+             expires); Redis's reachability for /readyz; as the reader, consumers
+             gone for a day deleted
     reader   while the lease is held: one pass of the reader's pipeline every
              poll interval (the first at once when the lease is gained)
     worker   always: `Worker.step` in a loop, waiting at most BLOCK_MS for entries
@@ -18,6 +19,18 @@ wait), says so in /readyz, and keeps delivering its outbox (the dispatcher does
 not need Redis). It gives up acting as the reader once its lease could have run
 out (`Lease.held`); any write it still tries is fenced. Threads never die of an
 error: each is logged and tried again.
+
+Redis that lost its data (a restart without persistence, a failover, an
+eviction) is noticed by the epoch key gone or changed, or a `NOGROUP` answer:
+the member recreates the epoch and the group (whoever comes first), says so once
+at error level (`fleet_redis_data_lost`) and in
+`observer_fleet_redis_resets_total`, forgets the entries it held (their scores
+in its outbox are delivered all the same), and gives back what it remembers
+doing that the fleet must not do twice (`Crew.restorers`: the judge's spend and
+claims, the trace rules' claims). A reader then waits one lease before it
+publishes, so that every live member has given its memory back; it reads from
+its own copy of the watermark (the follower's), which stayed below every trace
+not yet delivered.
 """
 
 from __future__ import annotations
@@ -27,9 +40,9 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import redis
 import structlog
@@ -41,7 +54,7 @@ from observer.fleet.alerts import Evaluation, FleetAlerts
 from observer.fleet.connect import BLOCK_MS, LeaseLost
 from observer.fleet.keys import Keys
 from observer.fleet.lease import Lease
-from observer.fleet.stream import TraceStream
+from observer.fleet.stream import TraceStream, lost
 from observer.fleet.worker import Worker
 from observer.pipeline import Pipeline
 from observer.sources.langfuse import Stopped
@@ -52,6 +65,9 @@ from observer.telemetry.metrics import Metrics
 log = structlog.get_logger("observer.fleet")
 
 UNREACHABLE = "the fleet's Redis is unreachable"
+# Consumers with nothing pending, not seen this long, are deleted (by the reader).
+CONSUMER_KEPT_MS = 86_400_000
+FORGET_EVERY_S = 600.0
 
 
 def member_name(state: State) -> str:
@@ -85,6 +101,20 @@ class Crew:
     stop: threading.Event
     lease_s: float
     poll_interval_s: float
+    # What this member gives back after Redis lost its data: each (epoch) -> how many.
+    restorers: Mapping[str, Callable[[str], int]] = field(default_factory=dict)
+
+
+def epoch_value(member: str, kind: str, now_ms: int) -> str:
+    """The epoch key's value: when, who, and whether it began a fleet or a loss."""
+    return f"{now_ms} {member} {kind}"
+
+
+def epoch_parts(value: str) -> tuple[datetime, str, str]:
+    """(when, who, "new" or "reset") of an epoch value."""
+    at, member, kind = [*value.split(" "), "", ""][:3]
+    moment = datetime.fromtimestamp(int(at) / 1000, UTC) if at.isdigit() else None
+    return moment or datetime.fromtimestamp(0, UTC), member, kind
 
 
 class Member:
@@ -108,6 +138,12 @@ class Member:
         self.wake = threading.Event()  # the lease was gained: read at once
         self.redis_ok = True
         self.passes = 0
+        self.epoch: str | None = self.state.noted(self._epoch_note)
+        self.resets = 0
+        self.last_reset: datetime | None = None
+        self._owed: str | None = None  # an epoch this member has not given its memory to
+        self._read_after = 0.0  # monotonic: after a data loss, the reader waits a lease
+        self._forgot_at = 0.0
         # Four loops of one shape (observer.background.Worker), stopped by the daemon's stop.
         self._loops = [
             Loop(
@@ -144,8 +180,8 @@ class Member:
     # -- life -------------------------------------------------------------------
 
     def start(self) -> None:
-        """The stream's group, then the three threads (the lease tried at once)."""
-        self.stream.ensure_group()
+        """The epoch and the stream's group, then the threads (the lease tried at once)."""
+        self.check_epoch()
         self.keep()
         for loop in self._loops:
             loop.start()
@@ -177,9 +213,18 @@ class Member:
         metrics = self.metrics
         was = self.lease.held()
         try:
+            self.check_epoch()
             held = self.lease.keep()
             pending = self.stream.pending().consumers.get(self.name, 0)
             self._announce(held, pending)
+            if held:
+                self._forget_idle_consumers()
+        except redis.ResponseError as error:
+            held = self.lease.held()
+            if lost(error):
+                self.recover()
+            else:
+                log.warning("fleet_keep_failed", member=self.name, error=str(error))
         except redis.RedisError as error:
             held = self.lease.held()  # still ours until it could have run out
             if not held:
@@ -218,12 +263,92 @@ class Member:
             "pending": pending,
             "outbox": self.state.outbox_size(),
             "lease_changes": int(metrics.value("observer_fleet_lease_changes_total")),
+            "failed": int(metrics.value("observer_fleet_entries_total", event="failed")),
+            "dead": int(metrics.value("observer_fleet_entries_total", event="dead")),
+            "resets": self.resets,
+            "last_reset": self.last_reset.isoformat() if self.last_reset else "",
+            "awaiting": len(self.worker.awaiting),
         }
         with self.client.pipeline(transaction=False) as pipe:
             pipe.zadd(self.keys.members, {self.name: int(time.time() * 1000)})
             pipe.hset(self.keys.member(self.name), mapping=figures)
             pipe.pexpire(self.keys.member(self.name), int(self.lease_s * 3000))
             pipe.execute()
+
+    # -- Redis that lost its data -------------------------------------------------
+
+    @property
+    def _epoch_note(self) -> str:
+        return f"fleet_epoch:{self.keys.name}"
+
+    def check_epoch(self) -> None:
+        """The fleet's epoch as this member knows it; a missing or another one means Redis
+        lost its data: recreated, said once, and this member's memory given back."""
+        found = self.client.get(self.keys.epoch)
+        value = found.decode() if isinstance(found, bytes) else None
+        if value is None or value != self.epoch:
+            known = self.epoch
+            if value is None:
+                kind = "new" if known is None else "reset"
+                mine = epoch_value(self.name, kind, int(time.time() * 1000))
+                self.client.set(self.keys.epoch, mine, nx=True)
+                raw = self.client.get(self.keys.epoch)
+                value = raw.decode() if isinstance(raw, bytes) else mine
+            self.stream.ensure_group()
+            self.epoch = value
+            if known is None:
+                self.state.note(self._epoch_note, value)
+            else:
+                self._reset(value)
+        if self._owed is not None:
+            self._give_back(self._owed)
+
+    def recover(self) -> None:
+        """A `NOGROUP` answer: the group recreated, the epoch checked (never raises)."""
+        try:
+            self.check_epoch()
+            self.stream.ensure_group()  # the epoch may have survived what the group did not
+        except redis.RedisError as error:
+            self._unreachable(error)
+
+    def _reset(self, epoch: str) -> None:
+        at, by, _kind = epoch_parts(epoch)
+        self.resets += 1
+        self.last_reset = datetime.now(UTC)
+        self.metrics.fleet.redis_resets.inc()
+        self.worker.reset()
+        self.pipeline.cursor = None  # a reader reads again from its watermark
+        self._read_after = time.monotonic() + self.lease_s
+        self._owed = epoch
+        log.error(
+            "fleet_redis_data_lost",
+            member=self.name,
+            epoch_since=at.isoformat(),
+            recreated_by=by,
+            action=(
+                "stream, group and epoch recreated; entries in hand forgotten (their scores "
+                "are delivered from the outbox); this member's judge spend and pages given "
+                "back; traces read again from the watermark; Redis needs AOF and "
+                "maxmemory-policy noeviction (docs/operating.md#redis)"
+            ),
+        )
+
+    def _give_back(self, epoch: str) -> None:
+        """What this member remembers doing, into the new epoch (each restorer is once per
+        epoch and member in Redis: a retry after a failure never counts twice)."""
+        given = {what: restore(epoch) for what, restore in self.crew.restorers.items()}
+        self._owed = None
+        self.state.note(self._epoch_note, epoch)  # only now: a crash before gives back again
+        log.info("fleet_memory_given_back", member=self.name, given=given)
+
+    def _forget_idle_consumers(self) -> None:
+        now = time.monotonic()
+        if now - self._forgot_at < FORGET_EVERY_S:
+            return
+        self._forgot_at = now
+        gone = self.stream.forget_idle_consumers(CONSUMER_KEPT_MS)
+        if gone:
+            log.info("fleet_consumers_deleted", consumers=gone, reason="idle a day, none pending")
 
     def _unreachable(self, error: Exception) -> None:
         if self.redis_ok:
@@ -240,7 +365,6 @@ class Member:
     def _reachable(self) -> None:
         if not self.redis_ok:
             log.info("fleet_redis_reachable", member=self.name, action="work resumed")
-            self.worker.reread_own()  # an acknowledgement may have failed with the link
             self.wake.set()  # a reader reads again at once
         self.redis_ok = True
         self.metrics.fleet.redis_up.set(1)
@@ -270,7 +394,7 @@ class Member:
 
     def _read_step(self) -> bool:
         """A pass while this member holds the lease (woken at once when it gains it)."""
-        if self.lease.held() and self.redis_ok:
+        if self.lease.held() and self.redis_ok and time.monotonic() >= self._read_after:
             self.read_once()
         return False
 
@@ -281,6 +405,11 @@ class Member:
             self.passes += 1
         except (Stopped, LeaseLost) as error:
             log.info("pass_ended", member=self.name, reason=type(error).__name__)
+        except redis.ResponseError as error:
+            if lost(error):
+                self.recover()
+            else:
+                log.warning("poll_failed", kind="redis", error=str(error))
         except redis.RedisError as error:
             self._unreachable(error)
         except RemoteError as error:
@@ -306,6 +435,11 @@ class Member:
         self.health.beat()
         try:
             return not self.worker.step(BLOCK_MS).outbox_full
+        except redis.ResponseError as error:
+            if lost(error):
+                self.recover()
+                return True
+            raise
         except redis.RedisError as error:
             self._unreachable(error)
             return False

@@ -15,15 +15,14 @@ are trimmed from the stream only once they are acknowledged.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from observer.fleet.connect import LeaseLost
 from observer.fleet.entry import Entry
 from observer.fleet.lease import Lease
 from observer.fleet.stream import TraceStream
-from observer.pipeline import PublishKind
+from observer.pipeline import Publication, PublishKind
 from observer.pipeline.traces import last_activity
 from observer.sources.langfuse import Stopped
 from observer.telemetry.metrics import Metrics
@@ -43,14 +42,25 @@ def _value(lease: Lease) -> str:
 
 
 class FleetMarks:
-    """The watermark and trace marks in Redis; written only while the lease is held."""
+    """The watermark and trace marks in Redis; written only while the lease is held.
 
-    def __init__(self, stream: TraceStream, lease: Lease) -> None:
+    Redis without a watermark (a new fleet, or one that lost its data) falls back on
+    `local`: this member's copy of the fleet's watermark, which its follower keeps in
+    the state file and which stayed below every trace not yet delivered."""
+
+    def __init__(
+        self,
+        stream: TraceStream,
+        lease: Lease,
+        local: Callable[[], datetime | None] = lambda: None,
+    ) -> None:
         self.stream = stream
         self.lease = lease
+        self.local = local
 
     def watermark(self) -> datetime | None:
-        return self.stream.watermark()
+        found = self.stream.watermark()
+        return found if found is not None else self.local()
 
     def set_watermark(self, moment: datetime) -> None:
         self.stream.set_watermark(_value(self.lease), moment)
@@ -80,32 +90,57 @@ class StreamPublisher:
         self.wait_s = wait_s
         self._room = 0  # entries that may be published before the bound is asked again
 
-    def publish(
-        self,
-        trace_id: str,
-        observations: list[dict[str, Any]],
-        root: datetime,
-        now: datetime,
-        latest: datetime | None,
-        too_large: int | None,
-    ) -> PublishKind:
-        if too_large is None:
-            last = last_activity(observations, now)
-            if last is not None and now - last < self.settle:
-                return "unsettled"  # as the daemon: it holds the watermark at its root
-        if self._room <= 0:  # asked again only once the room last seen is used up
+    def publish(self, traces: Sequence[Publication]) -> list[PublishKind]:
+        """The page's complete traces: the settled ones published in pipelined batches
+        of at most the room the pending bound leaves (one round trip each)."""
+        kinds: list[PublishKind] = []
+        ready: list[tuple[int, Entry]] = []
+        for trace in traces:
+            if trace.too_large is None:
+                last = last_activity(trace.observations, trace.now)
+                if last is not None and trace.now - last < self.settle:
+                    kinds.append("unsettled")  # as the daemon: held at its root
+                    continue
+            kinds.append("published")
+            ready.append(
+                (
+                    len(kinds) - 1,
+                    Entry(
+                        trace.trace_id,
+                        trace.observations,
+                        trace.root,
+                        trace.now,
+                        trace.latest,
+                        trace.too_large,
+                    ),
+                )
+            )
+        while ready:
+            room = self._wait_for_room()
+            batch, ready = ready[:room], ready[room:]
+            found = self.stream.publish_many(
+                _value(self.lease), [entry for _, entry in batch], self.marks_ttl_s
+            )
+            published = 0
+            for (index, _entry), entry_id in zip(batch, found, strict=True):
+                if entry_id is None:
+                    kinds[index] = "unchanged"
+                else:
+                    published += 1
+            self._room -= published
+            self.metrics.fleet.entries.labels(event="published").inc(published)
+        return kinds
+
+    def _wait_for_room(self) -> int:
+        """How many entries may go now: asked again only once the room last seen is used
+        up; while the stream holds `pending_bound` unacknowledged, wait (the pass stops)."""
+        if self._room <= 0:
             while (unacked := self.stream.unacked()) >= self.stream.pending_bound:
                 if self.stop.wait(self.wait_s):
                     raise Stopped()
                 _value(self.lease)
             self._room = min(CHECK_EVERY, self.stream.pending_bound - unacked)
-        entry = Entry(trace_id, observations, root, now, latest, too_large)
-        entry_id = self.stream.publish(_value(self.lease), entry, self.marks_ttl_s)
-        if entry_id is None:
-            return "unchanged"
-        self._room -= 1
-        self.metrics.fleet.entries.labels(event="published").inc()
-        return "published"
+        return self._room
 
     def oldest_unacked(self) -> datetime | None:
         return self.stream.oldest_unacked()

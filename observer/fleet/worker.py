@@ -1,23 +1,35 @@
-"""Every member is a worker: read entries, score them, outbox, then acknowledge.
+"""Every member is a worker: read entries, score them, outbox, acknowledge once delivered.
 
-One `step` handles one batch: the member's own pending entries first (after a
-restart, or ones deferred by a full outbox), then, every `claim_idle_s / 2`,
-entries idle past `claim_idle_s` on any member (a dead one: `XAUTOCLAIM`),
-else new entries (`XREADGROUP >`, waiting up to `block_ms`). Each trace goes
-through the daemon's own `TraceRecorder` against this member's state file
-(its fingerprints, outbox, signal history, judge samples) with the reader's
-"now" for the pass that read it; an entry is acknowledged only after its
-trace's transaction committed. A trace the outbox had no room for stays
-pending here and is read again; a worker whose outbox is full reads nothing.
-Score ids are deterministic (docs/scores.md#ids-and-timestamps): a trace scored
-twice (its worker died before acknowledging) upserts the same scores.
+One `step` handles one batch, taken from the first of:
+
+1. entries the outbox had no room for (kept in memory, tried again first);
+2. this member's own pending entries, once after a start (`XREADGROUP 0`, paged);
+3. entries whose scoring failed here, delivered again (`XCLAIM`: a delivery);
+4. every `claim_idle_s / 2`, entries idle past `claim_idle_s` on any member (a
+   dead one: `XAUTOCLAIM`, following its cursor round the pending list);
+5. new entries (`XREADGROUP >`, waiting up to `block_ms`).
+
+Each trace goes through the daemon's own `TraceRecorder` against this member's
+state file (its fingerprints, outbox, signal history, judge samples) with the
+reader's "now" for the pass that read it. Each entry fails alone: a trace whose
+scoring raises never holds its batch-mates back. An entry is acknowledged (and
+deleted from the stream) only once its trace's scores are delivered to Langfuse:
+until then it stays pending here, its idle time reset so no other member takes
+it, and a member whose disk is lost loses nothing the fleet acknowledged (the
+entries come back to the others after `claim_idle_s`; docs/decisions.md).
+
+A poison entry (it does not decode, its scoring raised `max_deliveries` times, or
+it was delivered more often than that: its worker died on it) moves to the dead
+stream, acknowledged, logged with its trace id and counted; `observer fleet dead
+--replay` puts it back. Score ids are deterministic
+(docs/scores.md#ids-and-timestamps): a trace scored twice upserts the same scores.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -30,6 +42,8 @@ from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.fleet")
 
+HOLD_CHUNK = 1000  # ids per XCLAIM JUSTID
+
 
 @dataclass
 class StepResult:
@@ -37,7 +51,21 @@ class StepResult:
     claimed: int = 0
     acknowledged: int = 0
     deferred: int = 0
+    failed: int = 0
+    dead: int = 0
     outbox_full: bool = False
+
+
+@dataclass
+class _Batch:
+    """A batch on its way through one step."""
+
+    messages: list[Message]
+    entries: dict[str, Entry] = field(default_factory=dict)
+    deliveries: dict[str, int] = field(default_factory=dict)
+
+    def message(self, entry_id: str) -> Message:
+        return next(m for m in self.messages if m[0] == entry_id)
 
 
 class Worker:
@@ -51,6 +79,7 @@ class Worker:
         *,
         max_outbox: int,
         claim_idle_s: float,
+        max_deliveries: int = 5,
         lookup: Lookup | None = None,
         notify: Callable[[], None] = lambda: None,
         batch: int = 50,
@@ -63,95 +92,209 @@ class Worker:
         self.metrics = metrics
         self.max_outbox = max_outbox
         self.claim_idle_ms = int(claim_idle_s * 1000)
+        self.max_deliveries = max_deliveries
         self.lookup = lookup
         self.notify = notify
         self.batch = batch
         self.clock = clock
-        self._own = True  # read this member's pending entries first
-        self._claimed_at: float | None = None
+        self.reset()
 
-    def reread_own(self) -> None:
-        """Read this member's own pending entries first at the next step."""
-        self._own = True
+    def reset(self) -> None:
+        """Forget every entry in hand: Redis lost them (a data loss), or a fresh start.
+        Scores already in the outbox are delivered all the same."""
+        self._own: str | None = "0"  # where the start's reading of its own pending is
+        self._claim_cursor = "0-0"
+        self._claimed_at: float | None = None
+        self._held_at = self.clock()
+        self.awaiting: dict[str, str] = {}  # entry id -> trace id: recorded, not delivered
+        self._deferred: dict[str, Message] = {}  # no room in the outbox: tried first
+        self._failed: list[str] = []  # scoring raised here: delivered again
+
+    # -- one step --------------------------------------------------------------------
 
     def step(self, block_ms: int) -> StepResult:
-        """One batch read, scored and acknowledged (nothing when the outbox is full)."""
+        """One batch read, scored and recorded; delivered entries acknowledged (no new
+        batch while the outbox is full)."""
         result = StepResult()
+        self.settle(result)
         if self.state.outbox_size() >= self.max_outbox:
             result.outbox_full = True
             return result
-        messages: list[Message] = []
-        if self._own:
-            messages = self.stream.read(self.member, self.batch, block_ms=None, own=True)
-            self._own = bool(messages)
-        if not messages and self._claim_due():
-            messages = self.stream.claim(self.member, self.claim_idle_ms, self.batch)
+        messages = self._next(block_ms, result)
+        if messages:
+            result.read = len(messages)
+            self.metrics.fleet.entries.labels(event="read").inc(len(messages))
+            self._handle(_Batch(messages), result)
+            self.settle(result)
+        return result
+
+    def _next(self, block_ms: int, result: StepResult) -> list[Message]:
+        if self._deferred:
+            ids = list(self._deferred)[: self.batch]
+            return [self._deferred.pop(i) for i in ids]
+        if self._own is not None:
+            messages = self.stream.read(self.member, self.batch, block_ms=None, own=self._own)
+            fresh = [m for m in messages if m[0] not in self.awaiting]
+            self._own = messages[-1][0] if messages else None
+            if fresh:
+                return fresh
+        if self._failed:
+            ids, self._failed = self._failed[: self.batch], self._failed[self.batch :]
+            return self.stream.redeliver(self.member, ids)
+        if self._claim_due():
+            messages, self._claim_cursor = self.stream.claim(
+                self.member, self.claim_idle_ms, self.batch, self._claim_cursor
+            )
             result.claimed = len(messages)
             if messages:
                 self.metrics.fleet.entries.labels(event="claimed").inc(len(messages))
                 log.info("entries_claimed", count=len(messages), member=self.member)
-        if not messages:
-            messages = self.stream.read(self.member, self.batch, block_ms=block_ms)
-        if messages:
-            result.read = len(messages)
-            self.metrics.fleet.entries.labels(event="read").inc(len(messages))
-            self._handle(messages, result)
-        return result
+                return messages
+        return self.stream.read(self.member, self.batch, block_ms=block_ms)
 
     def _claim_due(self) -> bool:
         now = self.clock()
+        if self._claim_cursor != "0-0":  # a scan under way goes on at once
+            return True
         if self._claimed_at is None or now - self._claimed_at >= self.claim_idle_ms / 2000:
             self._claimed_at = now
             return True
         return False
 
-    def _handle(self, messages: list[Message], result: StepResult) -> None:
+    # -- acknowledged once delivered ---------------------------------------------------
+
+    def settle(self, result: StepResult | None = None) -> int:
+        """Acknowledge the entries whose traces' scores left the outbox; keep the others
+        (and the deferred and failed ones) from being claimed. How many were acknowledged."""
         done: list[str] = []
-        entries: list[tuple[str, Entry]] = []
-        for entry_id, fields in messages:
+        if self.awaiting:
+            undelivered = self.state.undelivered(set(self.awaiting.values()))
+            done = [e for e, t in self.awaiting.items() if t not in undelivered]
+        if done:
+            self.stream.ack(done)  # raises on a Redis error: kept, acknowledged next time
+            for entry_id in done:
+                del self.awaiting[entry_id]
+            self.metrics.fleet.entries.labels(event="acknowledged").inc(len(done))
+            if result is not None:
+                result.acknowledged += len(done)
+        now = self.clock()
+        if now - self._held_at >= self.claim_idle_ms / 3000:
+            self._held_at = now
+            held = [*self.awaiting, *self._deferred, *self._failed]
+            for i in range(0, len(held), HOLD_CHUNK):
+                self.stream.hold(self.member, held[i : i + HOLD_CHUNK])
+        return len(done)
+
+    # -- a batch ---------------------------------------------------------------------
+
+    def _handle(self, batch: _Batch, result: StepResult) -> None:
+        batch.deliveries = self.stream.deliveries(self.member, [m[0] for m in batch.messages])
+        for message in batch.messages:
+            entry_id = message[0]
+            deliveries = batch.deliveries.get(entry_id, 1)
             try:
-                entries.append((entry_id, decode(fields)))
+                entry = decode(message[1])
             except BadEntry as error:
-                log.warning("entry_dropped", entry_id=entry_id, reason=str(error))
-                done.append(entry_id)  # never read again: it cannot be scored
-        known = self.state.fingerprints(sorted({e.trace_id for _, e in entries}))
-        prepared: list[tuple[str, Entry, Prepared]] = []
-        for entry_id, entry in entries:
-            prepared.append(
-                (
-                    entry_id,
-                    entry,
-                    self.recorder.prepare(
-                        entry.trace_id,
-                        entry.observations,
-                        known.get(entry.trace_id),
-                        entry.now,
-                        entry.root,
-                        too_large=entry.too_large,
-                    ),
-                )
-            )
-        changed = [p for *_, p in prepared if p.changed]
-        if self.lookup is not None and changed:
-            found = self.lookup([(p.record, p.signals) for p in changed if p.record and p.signals])
-            for item, findings in zip(changed, found, strict=True):
-                item.findings = findings
-        for entry_id, entry, ready in prepared:
-            outcome = self.recorder.record(
-                entry.trace_id,
-                ready,
-                entry.root,
-                known.get(entry.trace_id),
-                entry.now,
-                entry.latest,
-            )
-            if outcome.kind == "deferred":  # no room in the outbox: read again later
-                result.deferred += 1
-                self._own = True
+                self._bury(message, str(error), deliveries, None, result)
                 continue
-            done.append(entry_id)
+            if deliveries > self.max_deliveries:
+                reason = f"delivered {deliveries} times without being scored (its worker died)"
+                self._bury(message, reason, deliveries, entry.trace_id, result)
+                continue
+            batch.entries[entry_id] = entry
+        known = self.state.fingerprints(sorted({e.trace_id for e in batch.entries.values()}))
+        prepared: dict[str, Prepared] = {}
+        for entry_id, entry in batch.entries.items():
+            try:
+                prepared[entry_id] = self.recorder.prepare(
+                    entry.trace_id,
+                    entry.observations,
+                    known.get(entry.trace_id),
+                    entry.now,
+                    entry.root,
+                    too_large=entry.too_large,
+                )
+            except Exception as error:  # a poison entry fails alone
+                self._failure(batch, entry_id, error, result)
+        self._look_up(batch, prepared, result)
+        for entry_id, ready in prepared.items():
+            entry = batch.entries[entry_id]
+            try:
+                outcome = self.recorder.record(
+                    entry.trace_id,
+                    ready,
+                    entry.root,
+                    known.get(entry.trace_id),
+                    entry.now,
+                    entry.latest,
+                )
+            except Exception as error:
+                self._failure(batch, entry_id, error, result)
+                continue
+            if outcome.kind == "deferred":  # no room in the outbox: tried again first
+                result.deferred += 1
+                self._deferred[entry_id] = batch.message(entry_id)
+                continue
+            self.awaiting[entry_id] = entry.trace_id
         self.notify()
-        # Only now: every acknowledged trace is in this member's outbox (committed).
-        self.stream.ack(done)
-        result.acknowledged = len(done)
-        self.metrics.fleet.entries.labels(event="acknowledged").inc(len(done))
+
+    def _look_up(self, batch: _Batch, prepared: dict[str, Prepared], result: StepResult) -> None:
+        """The changed traces' cited chunks in one lookup; alone, one by one, when the
+        batch's lookup raised (so that one trace cannot fail the others)."""
+        changed = {i: p for i, p in prepared.items() if p.changed}
+        asked = {i: (p.record, p.signals) for i, p in changed.items() if p.record and p.signals}
+        if self.lookup is None or not asked:
+            return
+        try:
+            found = dict(zip(asked, self.lookup(list(asked.values())), strict=True))
+        except Exception:
+            found = {}
+            for entry_id, pair in asked.items():
+                try:
+                    found[entry_id] = self.lookup([pair])[0]
+                except Exception as error:
+                    del prepared[entry_id]
+                    self._failure(batch, entry_id, error, result)
+        for entry_id, findings in found.items():
+            changed[entry_id].findings = findings
+
+    def _failure(self, batch: _Batch, entry_id: str, error: Exception, result: StepResult) -> None:
+        """Scoring an entry raised: delivered again later, or dead after `max_deliveries`."""
+        entry = batch.entries[entry_id]
+        deliveries = batch.deliveries.get(entry_id, 1)
+        result.failed += 1
+        self.metrics.fleet.entries.labels(event="failed").inc()
+        log.error(
+            "entry_failed",
+            trace_id=entry.trace_id,
+            entry_id=entry_id,
+            deliveries=deliveries,
+            error=f"{type(error).__name__}: {error}",
+            exc_info=error,
+        )
+        if deliveries >= self.max_deliveries:
+            reason = f"scoring raised {type(error).__name__}: {error}"
+            self._bury(batch.message(entry_id), reason, deliveries, entry.trace_id, result)
+        else:
+            self._failed.append(entry_id)
+
+    def _bury(
+        self,
+        message: Message,
+        reason: str,
+        deliveries: int,
+        trace_id: str | None,
+        result: StepResult,
+    ) -> None:
+        dead_id = self.stream.bury(self.member, message, reason, deliveries)
+        result.dead += 1
+        self.metrics.fleet.entries.labels(event="dead").inc()
+        log.error(
+            "entry_dead",
+            trace_id=trace_id,
+            entry_id=message[0],
+            dead_id=dead_id,
+            deliveries=deliveries,
+            reason=reason,
+            action="moved to the dead stream; `observer fleet dead --replay` puts it back",
+        )

@@ -90,18 +90,25 @@ class Marks(Protocol):
 PublishKind = Literal["published", "unchanged", "unsettled"]
 
 
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """A complete trace for the fleet's workers, as the reader read it."""
+
+    trace_id: str
+    observations: list[dict[str, Any]]
+    root: datetime
+    now: datetime
+    latest: datetime | None
+    too_large: int | None
+
+
 class Publisher(Protocol):
     """A fleet's reader: complete traces go to the workers instead of being scored."""
 
-    def publish(
-        self,
-        trace_id: str,
-        observations: list[dict[str, Any]],
-        root: datetime,
-        now: datetime,
-        latest: datetime | None,
-        too_large: int | None,
-    ) -> PublishKind: ...
+    def publish(self, traces: Sequence[Publication]) -> list[PublishKind]:
+        """Each trace published, left out as unchanged, or held back as unsettled (one
+        answer per trace, in order); a page's traces go together, in one round trip."""
+        ...
 
     def oldest_unacked(self) -> datetime | None:
         """The earliest root of a published trace no worker has acknowledged yet."""
@@ -404,6 +411,8 @@ class Pipeline:
         handled: list[
             tuple[str, list[dict[str, Any]], datetime, datetime, Prepared, datetime | None]
         ] = []
+        publications: list[Publication] = []
+        holds: list[datetime] = []
         for trace_id in trace_ids:
             trace = flight.pop(trace_id)
             handled_ids.add(trace_id)
@@ -427,18 +436,17 @@ class Pipeline:
                 continue  # seen again without its root: nothing to score it from
             self._note_ingestion(trace_id, trace.observations)
             if self.publisher is not None:
-                kind = self.publisher.publish(
-                    trace_id,
-                    trace.observations,
-                    root_start,
-                    now,
-                    trace.news,
-                    trace.count if trace.too_large else None,
+                publications.append(
+                    Publication(
+                        trace_id,
+                        trace.observations,
+                        root_start,
+                        now,
+                        trace.news,
+                        trace.count if trace.too_large else None,
+                    )
                 )
-                if kind == "published":
-                    result.published += 1
-                else:
-                    result.count(Outcome(kind), min(hold or root_start, now))
+                holds.append(min(hold or root_start, now))
                 continue
             prepared = self.traces.prepare(
                 trace_id,
@@ -451,6 +459,9 @@ class Pipeline:
             handled.append(
                 (trace_id, trace.observations, root_start, hold or root_start, prepared, trace.news)
             )
+        if self.publisher is not None:
+            self._publish(publications, holds, result)
+            return
         self._look_up([p for *_, p, _news in handled])
         for trace_id, observations, root_start, hold, prepared, news in handled:
             with self.tracer.start_as_current_span("observer.trace_scored") as span:
@@ -461,6 +472,17 @@ class Pipeline:
                 if span.is_recording():
                     span.set_attributes(_trace_attributes(trace_id, outcome, observations))
         self.notify()
+
+    def _publish(
+        self, publications: list[Publication], holds: list[datetime], result: PassResult
+    ) -> None:
+        assert self.publisher is not None
+        kinds = self.publisher.publish(publications)
+        for kind, hold in zip(kinds, holds, strict=True):
+            if kind == "published":
+                result.published += 1
+            else:
+                result.count(Outcome(kind), hold)
 
     def _look_up(self, prepared: list[Prepared]) -> None:
         """The new and changed traces of a page: their cited chunks in one lookup."""

@@ -16,7 +16,7 @@ the same file, in stores of their own.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -369,6 +369,20 @@ class State:
             return self._scalar("SELECT COUNT(*) FROM traces")
 
     # -- outbox ---------------------------------------------------------------
+
+    def undelivered(self, trace_ids: Collection[str]) -> set[str]:
+        """Those of `trace_ids` with scores still in the outbox (not yet delivered)."""
+        found: set[str] = set()
+        ids = list(trace_ids)
+        with self._lock:
+            for i in range(0, len(ids), 500):  # under SQLite's bound on variables
+                chunk = ids[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(
+                    f"SELECT DISTINCT trace_id FROM outbox WHERE trace_id IN ({marks})", chunk
+                )
+                found.update(row[0] for row in rows)
+        return found
 
     def outbox_size(self) -> int:
         """Scores queued, by every process writing this file."""

@@ -56,7 +56,7 @@ PUSH_ERROR_KINDS = ("rate_limited", "auth", "server_error", "unreachable")
 JUDGE_DECISIONS = ("sampled", "risk", "not_sampled", "over_budget", "disabled", "queue_full")
 JUDGE_RESULTS = ("judged", "abstained", "error", "abandoned")
 NOTIFICATION_RESULTS = ("sent", "failed", "dropped")
-FLEET_EVENTS = ("published", "read", "acknowledged", "claimed")
+FLEET_EVENTS = ("published", "read", "acknowledged", "claimed", "failed", "dead", "replayed")
 JUDGE_ERROR_REASONS = (
     "rate_limited",
     "timeout",
@@ -78,7 +78,8 @@ class FleetMetrics:
         )
         self.entries = Counter(
             "observer_fleet_entries_total",
-            "Stream entries by event (published, read, acknowledged, claimed)",
+            "Stream entries by event (published, read, acknowledged, claimed, failed, dead, "
+            "replayed)",
             ["event"],
             registry=r,
         )
@@ -94,6 +95,11 @@ class FleetMetrics:
         )
         self.redis_up = Gauge(
             "observer_fleet_redis_up", "1 while the fleet's Redis answers this member", registry=r
+        )
+        self.redis_resets = Counter(
+            "observer_fleet_redis_resets_total",
+            "Times this member found the fleet's Redis had lost its data (recreated)",
+            registry=r,
         )
         _zero(self.entries, "event", FLEET_EVENTS)
 

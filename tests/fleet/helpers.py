@@ -84,11 +84,16 @@ def keeping(member: Member) -> Iterator[None]:
 
 
 def drain(fleet: list[Member], *, rounds: int = 200) -> int:
-    """Every member's worker steps until the stream has nothing left for them; entries read."""
+    """Every member's worker steps until the stream has nothing left for them, their scores
+    delivered and their entries acknowledged (only then: docs/decisions.md); entries read."""
     read = 0
     for _ in range(rounds):
         done = [m.worker.step(block_ms=0) for m in fleet]
         read += sum(d.read for d in done)
-        if not any(d.read for d in done) and fleet[0].stream.unacked() == 0:
-            return read
+        if not any(d.read for d in done):
+            for m in fleet:
+                assert m.parts.dispatcher.flush(10.0)  # type: ignore[attr-defined]
+                m.worker.settle()
+            if fleet[0].stream.unacked() == 0:
+                return read
     raise AssertionError(f"not drained: {fleet[0].stream.unacked()} entries unacknowledged")

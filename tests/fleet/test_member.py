@@ -96,6 +96,8 @@ def test_a_dead_workers_entries_are_claimed_and_scored_by_another(
         m1.worker.claim_idle_ms = 3_600_000
         while m1.worker.step(block_ms=0).read:
             pass  # everything but the dead member's entries
+        assert m1.parts.dispatcher.flush(10.0)
+        m1.worker.settle()  # delivered: acknowledged
         assert m1.stream.unacked() == 10
         with keeping(m1):
             m1.read_once()
@@ -103,12 +105,14 @@ def test_a_dead_workers_entries_are_claimed_and_scored_by_another(
         assert held is not None and oldest is not None
         assert held <= oldest  # held below the entries not acknowledged
         claimed = 0
-        while m1.stream.unacked():
+        while claimed < 10:
             m2.worker._claimed_at = None  # claim at this step (the member's pace: claim_idle_s / 2)
             claimed += m2.worker.step(block_ms=200).claimed
         assert claimed == 10
         for m in (m1, m2):
             assert m.parts.dispatcher.flush(10.0)
+        m2.worker.settle()
+        assert m2.stream.unacked() == 0 and m2.stream.length() == 0
         assert len(_live_sets(fake)) == demo_counts().scored
         assert fake.duplicates() == []
 
