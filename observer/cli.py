@@ -815,6 +815,50 @@ def fleet_status_command(config_path: str | None, as_json: bool) -> None:
     console().print(two_columns("observer fleet status", status_rows(found)))
 
 
+@fleet.command("dead")
+@_config_option
+@click.option("--replay", is_flag=True, help="Put every dead entry back into the stream.")
+@click.option("--limit", default=100, show_default=True, help="Entries shown (or replayed).")
+@click.option("--json", "as_json", is_flag=True, help="As JSON.")
+def fleet_dead_command(config_path: str | None, replay: bool, limit: int, as_json: bool) -> None:
+    """Entries that failed fleet.max_deliveries times, with their traces and why.
+
+    With --replay they go back into the stream, to be scored again (fix what made them
+    fail first: an entry that fails again comes back here). Exit 2 without [fleet],
+    3 when Redis cannot be reached."""
+    from observer import app
+    from observer.fleet.connect import FleetUnreachable
+    from observer.fleet.status import dead_entries
+
+    try:
+        found, replayed = dead_entries(_settings(config_path), limit=limit, replay=replay)
+    except FleetUnreachable as error:
+        click.echo(f"observer: {error}", err=True)
+        raise SystemExit(app.EXIT_UNREACHABLE) from None
+    if as_json:
+        rows = [
+            {
+                "trace_id": d.trace_id,
+                "reason": d.reason,
+                "deliveries": d.deliveries,
+                "member": d.member,
+                "dead_id": d.dead_id,
+            }
+            for d in found
+        ]
+        click.echo(json.dumps({"dead": rows, "replayed": replayed}, indent=2))
+        return
+    if not found:
+        click.echo("no dead entries")
+        return
+    for d in found:
+        click.echo(f"{d.trace_id}  {d.deliveries} deliveries, last on {d.member}: {d.reason}")
+    if replay:
+        click.echo(f"{replayed} {'entry' if replayed == 1 else 'entries'} put back into the stream")
+    else:
+        click.echo("`observer fleet dead --replay` puts them back into the stream")
+
+
 @main.command("init-langfuse")
 @_config_option
 def init_langfuse_command(config_path: str | None) -> None:

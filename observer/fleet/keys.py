@@ -7,6 +7,7 @@ touch several keys work on a Redis Cluster too: the keys share one slot.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 GROUP = "workers"  # the one consumer group every member reads in
 
@@ -97,3 +98,15 @@ class Keys:
     def alert_hour(self, rule: str, hour: str) -> str:
         """How many traces `rule` raised in `hour`, the whole fleet's."""
         return f"{self.prefix}:alert-hour:{rule}:{hour}"
+
+
+def epoch_value(member: str, kind: str, now_ms: int) -> str:
+    """The epoch key's value: when, who, and whether it began a fleet or a loss."""
+    return f"{now_ms} {member} {kind}"
+
+
+def epoch_parts(value: str) -> tuple[datetime, str, str]:
+    """(when, who, "new" or "reset") of an epoch value."""
+    at, member, kind = [*value.split(" "), "", ""][:3]
+    moment = datetime.fromtimestamp(int(at) / 1000, UTC) if at.isdigit() else None
+    return moment or datetime.fromtimestamp(0, UTC), member, kind

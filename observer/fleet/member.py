@@ -52,7 +52,7 @@ from observer.background import Worker as Loop
 from observer.errors import RemoteError
 from observer.fleet.alerts import Evaluation, FleetAlerts
 from observer.fleet.connect import BLOCK_MS, LeaseLost
-from observer.fleet.keys import Keys
+from observer.fleet.keys import Keys, epoch_parts, epoch_value
 from observer.fleet.lease import Lease
 from observer.fleet.stream import TraceStream, lost
 from observer.fleet.worker import Worker
@@ -103,18 +103,6 @@ class Crew:
     poll_interval_s: float
     # What this member gives back after Redis lost its data: each (epoch) -> how many.
     restorers: Mapping[str, Callable[[str], int]] = field(default_factory=dict)
-
-
-def epoch_value(member: str, kind: str, now_ms: int) -> str:
-    """The epoch key's value: when, who, and whether it began a fleet or a loss."""
-    return f"{now_ms} {member} {kind}"
-
-
-def epoch_parts(value: str) -> tuple[datetime, str, str]:
-    """(when, who, "new" or "reset") of an epoch value."""
-    at, member, kind = [*value.split(" "), "", ""][:3]
-    moment = datetime.fromtimestamp(int(at) / 1000, UTC) if at.isdigit() else None
-    return moment or datetime.fromtimestamp(0, UTC), member, kind
 
 
 class Member:
