@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +26,7 @@ from tests.daemon_helpers import ROOT, demo_counts
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.fakes.openai_stub import OpenAIStub, schema_name_of
 from tests.fleet.helpers import traces
+from tests.fleet.processes import Fleet, wait_for
 from tests.servers import RedisServer, redis_server
 
 CONFIG = """\
@@ -69,79 +67,6 @@ claim_idle_s = 3
 """
 
 
-def wait_for(what: str, condition: Callable[[], object], timeout_s: float = 60.0) -> None:
-    """Wait until `condition()` is true (a deadline against a hang, not a speed check)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return
-        except redis.RedisError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout_s:g} s: {what}")
-
-
-class Fleet:
-    def __init__(self, workdir: Path, env: dict[str, str]) -> None:
-        self.workdir = workdir
-        self.env = env
-        self.config = workdir / "observer.toml"
-        self.config.write_text(CONFIG)
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.started_all: list[subprocess.Popen[bytes]] = []  # to stop whatever happens
-
-    def start(self, name: str) -> None:
-        old = self.processes.get(name)
-        assert old is None or old.poll() is not None, f"{name} is running already"
-        log = (self.workdir / f"{name}.log").open("ab")
-        self.processes[name] = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "observer",
-                "run",
-                "--config",
-                str(self.config),
-                "--state",
-                str(self.workdir / f"{name}.sqlite"),
-            ],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=ROOT,
-        )
-        self.started_all.append(self.processes[name])
-
-    def name_of(self, pid: int) -> str:
-        return next(n for n, p in self.processes.items() if p.pid == pid)
-
-    def kill(self, name: str) -> None:
-        process = self.processes[name]
-        process.send_signal(signal.SIGKILL)
-        process.wait(10)
-
-    def stop_all(self) -> dict[str, int]:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        return {n: p.wait(30) for n, p in self.processes.items()}
-
-    def started(self, name: str) -> int:
-        """How many times the member's log says it started."""
-        return self.logged(name, "observer_started")
-
-    def logged(self, name: str, event: str) -> int:
-        """How many times the member's log has `event`."""
-        return (self.workdir / f"{name}.log").read_text().count(f'"{event}"')
-
-    def logs(self) -> str:
-        return "\n".join(
-            f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.workdir.glob("*.log"))
-        )
-
-
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     with redis_server(tmp_path / "redis") as server:
@@ -169,7 +94,7 @@ def test_a_fleet_of_three_survives_the_death_of_any_member_and_a_partition(
             "OBSERVER_JUDGE_MODEL": "stub-judge",
         }
         client = redis.Redis.from_url(own_redis.url, socket_timeout=2)
-        fleet = Fleet(tmp_path, env)
+        fleet = Fleet(tmp_path, env, CONFIG)
         try:
             _run(fleet, client, own_redis, fake)
             codes = fleet.stop_all()
