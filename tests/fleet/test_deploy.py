@@ -25,6 +25,9 @@ def test_the_compose_fleet_is_valid_and_has_redis_7_and_three_members() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     services = load_yaml(COMPOSE)["services"]
     assert services["redis"]["image"] == "redis:7"
+    command = " ".join(services["redis"]["command"])  # what the fleet needs of its Redis
+    assert "--appendonly yes" in command and "--appendfsync everysec" in command
+    assert "--maxmemory-policy noeviction" in command
     members = [s for s in services if s.startswith("observer-")]
     assert len(members) == 3
     volumes = {services[m]["volumes"][0].split(":")[0] for m in members}
