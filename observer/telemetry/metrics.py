@@ -56,7 +56,7 @@ PUSH_ERROR_KINDS = ("rate_limited", "auth", "server_error", "unreachable")
 JUDGE_DECISIONS = ("sampled", "risk", "not_sampled", "over_budget", "disabled", "queue_full")
 JUDGE_RESULTS = ("judged", "abstained", "error", "abandoned")
 NOTIFICATION_RESULTS = ("sent", "failed", "dropped")
-FLEET_EVENTS = ("published", "read", "acknowledged", "claimed", "failed", "dead", "replayed")
+FLEET_EVENTS = ("published", "read", "acknowledged", "claimed", "failed", "dead")
 JUDGE_ERROR_REASONS = (
     "rate_limited",
     "timeout",
@@ -78,8 +78,7 @@ class FleetMetrics:
         )
         self.entries = Counter(
             "observer_fleet_entries_total",
-            "Stream entries by event (published, read, acknowledged, claimed, failed, dead, "
-            "replayed)",
+            "Stream entries by event (published, read, acknowledged, claimed, failed, dead)",
             ["event"],
             registry=r,
         )
