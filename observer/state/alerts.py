@@ -303,10 +303,13 @@ class AlertStore:
                 _queue(db, outgoing, max_queued)
                 return "notify"
             kept = [*examples[:4], example]
+            # The hour may have no row yet: a fleet member whose fleet notified the hour's
+            # worth admits with a cap of 0, before it notified anything itself.
             db.execute(
-                "UPDATE trace_alert_hours SET suppressed = suppressed + 1, examples = ? "
-                "WHERE rule = ? AND hour = ?",
-                (orjson.dumps([dataclasses.asdict(e) for e in kept]), rule, hour),
+                "INSERT INTO trace_alert_hours (rule, hour, sent, suppressed, examples) "
+                "VALUES (?, ?, 0, 1, ?) ON CONFLICT(rule, hour) DO UPDATE SET "
+                "suppressed = suppressed + 1, examples = excluded.examples",
+                (rule, hour, orjson.dumps([dataclasses.asdict(e) for e in kept])),
             )
             return "suppressed"
 
