@@ -65,6 +65,25 @@ def hour_of(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H")
 
 
+class SharedTraceRules(Protocol):
+    """A fleet's trace rules (observer.fleet.alerts.FleetAlerts): a trace raised once per
+    fleet, the hourly caps counted for all members."""
+
+    def admit(self, rule: str, trace_id: str, hour: str, max_per_hour: int) -> str:
+        """Whether this member raises the trace ("notify"), keeps it for the digest
+        ("over": the fleet's hourly cap is reached), leaves it to the member that raised
+        it ("duplicate"), or decides alone ("unknown": Redis cannot say)."""
+        ...
+
+    def confirm(self, rule: str, trace_id: str) -> None:
+        """The trace is recorded as raised here: the claim `admit` took holds."""
+        ...
+
+    def release(self, rule: str, trace_id: str, hour: str) -> None:
+        """Recording it failed: the claim and the hour's count given back."""
+        ...
+
+
 class RowReader(Protocol):
     """`History.rows` / `HistoryReader.rows`: the history with start < at <= end."""
 
@@ -162,15 +181,15 @@ class AlertService:
         history_days: float = 8.0,
         step_s: float = 60.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        shared_admit: Callable[[str, str, str, int], str] | None = None,
+        shared: SharedTraceRules | None = None,
     ) -> None:
         """A `delivery` sends from the state file's outbox, where at most
         `delivery.queue_size` notifications wait per notifier.
 
-        `shared_admit`, a fleet's (observer.fleet.alerts): (rule, trace, hour,
-        max_per_hour) -> whether this member raises it ("notify"), keeps it for the
-        digest ("over": the fleet's hourly cap is reached), leaves it to the member that
-        raised it ("duplicate"), or decides alone ("unknown")."""
+        `shared`, a fleet's trace rules (observer.fleet.alerts): whether this member
+        raises a trace, keeps it for the digest, or leaves it to the member that raised
+        it; its claim is confirmed once the state file records the trace as raised, and
+        released when that fails."""
         self.state = state
         self.metrics = metrics
         self.rules = tuple(rules)
@@ -186,7 +205,7 @@ class AlertService:
         self._dropped_seen = self._dropped_total()
         self._evaluating = threading.Lock()  # one step at a time, whichever thread asks
         self._forgot = False
-        self.shared_admit = shared_admit
+        self.shared = shared
         metrics.notifiers_known(self.notifier_kinds)
         for rule in self.rules:
             for outcome in ("ok", "pending", "firing"):
@@ -242,25 +261,36 @@ class AlertService:
                 continue
             hour = hour_of(now)
             cap = rule.max_per_hour
-            if self.shared_admit is not None:
-                shared = self.shared_admit(rule.name, row.trace_id, hour, cap)
+            example = Example(row.trace_id, row.project_id, 1.0)
+            notification = trace_notification(rule, row, self.base_url, now)
+            outgoing = self._outgoing(self.targets(rule.notify), notification)
+            claimed = False  # a fleet's claim on this trace, taken last before the commit
+            if self.shared is not None:
+                shared = self.shared.admit(rule.name, row.trace_id, hour, cap)
                 if shared == "duplicate":
                     continue  # another member of the fleet raised it for this trace
                 if shared == "over":
                     cap = 0  # the fleet notified its hour's worth: kept for the digest
-            example = Example(row.trace_id, row.project_id, 1.0)
-            notification = trace_notification(rule, row, self.base_url, now)
-            outgoing = self._outgoing(self.targets(rule.notify), notification)
-            admitted = self.state.alerts.admit(
-                rule.name,
-                row.trace_id,
-                hour,
-                row.at,
-                example,
-                cap,
-                outgoing,
-                self.max_queued,
-            )
+                claimed = shared in ("notify", "over")
+            committed = False
+            try:
+                admitted = self.state.alerts.admit(
+                    rule.name,
+                    row.trace_id,
+                    hour,
+                    row.at,
+                    example,
+                    cap,
+                    outgoing,
+                    self.max_queued,
+                )
+                committed = True
+            finally:
+                if claimed and self.shared is not None:
+                    if committed:
+                        self.shared.confirm(rule.name, row.trace_id)
+                    else:  # raised when the trace is checked again, by whichever member
+                        self.shared.release(rule.name, row.trace_id, hour)
             if admitted == "duplicate":
                 continue
             log.warning(

@@ -19,12 +19,12 @@ from observer import langfuse_api
 from observer.alerts.delivery import Delivery
 from observer.alerts.evaluator import AlertEvaluator
 from observer.alerts.notifiers import Notifier, NotifyError
-from observer.alerts.service import AlertService
+from observer.alerts.service import AlertService, SharedTraceRules
 from observer.app.passes import Passes
 from observer.config import ConfigError, Settings
 from observer.errors import RemoteError, UnsupportedServer
 from observer.fleet.alerts import Evaluation, FleetAlerts, publish_row
-from observer.fleet.budget import FleetBudget
+from observer.fleet.budget import FleetBudget, provisional_s
 from observer.fleet.keys import Keys
 from observer.fleet.lease import Lease
 from observer.fleet.member import Crew, Member
@@ -215,7 +215,7 @@ def build_alerts(
     metrics: Metrics,
     *,
     notify: bool = True,
-    shared_admit: Callable[[str, str, str, int], str] | None = None,
+    shared: SharedTraceRules | None = None,
 ) -> AlertService:
     """The alert service; with `notify` false no notifier is built and nothing is sent."""
     notifiers = build_notifiers(settings) if notify else {}
@@ -231,7 +231,7 @@ def build_alerts(
         base_url=settings.langfuse.base_url,
         max_groups=a.max_groups,
         history_days=a.history_days,
-        shared_admit=shared_admit,
+        shared=shared,
     )
 
 
@@ -368,7 +368,7 @@ def _fleet(
         name,
         Lease(client, keys, name, fleet.lease_s),
         TraceStream(client, keys, maxlen=fleet.stream_maxlen),
-        FleetBudget(client, keys),
+        FleetBudget(client, keys, provisional_s=provisional_s(fleet.claim_idle_s)),
     )
 
 
@@ -414,13 +414,18 @@ def _build(
     if fleet is not None:
         assert settings.fleet is not None
         fleet_alerts = FleetAlerts(
-            fleet.client, fleet.keys, state, fleet.name, maxlen=settings.fleet.stream_maxlen
+            fleet.client,
+            fleet.keys,
+            state,
+            fleet.name,
+            maxlen=settings.fleet.stream_maxlen,
+            provisional_s=provisional_s(settings.fleet.claim_idle_s),
         )
     alerts = build_alerts(
         settings,
         state,
         metrics,
-        shared_admit=fleet_alerts.admit if fleet_alerts is not None else None,
+        shared=fleet_alerts,
     )
     api: LangfuseAPI | None = None
     if source is None or sink is None:

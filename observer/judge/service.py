@@ -10,6 +10,12 @@ and a sample still queued at shutdown is judged after the restart, with the
 resolver's findings it was offered with (the funnel). A pool of worker threads
 judges, writes the judge's scores to the same outbox and hands every result
 to `on_judged` at once (alerting: the history row and the trace rules).
+
+In a fleet (`shared`, observer.fleet.budget) the caps are the fleet's and are
+checked by the script that claims the answer, once the decision is otherwise
+final (sampled, the queue has room): the claim is confirmed after the trace's
+transaction commits (`queued`), and released when the transaction fails or
+defers (`release`), so an answer read again is judged then.
 """
 
 from __future__ import annotations
@@ -17,10 +23,11 @@ from __future__ import annotations
 import queue
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Literal, Protocol
 
 import orjson
 import structlog
@@ -57,22 +64,51 @@ class _Sample:
 
 
 @dataclass(frozen=True, slots=True)
+class Claim:
+    """An answer taken for the judge in a fleet's budget, until the trace's commit."""
+
+    trace_id: str
+    basis: str
+    hour: str
+    day: str
+    tokens: int
+    owner: str  # this claim's own: only it is confirmed or released
+
+
+@dataclass(frozen=True, slots=True)
 class Reservation:
     """A sample decided for a trace, to be written in the trace's own transaction."""
 
     sample: _Sample
     write: Callable[[sqlite3.Connection], None]
+    claim: Claim | None = None  # the fleet's, when there is one
 
 
 class SharedBudget(Protocol):
     """The caps counted with other processes (a fleet's, in Redis: observer.fleet.budget)."""
 
-    def counts(self, hour: str, day: str) -> tuple[int, int]:
-        """(traces judged this hour, tokens spent or reserved this day) by all of them."""
+    def claim(
+        self,
+        trace_id: str,
+        basis: str,
+        hour: str,
+        day: str,
+        tokens: int,
+        *,
+        owner: str,
+        max_judged: int,
+        max_tokens: int,
+    ) -> Literal["taken", "duplicate", "over_budget"]:
+        """Take this answer for the judge when the caps allow it, counted, in one step;
+        "duplicate" when another one took it."""
         ...
 
-    def claim(self, trace_id: str, basis: str, hour: str, day: str, tokens: int) -> bool:
-        """Take this answer for the judge, counted; False when another one took it."""
+    def confirm(self, trace_id: str, basis: str, tokens: int, owner: str) -> bool:
+        """The trace's transaction committed: the claim holds."""
+        ...
+
+    def release(self, trace_id: str, basis: str, hour: str, day: str, owner: str) -> bool:
+        """The trace's transaction failed: the claim and what it counted given back."""
         ...
 
     def spent(self, trace_id: str, basis: str | None, day: str, tokens: int) -> None:
@@ -139,7 +175,13 @@ class JudgeService:
         reservation = self.reservation(record, signals, findings, answer_basis(record))
         if reservation is None:
             return False
-        self.state.judge.write(reservation.write)
+        written = False
+        try:
+            self.state.judge.write(reservation.write)
+            written = True
+        finally:
+            if not written:
+                self.release(reservation)
         self.queued(reservation)
         return True
 
@@ -153,34 +195,47 @@ class JudgeService:
         """Decide for a trace being recorded; a sample to write with it, or None.
 
         The pass writes the sample in the trace's transaction (`Reservation.write`) and
-        calls `queued` after the commit: a kill in between leaves the sample in the
-        state file, judged after the restart."""
+        calls `queued` after the commit, or `release` when the transaction failed: a
+        kill in between leaves the sample in the state file, judged after the restart.
+        In a fleet the answer is claimed here, last, when nothing but the fleet's caps
+        can still say no."""
         waiting, queued_on = self.state.judge.basis(record.trace_id)
         if waiting and queued_on == basis:
             return None  # this very answer waits to be judged already
         now = self.clock()
         hour, day = buckets(now)
         flagged = findings is not None and findings.flagged
+        expected = self.state.judge.tokens_per_trace()
         with self._budget_lock:
-            if self.shared is None:
+            judged, tokens, needed = 0, 0, 0
+            if self.shared is None:  # else the claim checks the fleet's, as it counts
                 judged, tokens = self.state.judge.budget(hour, day)
-            else:  # the fleet's counts stand in for this state file's
-                judged, tokens = self.shared.counts(hour, day)
-            expected = self.state.judge.tokens_per_trace()
+                needed = expected
             decision = decide(
-                record.trace_id, signals, self.params, judged, tokens, expected, flagged
+                record.trace_id, signals, self.params, judged, tokens, needed, flagged
             )
-        if decision in ("sampled", "risk") and self._workers.full():
+        sampled = decision in ("sampled", "risk")
+        if sampled and self._workers.full():
             self.metrics.judge_decisions.labels(decision="queue_full").inc()
             log.warning("judge_dropped", trace_id=record.trace_id, reason="queue_full")
             return None
-        sampled = decision in ("sampled", "risk")
-        if (
-            sampled
-            and self.shared is not None
-            and not self.shared.claim(record.trace_id, basis, hour, day, expected)
-        ):
-            return None  # another member of the fleet took this answer for the judge
+        claim = None
+        if sampled and self.shared is not None:
+            claim = Claim(record.trace_id, basis, hour, day, expected, uuid.uuid4().hex)
+            answer = self.shared.claim(
+                record.trace_id,
+                basis,
+                hour,
+                day,
+                expected,
+                owner=claim.owner,
+                max_judged=self.params.max_judged_per_hour,
+                max_tokens=self.params.max_tokens_per_day,
+            )
+            if answer == "duplicate":
+                return None  # another member took this answer: counted there
+            if answer == "over_budget":  # the fleet's caps, as one daemon's own
+                decision, sampled, claim = "over_budget", False, None
         self.metrics.judge_decisions.labels(decision=decision).inc()
         if not sampled:
             return None
@@ -191,10 +246,38 @@ class JudgeService:
         def write(db: sqlite3.Connection) -> None:
             reserve_in(db, record.trace_id, payload, hour, day, expected, queued_at, found, basis)
 
-        return Reservation(_Sample(record, signals, day, findings, basis), write)
+        return Reservation(_Sample(record, signals, day, findings, basis), write, claim)
+
+    def release(self, reservation: Reservation) -> None:
+        """The trace's transaction failed or was deferred: the fleet's claim is given back,
+        so the answer is judged when the trace is read again. Never raises (it runs while
+        the failure is handled); a claim not released expires unconfirmed."""
+        claim = reservation.claim
+        if claim is None or self.shared is None:
+            return  # one daemon's reservation was in the transaction that failed
+        try:
+            released = self.shared.release(
+                claim.trace_id, claim.basis, claim.hour, claim.day, claim.owner
+            )
+        except Exception as error:
+            log.warning("judge_claim_not_released", trace_id=claim.trace_id, error=str(error))
+            return
+        log.info("judge_claim_released", trace_id=claim.trace_id, released=released)
 
     def queued(self, reservation: Reservation) -> None:
-        """The trace's transaction committed: its sample joins the in-memory queue."""
+        """The trace's transaction committed: the fleet's claim holds, and the sample joins
+        the in-memory queue."""
+        claim = reservation.claim
+        if claim is not None and self.shared is not None:
+            try:
+                if not self.shared.confirm(claim.trace_id, claim.basis, claim.tokens, claim.owner):
+                    # The claim expired before a slow commit and another member took the
+                    # answer since: that member judges it.
+                    self.state.judge.abandon(claim.trace_id)
+                    log.warning("judge_claim_lost", trace_id=claim.trace_id)
+                    return
+            except Exception as error:  # judged all the same: the claim expires unconfirmed
+                log.warning("judge_claim_not_confirmed", trace_id=claim.trace_id, error=str(error))
         try:
             self._enqueue(reservation.sample)
         except queue.Full:  # it waits in the state file for the next start

@@ -59,6 +59,8 @@ class JudgeGate(Protocol):
 
     def queued(self, reservation: Reservation) -> None: ...
 
+    def release(self, reservation: Reservation) -> None: ...
+
 
 OutcomeKind = Literal["unsettled", "skipped", "unchanged", "deferred", "scored", "rescored"]
 
@@ -243,10 +245,8 @@ class TraceRecorder:
             values.update(resolver_values(prepared.findings))
         history = trace_row(mapped, values, now)
         basis = answer_basis(mapped)
-        reservation = None
-        if self.judge is not None and basis not in self.state.live_scores(trace_id).values():
-            # Not judged on this answer yet: a new trace, or one whose answer changed.
-            reservation = self.judge.reservation(mapped, signals, prepared.findings, basis)
+        reservation = self._reservation(mapped, signals, prepared.findings, basis)
+        committed = False
         try:
             self.state.record_trace(
                 trace_id,
@@ -260,10 +260,16 @@ class TraceRecorder:
                 latest=latest,
                 activity=prepared.last_activity,
             )
+            committed = True
         except OutboxFull as error:
             self.metrics.traces.labels(outcome="deferred").inc()
             log.warning("trace_deferred", trace_id=trace_id, reason="outbox_full", error=str(error))
             return Outcome("deferred")
+        finally:
+            if not committed and reservation is not None and self.judge is not None:
+                # A fleet's claim taken for a sample that was never written: given back,
+                # or the trace read again would find it and never be judged.
+                self.judge.release(reservation)
         kind: OutcomeKind = "scored" if known is None or known.startswith("skip:") else "rescored"
         self.metrics.traces.labels(outcome=kind).inc()
         for score in scores:
@@ -289,6 +295,19 @@ class TraceRecorder:
         if self.on_scored is not None:
             self.on_scored(mapped, signals, prepared.findings)
         return Outcome(kind, scores=len(scores))
+
+    def _reservation(
+        self,
+        record: RagRecord,
+        signals: Signals,
+        findings: ResolverFindings | None,
+        basis: str,
+    ) -> Reservation | None:
+        """The judge's sample of a trace about to be recorded, if it takes one (a fleet's
+        judge claims the answer here: the last step before the trace's transaction)."""
+        if self.judge is None or basis in self.state.live_scores(record.trace_id).values():
+            return None  # no judge, or judged on this very answer already
+        return self.judge.reservation(record, signals, findings, basis)
 
     def _count_provenance(self, provenance: Provenance | None) -> None:
         """An answer trace's verdicts, counted once: when first scored or first skipped."""

@@ -303,12 +303,36 @@ class AlertStore:
                 _queue(db, outgoing, max_queued)
                 return "notify"
             kept = [*examples[:4], example]
+            # The hour may have no row yet: a fleet member whose fleet notified the hour's
+            # worth admits with a cap of 0, before it notified anything itself.
             db.execute(
-                "UPDATE trace_alert_hours SET suppressed = suppressed + 1, examples = ? "
-                "WHERE rule = ? AND hour = ?",
-                (orjson.dumps([dataclasses.asdict(e) for e in kept]), rule, hour),
+                "INSERT INTO trace_alert_hours (rule, hour, sent, suppressed, examples) "
+                "VALUES (?, ?, 0, 1, ?) ON CONFLICT(rule, hour) DO UPDATE SET "
+                "suppressed = suppressed + 1, examples = excluded.examples",
+                (rule, hour, orjson.dumps([dataclasses.asdict(e) for e in kept])),
             )
             return "suppressed"
+
+    def raised_in(self, hour: str) -> dict[str, int]:
+        """Per trace rule, the traces this state file raised in `hour`, notified or kept
+        for the digest (its share of a fleet's hourly count: observer.fleet.alerts)."""
+        with self._file.lock:
+            rows = self._file.db.execute(
+                "SELECT rule, sent + suppressed FROM trace_alert_hours WHERE hour = ? "
+                "ORDER BY rule",
+                (hour,),
+            ).fetchall()
+        return {str(rule): int(count) for rule, count in rows if count}
+
+    def raised_since(self, since: float) -> list[tuple[str, str, float]]:
+        """The traces a trace rule raised here with their time at or after `since`:
+        (rule, trace, at)."""
+        with self._file.lock:
+            rows = self._file.db.execute(
+                "SELECT rule, trace_id, at FROM trace_alerts WHERE at >= ? ORDER BY at",
+                (since,),
+            ).fetchall()
+        return [(str(rule), str(trace_id), float(at)) for rule, trace_id, at in rows]
 
     def due_digests(self, current_hour: str) -> list[Digest]:
         """Hours before `current_hour` whose suppressed traces were not summed up yet."""

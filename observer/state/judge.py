@@ -18,8 +18,10 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from observer.state.db import Database
+from observer.times import iso, parse_time
 
 JUDGE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS judge_budget (
@@ -133,6 +135,24 @@ class JudgeStore:
             )
             for t, r, d, n, f, b in rows
         ]
+
+    def judged_since(self, since: datetime) -> list[tuple[str, str, datetime]]:
+        """The answers this state file's judge scored, of traces recorded since `since`:
+        (trace, basis, when the trace was recorded with it). A fleet member gives their
+        claims back to a Redis that lost them (observer.fleet.budget)."""
+        with self._file.lock:
+            rows = self._file.db.execute(
+                "SELECT DISTINCT s.trace_id, s.basis, t.seen_at FROM trace_scores s "
+                "JOIN traces t ON t.trace_id = s.trace_id "
+                "WHERE s.basis IS NOT NULL AND t.seen_at >= ? ORDER BY t.seen_at",
+                (iso(since),),
+            ).fetchall()
+        found: list[tuple[str, str, datetime]] = []
+        for trace_id, basis, seen_at in rows:
+            moment = parse_time(seen_at)
+            if moment is not None:
+                found.append((str(trace_id), str(basis), moment))
+        return found
 
     def abandon(self, trace_id: str) -> None:
         """Give a sample up: its reservation is returned."""

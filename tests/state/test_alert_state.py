@@ -512,3 +512,15 @@ def test_prune_forgets_notifications_nobody_took(state: State) -> None:
     state.alerts.queue([Outgoing("hook", note("old", T0 - 10)), Outgoing("hook", note("new"))])
     state.alerts.prune(T0, HOUR)
     assert [q.notification.rule for q in waiting(state)] == ["new"]
+
+
+def test_a_trace_kept_for_the_digest_in_an_hour_nothing_was_notified_is_kept(
+    state: State,
+) -> None:
+    """A fleet member whose fleet notified the hour's worth admits with a cap of 0: its
+    first trace of the hour is the digest's, not lost."""
+    assert state.alerts.admit("r", "t1", HOUR, T0, example("t1"), 0) == "suppressed"
+    assert state.alerts.admit("r", "t2", HOUR, T0, example("t2"), 0) == "suppressed"
+    (digest,) = state.alerts.due_digests(NEXT_HOUR)
+    assert (digest.hour, digest.suppressed) == (HOUR, 2)
+    assert [e.trace_id for e in digest.examples] == ["t1", "t2"]
