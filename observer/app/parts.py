@@ -634,8 +634,17 @@ def _member(
             stop=stop,
             lease_s=settings.fleet.lease_s,
             poll_interval_s=settings.source.poll_interval_s,
+            restorers={
+                "judge": lambda epoch: fleet.budget.restore(state, epoch, fleet.name, _now()),
+                "trace_rules": lambda epoch: fleet_alerts.restore(state, epoch, fleet.name, _now()),
+                "alert_state": evaluation.give_back,
+            },
         )
     )
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _server_check(

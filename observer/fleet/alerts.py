@@ -274,6 +274,11 @@ class FleetAlerts:
                 raise LeaseLost("the reader's lease is held by another member") from None
             raise
 
+    def hand_back(self) -> bool:
+        """After Redis lost its data: this member's alert state, unless another's is there
+        already (SET NX, unfenced: the lease went with the data). Whether it was set."""
+        return bool(self.client.set(self.keys.alert_state, self.state.alerts.export(), nx=True))
+
     def take_over(self) -> bool:
         """The alert state the last evaluator handed on, into this state file."""
         raw = self.client.get(self.keys.alert_state)
@@ -301,6 +306,12 @@ class Evaluation:
         took = self.alerts.take_over()
         self.evaluating = True
         return took
+
+    def give_back(self, _epoch: str) -> int:
+        """After Redis lost its data: the last evaluator hands its alert state on again, so
+        the next one neither pages again for an alert that fires nor forgets one. 1 when
+        this member did."""
+        return int(self.evaluating and self.alerts.hand_back())
 
     def hand_over(self) -> None:
         """After an evaluation: the alert state for whoever evaluates next."""
