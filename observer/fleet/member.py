@@ -55,7 +55,7 @@ from observer.fleet.connect import BLOCK_MS, LeaseLost
 from observer.fleet.keys import Keys, epoch_parts, epoch_value
 from observer.fleet.lease import Lease
 from observer.fleet.stream import TraceStream, lost
-from observer.fleet.worker import Worker
+from observer.fleet.worker import ENVIRONMENT, Worker
 from observer.pipeline import Pipeline
 from observer.sources.langfuse import Stopped
 from observer.state import State
@@ -65,6 +65,7 @@ from observer.telemetry.metrics import Metrics
 log = structlog.get_logger("observer.fleet")
 
 UNREACHABLE = "the fleet's Redis is unreachable"
+UNWRITABLE = "the state file cannot be written"
 # Consumers with nothing pending, not seen this long, are deleted (by the reader).
 CONSUMER_KEPT_MS = 86_400_000
 FORGET_EVERY_S = 600.0
@@ -422,7 +423,13 @@ class Member:
             return False
         self.health.beat()
         try:
-            return not self.worker.step(BLOCK_MS).outbox_full
+            more = not self.worker.step(BLOCK_MS).outbox_full
+        except ENVIRONMENT as error:
+            # Disk full or read-only: the entries wait in memory; the outbox still drains.
+            if self.health.not_ready_because != UNWRITABLE:
+                log.error("state_unwritable", error=str(error), action="work paused")
+            self.health.not_ready_because = UNWRITABLE
+            return False
         except redis.ResponseError as error:
             if lost(error):
                 self.recover()
@@ -431,3 +438,7 @@ class Member:
         except redis.RedisError as error:
             self._unreachable(error)
             return False
+        if self.health.not_ready_because == UNWRITABLE:
+            log.info("state_writable_again", action="work resumed")
+            self.health.not_ready_because = None
+        return more

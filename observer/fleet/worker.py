@@ -27,6 +27,7 @@ stream, acknowledged, logged with its trace id and counted; `observer fleet dead
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,12 +38,14 @@ from observer.fleet.entry import BadEntry, Entry, decode
 from observer.fleet.stream import Message, TraceStream
 from observer.pipeline import Lookup
 from observer.pipeline.traces import Prepared, TraceRecorder
-from observer.state import State
+from observer.state import State, StateError
 from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.fleet")
 
 HOLD_CHUNK = 1000  # ids per XCLAIM JUSTID
+# Errors of this member's own machine, not of an entry: they never count toward the dead stream.
+ENVIRONMENT = (StateError, sqlite3.Error, OSError, MemoryError)
 
 
 @dataclass
@@ -259,7 +262,16 @@ class Worker:
             changed[entry_id].findings = findings
 
     def _failure(self, batch: _Batch, entry_id: str, error: Exception, result: StepResult) -> None:
-        """Scoring an entry raised: delivered again later, or dead after `max_deliveries`."""
+        """Scoring an entry raised: delivered again later, or dead after `max_deliveries`.
+        Not the entry's fault (the state file cannot be written, the disk is full): the
+        entries not yet recorded wait in memory, no delivery counted, and the error goes
+        up (the member says it is not ready)."""
+        if isinstance(error, ENVIRONMENT):
+            for message in batch.messages:
+                held = message[0] in self.awaiting or message[0] in self._failed
+                if message[0] in batch.entries and not held:
+                    self._deferred[message[0]] = message
+            raise error
         entry = batch.entries[entry_id]
         deliveries = batch.deliveries.get(entry_id, 1)
         result.failed += 1

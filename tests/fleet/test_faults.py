@@ -5,6 +5,8 @@ restarted empty, entries held until their scores are delivered, a bounded stream
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -197,3 +199,35 @@ def test_redis_restarted_empty_is_recreated_said_once_and_nothing_is_scored_twic
         assert len(after) == 2 * demo_counts().scored  # every trace scored
         assert fake.duplicates() == []  # once
         assert {t: by for t, by in after.items() if t in scored_before} == scored_before
+
+
+def test_a_state_file_that_cannot_be_written_buries_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+    fake: FakeLangfuse,
+    redis_proc: RedisServer,
+    rclient: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    """A disk error is the member's, not the entries': they wait, no delivery counted."""
+    fake.add_observations(traces())
+    settings = fleet_settings(monkeypatch, fake, redis_proc.url, max_deliveries=2)
+    with members(settings, tmp_path, ["m1"]) as (m1,):
+        m1.keep()
+        m1.read_once()
+        path = m1.state.path
+        with closing(sqlite3.connect(path)) as db:
+            db.execute(
+                "CREATE TRIGGER refuse BEFORE INSERT ON outbox "
+                "BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END"
+            )
+        for _ in range(5):  # more tries than max_deliveries
+            m1._work_step()
+        assert m1.parts.health.not_ready_because == "the state file cannot be written"  # type: ignore[attr-defined]
+        assert m1.stream.dead_count() == 0 and _entries(m1, "dead") == 0
+        with closing(sqlite3.connect(path)) as db:
+            db.execute("DROP TRIGGER refuse")
+        m1._work_step()
+        assert m1.parts.health.not_ready_because is None  # type: ignore[attr-defined]
+        drain([m1])
+        assert m1.stream.dead_count() == 0
+        assert len(fake.scores_by_trace()) == demo_counts().scored
