@@ -110,6 +110,7 @@ class Worker:
         self._claimed_at: float | None = None
         self._held_at = self.clock()
         self.awaiting: dict[str, str] = {}  # entry id -> trace id: recorded, not delivered
+        self._recorded_at: dict[str, float] = {}
         self._deferred: dict[str, Message] = {}  # no room in the outbox: tried first
         self._failed: list[str] = []  # scoring raised here: delivered again
 
@@ -175,8 +176,11 @@ class Worker:
             done = [e for e, t in self.awaiting.items() if t not in undelivered]
         if done:
             self.stream.ack(done)  # raises on a Redis error: kept, acknowledged next time
+            now = self.clock()
+            wait = self.metrics.fleet.delivery_wait
             for entry_id in done:
                 del self.awaiting[entry_id]
+                wait.observe(max(0.0, now - self._recorded_at.pop(entry_id, now)))
             self.metrics.fleet.entries.labels(event="acknowledged").inc(len(done))
             if result is not None:
                 result.acknowledged += len(done)
@@ -239,6 +243,7 @@ class Worker:
                 self._deferred[entry_id] = batch.message(entry_id)
                 continue
             self.awaiting[entry_id] = entry.trace_id
+            self._recorded_at[entry_id] = self.clock()
         self.notify()
 
     def _look_up(self, batch: _Batch, prepared: dict[str, Prepared], result: StepResult) -> None:

@@ -95,6 +95,13 @@ class FleetMetrics:
         self.redis_up = Gauge(
             "observer_fleet_redis_up", "1 while the fleet's Redis answers this member", registry=r
         )
+        self.delivery_wait = Histogram(
+            "observer_fleet_delivery_wait_seconds",
+            "From an entry's trace recorded in this member's outbox to the entry acknowledged "
+            "(its scores delivered to Langfuse)",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+            registry=r,
+        )
         self.redis_resets = Counter(
             "observer_fleet_redis_resets_total",
             "Times this member found the fleet's Redis had lost its data (recreated)",
