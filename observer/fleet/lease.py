@@ -1,7 +1,7 @@
 """One reader at a time: a lease in Redis, renewed by its holder, fenced by a token.
 
 Acquiring is `SET lease member:token NX PX lease_ms` with a token from `INCR` on
-the fence key, raised to Redis's clock in milliseconds when that is larger: every
+the fence key, raised to Redis's clock in microseconds when that is larger: every
 holder's token is larger than every earlier holder's, even after Redis lost its
 data (the counter with it) and started again from nothing.
 Only the holder renews (a script compares the value, then `PEXPIRE`s) or
@@ -26,12 +26,13 @@ from observer.fleet.keys import Keys
 
 # KEYS[1] lease, KEYS[2] fence; ARGV[1] member, ARGV[2] ttl ms -> the token, or 0 (held).
 # The token is seeded from the server's clock, so a fence lost with the data stays
-# monotonic; string.format keeps 13 digits from turning into 1.7e+12.
+# monotonic (in microseconds: two holders around a loss never share a
+# millisecond's token); string.format keeps 16 digits from turning into 1.8e+15.
 ACQUIRE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local token = redis.call('INCR', KEYS[2])
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if token < now then
   token = now
   redis.call('SET', KEYS[2], string.format('%d', token))
