@@ -330,6 +330,7 @@ def _ok(state: AlertState) -> AlertState:
         last_notified=None,
         escalate_since=None,
         no_data_firing=False,
+        layer=None,
     )
 
 

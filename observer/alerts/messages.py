@@ -8,7 +8,13 @@ from datetime import UTC, datetime
 
 from observer.alerts.engine import AlertEvent, Example, GroupKey, Row, Top
 from observer.alerts.rules import TraceRule, WindowRule
-from observer.state.rows import Notification, NotificationKind, NotificationState, Severity
+from observer.state.rows import (
+    Notification,
+    NotificationKind,
+    NotificationState,
+    Severity,
+    Triage,
+)
 from observer.times import format_duration, iso
 
 # What to do first, by the signal a firing rule watches.
@@ -19,6 +25,18 @@ ADVICE: dict[str, str] = {
         "that reads them; `observer explain TRACE_ID` shows one trace."
     ),
 }
+
+
+def triage_brief(triage: Triage) -> str:
+    """`release=rc2, query_type=pricing; generation; since 10:10Z` for a summary line."""
+    parts: list[str] = []
+    if triage.lead is not None:
+        parts.append(", ".join(f"{k}={v}" for k, v in triage.lead.where))
+    if triage.layer is not None:
+        parts.append(triage.layer)
+    if triage.onset is not None:
+        parts.append(f"since {_moment(triage.onset).strftime('%H:%MZ')}")
+    return "; ".join(parts)
 
 
 def dedup_key(rule: str, group: GroupKey) -> str:
@@ -71,8 +89,11 @@ def window_notification(
     *,
     state: NotificationState | None = None,
     severity: str | None = None,
+    triage: Triage | None = None,
+    layer: str | None = None,
 ) -> Notification:
-    """A window rule's transition (or, with `state`/`severity`, a refresh or a close)."""
+    """A window rule's transition (or, with `state`/`severity`, a refresh or a close);
+    a firing one carries its `triage`, when the caller made one."""
     resolved = (state or ("resolved" if event.transition == "resolved" else "firing")) == "resolved"
     level: Severity = "page" if (severity or event.severity) == "page" else "warn"
     measured = f"{rule.aggregate}({rule.expression})"
@@ -116,6 +137,13 @@ def window_notification(
         advice = ADVICE.get(rule.expression.signal)
         if advice is not None:
             description += f" {advice}"
+        if triage is not None:
+            brief = triage_brief(triage)
+            if brief:
+                summary += f" [{brief}]"
+    if resolved or event.transition == "no_data":
+        triage = None
+    examples = triage.examples if triage is not None and triage.examples else event.examples
     key = dedup_key(rule.name, event.group)
     transition = state or event.transition
     return Notification(
@@ -138,8 +166,10 @@ def window_notification(
         threshold=threshold,
         window_s=rule.window_s,
         samples=event.samples,
-        trace_urls=trace_urls(base_url, event.examples),
+        trace_urls=trace_urls(base_url, examples),
         runbook_url=rule.runbook_url,
+        triage=triage,
+        layer=layer,
     )
 
 

@@ -72,6 +72,8 @@ OPS: Mapping[str, Callable[[Any, Any], bool]] = {
 }
 AGGREGATES: tuple[str, ...] = ("mean", "rate", "count", "p50", "p95", "min", "max")
 GROUP_LABELS = ("environment", "query_type")
+# What a triage slices the window by (observer.alerts.triage).
+DIMENSIONS: tuple[str, ...] = GROUP_LABELS
 
 
 def row_keys(signals: Collection[str]) -> set[str]:

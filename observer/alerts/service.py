@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -47,12 +47,14 @@ from observer.alerts.messages import (
     window_notification,
 )
 from observer.alerts.rules import TraceRule, WindowRule, row_keys
+from observer.alerts.triage import keys as triage_keys
+from observer.alerts.triage import lookback_s, triage
 from observer.alerts.windows import slide
 from observer.background import Deadline
 from observer.judge.outcome import JudgeResult
 from observer.model import RagRecord, Signals
 from observer.state import State
-from observer.state.rows import Notification, Outgoing
+from observer.state.rows import Notification, Outgoing, Triage
 from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.alerts")
@@ -206,6 +208,8 @@ class AlertService:
         self._evaluating = threading.Lock()  # one step at a time, whichever thread asks
         self._forgot = False
         self.shared = shared
+        # The last triage of each firing group: Alertmanager's re-posts carry it too.
+        self._triages: dict[tuple[str, GroupKey], Triage] = {}
         metrics.notifiers_known(self.notifier_kinds)
         for rule in self.rules:
             for outcome in ("ok", "pending", "firing"):
@@ -418,7 +422,7 @@ class AlertService:
                 for each, result in self._slid(plans, rows or self.state.history.rows):
                     if should_stop is not None and should_stop():
                         break
-                    self._commit(each, result, now)
+                    self._commit(each, result, now, rows or self.state.history.rows)
                     skipped.discard(id(each))
                     happened.extend(result.events)
                     done += len(each.points)
@@ -430,14 +434,22 @@ class AlertService:
                 self.delivery.resume()
         return StepResult(tuple(happened), done, left, min(reached, default=None))
 
-    def _commit(self, each: Plan, result: Evaluation, now: datetime) -> None:
+    def _commit(self, each: Plan, result: Evaluation, now: datetime, rows: RowReader) -> None:
         rule = each.rule
         outgoing: list[Outgoing] = []
+        # Each group's layer label, from firing to resolved (Alertmanager's identity of it).
+        layers = {group: state.layer for group, state in each.states.items()}
         for event in result.events:
-            outgoing.extend(self._announce(rule, event, now))
+            outgoing.extend(self._announce(rule, event, now, rows, layers))
+        for group, state in list(result.states.items()):
+            if state.status == "firing" and state.layer != layers.get(group):
+                result.states[group] = replace(state, layer=layers.get(group))
         if each.left == 0:  # caught up: re-post what fires to Alertmanager
             notified = {e.group for e in result.events if e.notify}
-            outgoing.extend(self._refresh(rule, result, notified, now))
+            outgoing.extend(self._refresh(rule, result, notified, now, rows))
+        for group, state in result.states.items():
+            if state.status != "firing":
+                self._triages.pop((rule.name, group), None)
         dropped = self.state.alerts.commit(
             rule.name, result.states, each.points[-1], outgoing, self.max_queued
         )
@@ -465,7 +477,36 @@ class AlertService:
             firing[(environment, query_type, state.severity or "page")] += 1
         self.metrics.set_alerts_active(rule, firing)
 
-    def _announce(self, rule: WindowRule, event: AlertEvent, now: datetime) -> list[Outgoing]:
+    def triage_of(self, rule: WindowRule, event: AlertEvent, rows: RowReader) -> Triage | None:
+        """What changed, where, since when and whose, for a firing group of a rule on
+        traces (docs/alerts.md#triage); None for the daemon's own signals, or when the
+        history cannot be read (the page goes out without it)."""
+        if rule.pipeline:
+            return None
+        try:
+            history = rows(
+                event.at - lookback_s(rule),
+                event.at,
+                row_keys(triage_keys(rule)),
+                traces=True,
+                samples=False,
+            )
+            found = triage(rule, event.group, history, event.at)
+        except Exception as error:  # a page never waits on its triage
+            log.error("alert_triage_failed", rule=rule.name, error=repr(error))
+            return None
+        self._triages[(rule.name, event.group)] = found
+        return found
+
+    def _announce(
+        self,
+        rule: WindowRule,
+        event: AlertEvent,
+        now: datetime,
+        rows: RowReader,
+        layers: dict[GroupKey, str | None],
+    ) -> list[Outgoing]:
+        """The notifications of one event; `layers` (each group's layer label) updated."""
         if not event.notify:
             return []
         log.warning(
@@ -482,15 +523,37 @@ class AlertService:
         if event.transition in ("escalated", "deescalated", "no_data") and changed:
             # Alertmanager knows an alert by its labels, severity among them: close the old one.
             closing = window_notification(
-                rule, event, self.base_url, now, state="resolved", severity=event.previous_severity
+                rule,
+                event,
+                self.base_url,
+                now,
+                state="resolved",
+                severity=event.previous_severity,
+                layer=layers.get(event.group),
             )
             managers = [n for n in names if self.notifier_kinds.get(n) == "alertmanager"]
             out.extend(self._outgoing(managers, closing))
-        out.extend(self._outgoing(names, window_notification(rule, event, self.base_url, now)))
+        found = None
+        layer = layers.get(event.group)
+        if event.transition in ("firing", "renotified", "escalated", "deescalated"):
+            found = self.triage_of(rule, event, rows)
+            if event.transition == "firing":
+                layer = layers[event.group] = found.layer if found is not None else None
+        else:  # resolved, or a no-data alert: the breach's label is closed with it
+            layers[event.group] = None
+        notification = window_notification(
+            rule, event, self.base_url, now, triage=found, layer=layer
+        )
+        out.extend(self._outgoing(names, notification))
         return out
 
     def _refresh(
-        self, rule: WindowRule, result: Evaluation, notified: set[GroupKey], now: datetime
+        self,
+        rule: WindowRule,
+        result: Evaluation,
+        notified: set[GroupKey],
+        now: datetime,
+        rows: RowReader,
     ) -> list[Outgoing]:
         names = [
             n for n in self.targets(rule.notify) if self.notifier_kinds.get(n) == "alertmanager"
@@ -514,7 +577,12 @@ class AlertService:
                 examples=result.examples.get(group, ()),
                 top=result.tops.get(group),
             )
-            notification = window_notification(rule, event, self.base_url, now)
+            found = None
+            if not state.no_data_firing:
+                found = self._triages.get((rule.name, group)) or self.triage_of(rule, event, rows)
+            notification = window_notification(
+                rule, event, self.base_url, now, triage=found, layer=state.layer
+            )
             # Only the latest re-post of a group is worth sending: it replaces one waiting.
             out.extend(self._outgoing(names, notification, f"refresh:{notification.dedup_key}"))
         return out

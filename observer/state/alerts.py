@@ -30,7 +30,15 @@ from typing import Any, Literal
 import orjson
 
 from observer.state.db import Database
-from observer.state.rows import AlertState, Example, GroupKey, Notification, Outgoing, Queued
+from observer.state.rows import (
+    AlertState,
+    Example,
+    GroupKey,
+    Notification,
+    Outgoing,
+    Queued,
+    Triage,
+)
 
 ALERTS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS alert_state (
@@ -108,6 +116,8 @@ def _notification(raw: bytes) -> Notification:
             data[key] = datetime.fromisoformat(data[key])
     data["group"] = tuple((str(k), str(v)) for k, v in data.get("group", ()))
     data["trace_urls"] = tuple(data.get("trace_urls", ()))
+    if data.get("triage") is not None:
+        data["triage"] = Triage.stored(data["triage"])
     return Notification(**data)
 
 

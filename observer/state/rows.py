@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 Value = float | str | bool | None
 GroupKey = tuple[tuple[str, str], ...]
@@ -58,6 +58,96 @@ class AlertState:
     value: float | None = None
     samples: int = 0
     evaluated_at: float | None = None
+    # The layer the firing alert's triage blamed when it began: Alertmanager knows the alert
+    # by its labels, `layer` among them, so it stays the same until the alert resolves.
+    layer: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Samples that share one value of a dimension (or two), set against the rest."""
+
+    where: tuple[tuple[str, str], ...]  # (("release", "2026.12.03-rc2"), ("query_type", "pricing"))
+    samples: int
+    bad: int
+    bad_rate: float
+    rest_bad_rate: float
+    value: float | None  # the rule's aggregate inside
+    rest_value: float | None  # ... and outside
+    share: float  # of all the bad samples of the window
+    excess: float  # bad samples beyond what the rest's bad share predicts
+
+    def text(self) -> str:
+        return " and ".join(f"{k}={v}" for k, v in self.where)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "where": dict(self.where),
+            "samples": self.samples,
+            "bad": self.bad,
+            "bad_rate": self.bad_rate,
+            "rest_bad_rate": self.rest_bad_rate,
+            "value": self.value,
+            "rest_value": self.rest_value,
+            "share_of_bad": self.share,
+            "excess": self.excess,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Triage:
+    """The triage of one firing group; `segments` ranked, the leading one first."""
+
+    samples: int  # in the window
+    bad: int
+    bad_when: str = ""  # what makes one sample bad: `numeric_grounding < 0.95`
+    segments: tuple[Segment, ...] = ()
+    onset: float | None = None  # unix seconds
+    layer: str | None = None
+    layer_shares: tuple[tuple[str, float], ...] = ()
+    examples: tuple[Example, ...] = ()
+
+    @property
+    def lead(self) -> Segment | None:
+        return self.segments[0] if self.segments else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "samples": self.samples,
+            "bad": self.bad,
+            "bad_when": self.bad_when,
+            "segments": [s.as_dict() for s in self.segments],
+            "onset": self.onset,
+            "layer": self.layer,
+            "layer_shares": dict(self.layer_shares),
+            "examples": [e.trace_id for e in self.examples],
+        }
+
+    def fields(self) -> dict[str, Any]:
+        """`as_dict` with the onset as RFC 3339 text too, for receivers' JSON."""
+        out = self.as_dict()
+        if self.onset is not None:
+            moment = datetime.fromtimestamp(self.onset, UTC)
+            out["onset_at"] = moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+        return out
+
+    @classmethod
+    def stored(cls, data: Mapping[str, Any]) -> Triage:
+        """Back from the outbox, where orjson wrote the dataclass field by field."""
+        segments = tuple(
+            Segment(**{**s, "where": tuple((str(k), str(v)) for k, v in s["where"])})
+            for s in data.get("segments", ())
+        )
+        return cls(
+            samples=int(data.get("samples", 0)),
+            bad=int(data.get("bad", 0)),
+            bad_when=str(data.get("bad_when", "")),
+            segments=segments,
+            onset=data.get("onset"),
+            layer=data.get("layer"),
+            layer_shares=tuple((str(k), float(v)) for k, v in data.get("layer_shares", ())),
+            examples=tuple(Example(**e) for e in data.get("examples", ())),
+        )
 
 
 Severity = Literal["warn", "page"]
@@ -98,6 +188,9 @@ class Notification:
     samples: int | None = None
     trace_urls: tuple[str, ...] = ()
     runbook_url: str | None = None
+    # What changed, where, since when and whose (a firing window alert; alerts.triage).
+    triage: Triage | None = None
+    layer: str | None = None  # the alert's layer label (kept from firing to resolved)
 
     @property
     def labels(self) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
-from observer.state.rows import Notification
+from observer.state.rows import Notification, Segment
 
 
 def iso(moment: datetime) -> str:
@@ -60,3 +60,69 @@ def state_word(notification: Notification) -> str:
     if notification.kind == "test":
         return "TEST" if notification.state == "firing" else "TEST RESOLVED"
     return word
+
+
+# Whose it is: what each layer means for the person paged (docs/alerts.md#triage).
+LAYER_TEXT: dict[str, str] = {
+    "retrieval": "retrieval did not find the right chunks (CRAG LOW): look at the index, "
+    "the embedder and the query rewrite before the prompt",
+    "generation": "retrieval was HIGH, yet the answers fail: the model did not stay on its "
+    "evidence; look at the prompt, the model and the release before the index",
+    "index": "cited chunks are missing or changed in the vector store: the store changed "
+    "under the answers (a re-index, a deletion)",
+    "abstention": "the answers refused while retrieval was HIGH: over-refusal; look at the "
+    "prompt's refusal instructions and the model",
+}
+
+
+def _percent(share: float) -> str:
+    return f"{share * 100:.0f}%"
+
+
+def segment_text(aggregate: str | None, segment: Segment) -> str:
+    """`release=rc2 and query_type=pricing: 140 samples, 89% bad against 3% in the rest
+    (mean 0.556 against 0.984), 93% of the bad samples`."""
+    measured = ""
+    if segment.value is not None and segment.rest_value is not None:
+        measured = (
+            f" ({aggregate or 'value'} {number(segment.value)} against "
+            f"{number(segment.rest_value)})"
+        )
+    return (
+        f"{segment.text()}: {segment.samples} samples, {_percent(segment.bad_rate)} bad against "
+        f"{_percent(segment.rest_bad_rate)} in the rest{measured}, "
+        f"{_percent(segment.share)} of the bad samples"
+    )
+
+
+def triage_lines(n: Notification) -> list[str]:
+    """A notification's triage as sentences (where, since when, whose); none without one."""
+    triage = n.triage
+    if triage is None:
+        return []
+    bad = triage.bad_when or "bad"
+    lines: list[str] = []
+    lead = triage.lead
+    if lead is None:
+        lines.append(
+            f"Where: no segment stands out; the {triage.bad} bad samples ({bad}) of "
+            f"{triage.samples} are spread over the group."
+        )
+    else:
+        lines.append(f"Where: {segment_text(n.aggregate, lead)} (bad: {bad}).")
+        others = [s for s in triage.segments[1:] if s.where[0] not in lead.where]
+        lines.extend(f"Also: {segment_text(n.aggregate, s)}." for s in others[:2])
+    if triage.onset is not None:
+        lines.append(
+            f"Since: {iso(datetime.fromtimestamp(triage.onset, UTC))} (when the change began)."
+        )
+    if triage.layer is not None:
+        share = dict(triage.layer_shares).get(triage.layer, 0.0)
+        lines.append(
+            f"Layer: {triage.layer} ({_percent(share)} of the bad samples): "
+            f"{LAYER_TEXT[triage.layer]}."
+        )
+    elif triage.layer_shares:
+        mixed = ", ".join(f"{name} {_percent(v)}" for name, v in triage.layer_shares)
+        lines.append(f"Layer: none holds most of the bad samples ({mixed}).")
+    return lines

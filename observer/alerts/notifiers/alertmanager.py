@@ -35,7 +35,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from observer.alerts.notifiers import TestEnd, _http
-from observer.alerts.notifiers._text import iso
+from observer.alerts.notifiers._text import iso, triage_lines
 from observer.state.rows import Notification
 
 _LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -105,6 +105,8 @@ class AlertmanagerNotifier:
             # Left out: a label name Alertmanager refuses, an empty value (it means "absent").
             if value and _LABEL_NAME.fullmatch(key) and key not in labels:
                 labels[key] = value
+        if n.layer:
+            labels["layer"] = n.layer  # route by the layer to blame (docs/alerts.md#triage)
         labels["service"] = "observer"
         test = n.kind == "test"
         if test:
@@ -115,6 +117,13 @@ class AlertmanagerNotifier:
             annotations["runbook_url"] = n.runbook_url
         if n.trace_urls:
             annotations["langfuse_url"] = n.trace_urls[0]
+        told = triage_lines(n)
+        if told and n.triage is not None:
+            annotations["what_changed"] = "\n".join(told)
+            if n.triage.lead is not None:
+                annotations["segment"] = n.triage.lead.text()
+            if n.triage.onset is not None:
+                annotations["onset"] = n.triage.fields()["onset_at"]
 
         resolved = n.state == "resolved"
         ttl = timedelta(seconds=self.test_ttl_s) if test else self._firing_ttl

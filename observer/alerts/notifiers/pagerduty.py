@@ -24,7 +24,7 @@ import json
 from typing import Any, ClassVar, Literal
 
 from observer.alerts.notifiers import TestEnd, _http
-from observer.alerts.notifiers._text import condition, finite, group_text, iso
+from observer.alerts.notifiers._text import condition, finite, group_text, iso, triage_lines
 from observer.state.rows import Notification
 
 DEFAULT_URL = (
@@ -134,5 +134,9 @@ def _details(n: Notification) -> dict[str, Any]:
         "started_at": iso(n.started_at),
         "trace_urls": list(n.trace_urls),
         "runbook_url": n.runbook_url,
+        "layer": n.layer,
     }
+    if n.triage is not None:
+        details["triage"] = n.triage.fields()
+        details["what_changed"] = "\n".join(triage_lines(n))
     return {key: value for key, value in details.items() if value is not None}

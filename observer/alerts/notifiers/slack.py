@@ -26,7 +26,14 @@ from urllib.parse import urlsplit
 from slack_sdk.webhook import WebhookClient
 
 from observer.alerts.notifiers import TestEnd, _http
-from observer.alerts.notifiers._text import condition, duration, group_text, iso, state_word
+from observer.alerts.notifiers._text import (
+    condition,
+    duration,
+    group_text,
+    iso,
+    state_word,
+    triage_lines,
+)
 from observer.state.rows import Notification
 
 MAX_TRACE_LINKS = 5
@@ -96,6 +103,9 @@ def blocks(notification: Notification) -> list[dict[str, Any]]:
         {"type": "header", "text": {"type": "plain_text", "text": header[:_HEADER_CHARS]}},
         _section(f"*{_escape(n.summary)}*\n{_escape(n.description)}"),
     ]
+    told = triage_lines(n)
+    if told:
+        result.append(_section("*What changed*\n" + "\n".join(_escape(t) for t in told)))
     fields = [f"*Group*\n{_escape(group_text(n))}"]
     measured = condition(n)
     if measured:

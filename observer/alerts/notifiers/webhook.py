@@ -4,7 +4,12 @@ Body (every key always present, `null` when the notification has no value):
 
     {rule, kind, state, severity, group: {label: value}, signal, aggregate, value,
      threshold, op, window_s, samples, summary, description, started_at, ended_at,
-     sent_at, trace_urls, runbook_url, dedup_key}
+     sent_at, trace_urls, runbook_url, dedup_key, layer, triage}
+
+`triage` (a firing window alert; docs/alerts.md#triage) is an object:
+`{samples, bad, bad_when, segments: [{where: {dimension: value}, samples, bad,
+bad_rate, rest_bad_rate, value, rest_value, share_of_bad, excess}], onset,
+onset_at, layer, layer_shares: {layer: share}, examples: [trace_id]}`.
 
 Headers: `webhook-id` (the notification's id: the same on every retry, so a
 receiver can drop duplicates), `webhook-timestamp` (unix seconds of this
@@ -128,4 +133,6 @@ def payload(notification: Notification) -> dict[str, Any]:
         "trace_urls": list(n.trace_urls),
         "runbook_url": n.runbook_url,
         "dedup_key": n.dedup_key,
+        "layer": n.layer,
+        "triage": n.triage.fields() if n.triage is not None else None,
     }

@@ -7,7 +7,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from observer.state.rows import Notification
+from observer.state.rows import Example, Notification, Segment, Triage
 
 TRACE_URLS = tuple(f"https://langfuse.example.com/project/p1/traces/trace-{i}" for i in range(1, 8))
 RUNBOOK = "https://runbooks.example.com/observer/coverage-low"
@@ -47,3 +47,32 @@ def resolved(of: Notification, **changes: Any) -> Notification:
     return dataclasses.replace(
         of, id=str(uuid.uuid4()), state="resolved", sent_at=now, ended_at=now, **changes
     )
+
+
+TRIAGE = Triage(
+    samples=600,
+    bad=180,
+    bad_when="numeric_grounding < 0.95",
+    segments=(
+        Segment(
+            where=(("release", "2026.12.03-rc2"), ("query_type", "pricing")),
+            samples=150,
+            bad=133,
+            bad_rate=133 / 150,
+            rest_bad_rate=47 / 450,
+            value=0.556,
+            rest_value=0.984,
+            share=133 / 180,
+            excess=133 - 150 * 47 / 450,
+        ),
+    ),
+    onset=datetime(2026, 12, 3, 9, 10, tzinfo=UTC).timestamp(),
+    layer="generation",
+    layer_shares=(("generation", 0.97), ("retrieval", 0.03)),
+    examples=(Example("trace-9", "p1", 0.5),),
+)
+
+
+def triaged(**changes: Any) -> Notification:
+    """`firing()` with the triage of a release that broke one query type's answers."""
+    return firing(triage=TRIAGE, layer="generation", **changes)

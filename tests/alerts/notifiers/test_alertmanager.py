@@ -10,7 +10,7 @@ import pytest
 
 from observer.alerts.notifiers import NotifyError
 from observer.alerts.notifiers.alertmanager import AlertmanagerNotifier
-from tests.alerts.notifiers.samples import RUNBOOK, TRACE_URLS, firing, resolved
+from tests.alerts.notifiers.samples import RUNBOOK, TRACE_URLS, firing, resolved, triaged
 from tests.fakes.receiver import Answer, Receiver
 
 
@@ -118,3 +118,23 @@ def test_with_a_username_the_secret_is_a_basic_auth_password(receiver: Receiver)
 def test_a_url_that_is_not_http_is_refused_when_built(url: str) -> None:
     with pytest.raises(ValueError, match="http"):
         AlertmanagerNotifier("am", url)
+
+
+def test_a_triaged_alert_carries_its_layer_as_a_label_and_what_changed(
+    receiver: Receiver,
+) -> None:
+    notifier = AlertmanagerNotifier("am", receiver.url)
+    message = triaged()
+    # The resolve carries no triage, only the layer label it fired with.
+    end = resolved(message, triage=None)
+    notifier.send(message)
+    notifier.send(end)
+
+    first, second = (r.json()[0] for r in receiver.wait_for(2))
+    assert first["labels"]["layer"] == "generation"  # an Alertmanager route can match it
+    assert second["labels"] == first["labels"]
+    annotations = first["annotations"]
+    assert annotations["segment"] == "release=2026.12.03-rc2 and query_type=pricing"
+    assert annotations["onset"] == "2026-12-03T09:10:00Z"
+    assert "Layer: generation" in annotations["what_changed"]
+    assert "what_changed" not in second["annotations"]

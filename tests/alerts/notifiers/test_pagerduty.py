@@ -13,7 +13,7 @@ from pagerduty import EventsApiV2Client
 
 from observer.alerts.notifiers import NotifyError
 from observer.alerts.notifiers.pagerduty import PagerDutyNotifier
-from tests.alerts.notifiers.samples import RUNBOOK, TRACE_URLS, firing, resolved
+from tests.alerts.notifiers.samples import RUNBOOK, TRACE_URLS, firing, resolved, triaged
 from tests.fakes.receiver import Answer, Receiver
 
 ROUTING_KEY = "R0ut1ngKeyR0ut1ngKeyR0ut1ngKey01"
@@ -144,3 +144,15 @@ def test_rate_limits_and_refusals_are_told_apart_and_the_key_never_shows(
 def test_an_empty_routing_key_is_refused_when_built() -> None:
     with pytest.raises(ValueError, match="routing key"):
         PagerDutyNotifier("pd", "")
+
+
+def test_a_triaged_page_carries_the_triage_in_custom_details(receiver: Receiver) -> None:
+    PagerDutyNotifier("pd", ROUTING_KEY, url=receiver.url).send(triaged())
+    details = receiver.requests[0].json()["payload"]["custom_details"]
+    assert details["layer"] == "generation"
+    assert details["triage"]["segments"][0]["where"] == {
+        "release": "2026.12.03-rc2",
+        "query_type": "pricing",
+    }
+    assert details["triage"]["onset_at"] == "2026-12-03T09:10:00Z"
+    assert details["what_changed"].startswith("Where: release=2026.12.03-rc2")

@@ -10,7 +10,7 @@ from slack_sdk.models.blocks import Block
 
 from observer.alerts.notifiers import NotifyError
 from observer.alerts.notifiers.slack import SlackNotifier
-from tests.alerts.notifiers.samples import RUNBOOK, TRACE_URLS, firing, resolved
+from tests.alerts.notifiers.samples import RUNBOOK, TRACE_URLS, firing, resolved, triaged
 from tests.fakes.receiver import Answer, Receiver
 
 WEBHOOK_PATH = "/services/T000/B000/XXXXsecretXXXX"
@@ -123,3 +123,16 @@ def test_an_unreachable_webhook_is_retryable_and_does_not_leak_the_url() -> None
     assert caught.value.retryable
     assert "unreachable" in str(caught.value)
     assert "XXXXsecretXXXX" not in str(caught.value)
+
+
+def test_a_triaged_page_says_what_changed_where_since_when_and_whose(receiver: Receiver) -> None:
+    SlackNotifier("slack", receiver.url + WEBHOOK_PATH).send(triaged())
+    shown = "\n".join(texts(sent(receiver)["blocks"]))
+    assert "*What changed*" in shown
+    assert (
+        "Where: release=2026.12.03-rc2 and query_type=pricing: 150 samples, 89% bad against "
+        "10% in the rest (p50 0.556 against 0.984), 74% of the bad samples "
+        "(bad: numeric_grounding &lt; 0.95)." in shown
+    )
+    assert "Since: 2026-12-03T09:10:00.000Z (when the change began)." in shown
+    assert "Layer: generation (97% of the bad samples): retrieval was HIGH" in shown

@@ -10,7 +10,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 
 from observer.alerts.notifiers import NotifyError
 from observer.alerts.notifiers.webhook import WebhookNotifier
-from tests.alerts.notifiers.samples import RUNBOOK, TRACE_URLS, firing, resolved
+from tests.alerts.notifiers.samples import RUNBOOK, TRACE_URLS, firing, resolved, triaged
 from tests.fakes.receiver import Receiver
 
 KEY = bytes(range(24))
@@ -54,6 +54,8 @@ def test_the_receiver_verifies_the_signature_and_reads_every_field(receiver: Rec
         "trace_urls": list(TRACE_URLS[:3]),
         "runbook_url": RUNBOOK,
         "dedup_key": message.dedup_key,
+        "layer": None,
+        "triage": None,
     }
     assert body["started_at"].endswith("Z")
 
@@ -122,3 +124,17 @@ def test_a_value_json_cannot_hold_is_sent_as_null(receiver: Receiver) -> None:
     WebhookNotifier("hook", receiver.url, secret=SECRET).send(firing(value=float("nan")))
     body = Webhook(SECRET).verify(receiver.requests[0].body, receiver.requests[0].headers)
     assert body["value"] is None
+
+
+def test_the_triage_travels_as_fields(receiver: Receiver) -> None:
+    message = triaged()
+    WebhookNotifier("hook", receiver.url + "/alerts", secret=SECRET).send(message)
+    body = Webhook(SECRET).verify(receiver.requests[0].body, receiver.requests[0].headers)
+    triage = body["triage"]
+    assert body["layer"] == "generation"
+    assert triage["layer"] == "generation"
+    assert triage["onset_at"] == "2026-12-03T09:10:00Z"
+    (lead,) = triage["segments"]
+    assert lead["where"] == {"release": "2026.12.03-rc2", "query_type": "pricing"}
+    assert (lead["samples"], lead["bad"]) == (150, 133)
+    assert triage["examples"] == ["trace-9"]
