@@ -77,7 +77,7 @@ def test_a_page_carries_its_triage_and_its_resolve_the_same_layer_label(
         state.history.put_many(good)
         state.set_watermark(moment(T + 3600))
         service.evaluate(moment(T + 3600))
-        first, second = receiver.wait_for(2)
+        _, second = receiver.wait_for(2)
         (ended,) = second.json()
         assert datetime.fromisoformat(ended["endsAt"].replace("Z", "+00:00")) <= moment(T + 3600)
         assert ended["labels"] == labels
