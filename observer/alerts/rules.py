@@ -197,6 +197,22 @@ class WindowRule:
         return f"{self.aggregate}({self.expression}) {self.op} {self.threshold:g}"
 
 
+LAYERS: tuple[str, ...] = ("retrieval", "generation", "index", "abstention")
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a firing window alert goes when its triage blames `layer` (docs/alerts.md#routes):
+    `notify` instead of the rule's own notifiers; only for `rules`, when it names any."""
+
+    layer: str
+    notify: tuple[str, ...]
+    rules: tuple[str, ...] = ()
+
+    def matches(self, rule: str, layer: str | None) -> bool:
+        return layer == self.layer and (not self.rules or rule in self.rules)
+
+
 @dataclass(frozen=True, slots=True)
 class TraceRule:
     """A condition on one trace, notified at once (capped per hour, then a digest)."""

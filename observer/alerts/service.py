@@ -46,7 +46,7 @@ from observer.alerts.messages import (
     trace_notification,
     window_notification,
 )
-from observer.alerts.rules import TraceRule, WindowRule, row_keys
+from observer.alerts.rules import Route, TraceRule, WindowRule, row_keys
 from observer.alerts.triage import keys as triage_keys
 from observer.alerts.triage import lookback_s, triage
 from observer.alerts.windows import slide
@@ -184,6 +184,7 @@ class AlertService:
         step_s: float = 60.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         shared: SharedTraceRules | None = None,
+        routes: Sequence[Route] = (),
     ) -> None:
         """A `delivery` sends from the state file's outbox, where at most
         `delivery.queue_size` notifications wait per notifier.
@@ -208,6 +209,7 @@ class AlertService:
         self._evaluating = threading.Lock()  # one step at a time, whichever thread asks
         self._forgot = False
         self.shared = shared
+        self.routes = tuple(routes)
         # The last triage of each firing group: Alertmanager's re-posts carry it too.
         self._triages: dict[tuple[str, GroupKey], Triage] = {}
         metrics.notifiers_known(self.notifier_kinds)
@@ -225,6 +227,13 @@ class AlertService:
     def targets(self, notify: Sequence[str]) -> list[str]:
         """The notifiers a rule names; all of them when it names none."""
         return list(notify) or list(self.notifier_kinds)
+
+    def routed(self, rule: WindowRule, layer: str | None) -> list[str]:
+        """A window alert's notifiers: the first route of its layer's, else the rule's."""
+        for route in self.routes:
+            if route.matches(rule.name, layer):
+                return list(route.notify)
+        return self.targets(rule.notify)
 
     def _outgoing(
         self, names: Sequence[str], notification: Notification, supersede: str | None = None
@@ -517,7 +526,7 @@ class AlertService:
             value=event.value,
             samples=event.samples,
         )
-        names = self.targets(rule.notify)
+        known = layers.get(event.group)
         out: list[Outgoing] = []
         changed = event.previous_severity and event.previous_severity != event.severity
         if event.transition in ("escalated", "deescalated", "no_data") and changed:
@@ -529,12 +538,13 @@ class AlertService:
                 now,
                 state="resolved",
                 severity=event.previous_severity,
-                layer=layers.get(event.group),
+                layer=known,
             )
+            names = self.routed(rule, known)
             managers = [n for n in names if self.notifier_kinds.get(n) == "alertmanager"]
             out.extend(self._outgoing(managers, closing))
         found = None
-        layer = layers.get(event.group)
+        layer = known
         if event.transition in ("firing", "renotified", "escalated", "deescalated"):
             found = self.triage_of(rule, event, rows)
             if event.transition == "firing":
@@ -544,7 +554,8 @@ class AlertService:
         notification = window_notification(
             rule, event, self.base_url, now, triage=found, layer=layer
         )
-        out.extend(self._outgoing(names, notification))
+        # The resolve goes where the page went: the layer is kept from firing to resolved.
+        out.extend(self._outgoing(self.routed(rule, layer), notification))
         return out
 
     def _refresh(
@@ -555,14 +566,16 @@ class AlertService:
         now: datetime,
         rows: RowReader,
     ) -> list[Outgoing]:
-        names = [
-            n for n in self.targets(rule.notify) if self.notifier_kinds.get(n) == "alertmanager"
-        ]
-        if not names:
-            return []
         out: list[Outgoing] = []
         for group, state in result.states.items():
             if state.status != "firing" or group in notified:
+                continue
+            names = [
+                n
+                for n in self.routed(rule, state.layer)
+                if self.notifier_kinds.get(n) == "alertmanager"
+            ]
+            if not names:
                 continue
             event = AlertEvent(
                 rule=rule.name,

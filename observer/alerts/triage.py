@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from observer.alerts.engine import MAX_EXAMPLES, aggregate, group_of, in_scope, worst
-from observer.alerts.rules import DIMENSIONS, WindowRule
+from observer.alerts.rules import DIMENSIONS, LAYERS, WindowRule
 from observer.state.rows import GroupKey, Row, Segment, Triage, Value
 
 # A segment leads only when its bad share is this many standard errors above the rest's.
@@ -50,7 +50,6 @@ Z_FLOOR: Final = 3.0
 # A segment needs at least this many samples (or half the rule's min_samples, if more).
 MIN_SEGMENT: Final = 10
 SEGMENTS_TOLD: Final = 5
-LAYERS: Final = ("retrieval", "generation", "index", "abstention")
 # The row values a triage reads beside the rule's own signal.
 LAYER_KEYS: Final = frozenset(
     {"crag_grade", "missing_chunks", "stale_citations", "abstained", "over_refusal"}

@@ -232,6 +232,7 @@ def build_alerts(
         max_groups=a.max_groups,
         history_days=a.history_days,
         shared=shared,
+        routes=a.route_list(),
     )
 
 

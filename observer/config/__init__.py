@@ -43,7 +43,7 @@ from observer.config.sources import (
 from observer.errors import ConfigError
 
 if TYPE_CHECKING:  # loaded where used: `config show` needs the models, not the rules' engine
-    from observer.alerts.rules import TraceRule, WindowRule
+    from observer.alerts.rules import Route, TraceRule, WindowRule
     from observer.judge.sampler import SamplerParams
     from observer.mapping.convention import MappingRules
     from observer.signals.params import SignalParams
@@ -210,6 +210,14 @@ class TraceRuleSettings(_Section):
     runbook_url: str = ""
 
 
+class RouteSettings(_Section):
+    layer: Literal["retrieval", "generation", "index", "abstention"] = Field(
+        description="the layer a firing alert's triage blames"
+    )
+    notify: list[str] = Field(min_length=1, description="notifier names, instead of the rule's")
+    rules: list[str] = Field(default_factory=list, description="only these rules (empty: all)")
+
+
 class NotifierSettings(_Section):
     name: str = Field(min_length=1)
     kind: Literal["alertmanager", "pagerduty", "slack", "webhook"]
@@ -225,6 +233,9 @@ class AlertsSettings(_Section):
     rules: list[WindowRuleSettings] = Field(default_factory=list)
     trace_rules: list[TraceRuleSettings] = Field(default_factory=list)
     notifiers: list[NotifierSettings] = Field(default_factory=list)
+    routes: list[RouteSettings] = Field(
+        default_factory=list, description="firing alerts by the layer to blame, first match"
+    )
 
     @model_validator(mode="after")
     def _rules_fit(self) -> AlertsSettings:
@@ -255,7 +266,31 @@ class AlertsSettings(_Section):
                         f"alerts.{kind}[{rule}].notify: no notifier named {target!r} "
                         f"(configured: {', '.join(names) or 'none'})"
                     )
+        self._routes_fit(names)
         return self
+
+    def _routes_fit(self, names: list[str]) -> None:
+        """Each route names configured notifiers and known window rules."""
+        known_rules = {r.name for r in self.window_rules()}
+        for i, route in enumerate(self.routes):
+            where = f"alerts.routes[{i}]"
+            for target in route.notify:
+                if target not in names:
+                    raise ValueError(
+                        f"{where}.notify: no notifier named {target!r} "
+                        f"(configured: {', '.join(names) or 'none'})"
+                    )
+            for rule in route.rules:
+                if rule not in known_rules:
+                    raise ValueError(
+                        f"{where}.rules: no window rule named {rule!r} "
+                        f"(known: {', '.join(sorted(known_rules)) or 'none'})"
+                    )
+
+    def route_list(self) -> tuple[Route, ...]:
+        from observer.alerts.rules import Route
+
+        return tuple(Route(r.layer, tuple(r.notify), tuple(r.rules)) for r in self.routes)
 
     def window_rules(self) -> tuple[WindowRule, ...]:
         """The configured window rules, or the defaults when there are none."""

@@ -4,6 +4,8 @@ firing page carries it; the `layer` label stays the same from firing to resolved
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,8 +15,10 @@ import pytest
 
 from observer.alerts.delivery import Delivery
 from observer.alerts.notifiers.alertmanager import AlertmanagerNotifier
+from observer.alerts.rules import Route
 from observer.alerts.service import AlertService
 from observer.background import Deadline
+from observer.config import AlertsSettings
 from observer.state import State
 from observer.telemetry.metrics import Metrics
 from tests.alerts.test_triage import PROD, T, grounding_rule, planted, row
@@ -86,3 +90,62 @@ def test_a_page_carries_its_triage_and_its_resolve_the_same_layer_label(
     finally:
         delivery.shutdown(Deadline.within(5))
         state.close()
+
+
+def test_a_route_sends_the_layer_it_names_to_its_own_notifiers(tmp_path: Path) -> None:
+    state = State(tmp_path / "state.sqlite")
+    metrics = Metrics()
+    with Receiver() as oncall, Receiver() as eval_team, Receiver() as search_team:
+        notifiers = {
+            "oncall": AlertmanagerNotifier("oncall", oncall.url),
+            "models": AlertmanagerNotifier("models", eval_team.url),
+            "search": AlertmanagerNotifier("search", search_team.url),
+        }
+        delivery = Delivery(notifiers, metrics, state.alerts, base_s=0.01, max_backoff_s=0.02)
+        rule = dataclasses.replace(grounding_rule(warn_threshold=None), notify=("oncall",))
+        service = AlertService(
+            state,
+            metrics,
+            (rule,),
+            (),
+            notifier_kinds={name: "alertmanager" for name in notifiers},
+            delivery=delivery,
+            base_url="https://langfuse.example.com",
+            routes=(Route("retrieval", ("search",)), Route("generation", ("models",))),
+        )
+        try:
+            state.history.put_many(planted())
+            state.set_watermark(moment(T))
+            service.evaluate(moment(T))
+            (request,) = eval_team.wait_for(1)
+            assert request.json()[0]["labels"]["layer"] == "generation"
+            good = [
+                row(900_000 + i, T + 3 * i, {"numeric_grounding": 1.0, "crag_grade": "HIGH"}, "x")
+                for i in range(1, 1200)
+            ]
+            state.history.put_many(good)
+            state.set_watermark(moment(T + 3600))
+            service.evaluate(moment(T + 3600))
+            _, resolve = eval_team.wait_for(2)  # the resolve follows the page
+            assert resolve.json()[0]["labels"]["layer"] == "generation"
+            assert oncall.requests == [] and search_team.requests == []
+        finally:
+            delivery.shutdown(Deadline.within(5))
+            state.close()
+
+
+@pytest.mark.parametrize(
+    ("route", "error"),
+    [
+        ({"layer": "generation", "notify": ["nobody"]}, "alerts.routes[0].notify: no notifier"),
+        ({"layer": "vibes", "notify": ["hook"]}, "layer"),
+        (
+            {"layer": "retrieval", "notify": ["hook"], "rules": ["nope"]},
+            "alerts.routes[0].rules: no window rule named 'nope'",
+        ),
+    ],
+)
+def test_a_route_that_cannot_work_is_refused_at_start(route: dict[str, Any], error: str) -> None:
+    hook = {"name": "hook", "kind": "webhook", "url": "http://127.0.0.1:9/x"}
+    with pytest.raises(ValueError, match=re.escape(error)):
+        AlertsSettings(notifiers=[hook], routes=[route])  # type: ignore[list-item]
