@@ -614,8 +614,8 @@ def print_scoring(
         title=f"b. scoring {args.traces:,} traces ({answers:,} answers, {len(observations):,} "
         f"observations): first page to every answer's scores stored; {cores}"
     )
+    table.add_column("members", justify="right", no_wrap=True)
     for column in (
-        "members",
         "time",
         "traces/s",
         "members' CPU per trace",
@@ -625,7 +625,7 @@ def print_scoring(
         table.add_column(column, justify="right")
     for n, run in runs.items():
         table.add_row(
-            "one daemon, no [fleet]" if n == 0 else str(n),
+            "one daemon, no \\[fleet]" if n == 0 else str(n),
             f"{run.took_s:.1f} s",
             _n(answers / run.took_s),
             f"{1000 * run.cpu_s / answers:.2f} ms",
