@@ -277,10 +277,14 @@ def prometheus(
 
 
 class RedisServer:
-    """A real redis-server on 127.0.0.1:`port`, its data in `workdir` (append-only file)."""
+    """A real redis-server on 127.0.0.1:`port`, its data in `workdir` (append-only file,
+    fsynced on every write unless `appendfsync` says otherwise: "everysec" as deployed)."""
 
-    def __init__(self, binary: str, workdir: Path, port: int) -> None:
+    def __init__(
+        self, binary: str, workdir: Path, port: int, *, appendfsync: str = "always"
+    ) -> None:
         self.binary = binary
+        self.appendfsync = appendfsync
         self.workdir = workdir
         self.port = port
         self.url = f"redis://127.0.0.1:{port}/0"
@@ -309,7 +313,7 @@ class RedisServer:
                     "--appendonly",
                     "yes",
                     "--appendfsync",
-                    "always",
+                    self.appendfsync,
                     "--protected-mode",
                     "no",
                 ],
