@@ -693,7 +693,13 @@ def alerts_status(config_path: str | None, state_path: str | None, as_json: bool
     with _alert_service(config_path, state_path) as service:
         statuses = service.status()
         watermark = service.state.watermark()
-    rows = view.status_rows(statuses, service.rules)
+        triages = {
+            (s.rule.name, s.group): found
+            for s in statuses
+            if s.state.status == "firing"
+            and (found := service.triage_at(s.rule, s.group, s.at)) is not None
+        }
+    rows = view.status_rows(statuses, service.rules, triages)
     ends = view.when(watermark.timestamp()) if watermark else None
     if as_json:
         document = {
@@ -709,14 +715,16 @@ def alerts_status(config_path: str | None, state_path: str | None, as_json: bool
         f"{len(service.rules)} window rules, {len(service.trace_rules)} trace rules; "
         f"windows end at the watermark {ends or '(none)'}"
     )
+    changed = view.status_triage(triages, service.rules)
     if not sys.stdout.isatty():
-        for line in view.plain_columns(cells):
+        for line in [*view.plain_columns(cells), footer, *changed]:
             click.echo(line)
-        click.echo(footer)
         return
     shown = console()
     shown.print(view.status_table(cells))
     shown.print(footer)
+    for line in changed:
+        shown.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
 @alerts.command("test")
@@ -778,6 +786,7 @@ def alerts_backtest(
     with _alert_service(config_path, state_path) as service:
         span = service.state.history.span()
         results = app.backtest(service, begin, finish, step_s, rule)
+        regressions = app.backtest_regressions(service, begin, finish, step_s, rule)
     shown = console()
     if span is None:
         shown.print("the state file holds no signal history yet: nothing to replay")
@@ -785,6 +794,8 @@ def alerts_backtest(
         shown.print(f"history held: {view.when(span[0])} .. {view.when(span[1])}")
     for table in view.backtest_tables(results, begin, finish):
         shown.print(table)
+    for line in [*view.backtest_triage(results), *view.regression_lines(regressions)]:
+        shown.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
 @main.group()

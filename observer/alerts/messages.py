@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from observer.alerts.engine import AlertEvent, Example, GroupKey, Row, Top
+from observer.alerts.regression import Finding, RegressionRule
 from observer.alerts.rules import TraceRule, WindowRule
 from observer.state.rows import (
     Notification,
@@ -228,5 +229,59 @@ def digest_notification(
         value=float(suppressed),
         samples=suppressed,
         trace_urls=trace_urls(base_url, examples),
+        runbook_url=rule.runbook_url,
+    )
+
+
+def regression_notification(
+    rule: RegressionRule,
+    group: GroupKey,
+    finding: Finding | None,
+    at: float,
+    since: float,
+    base_url: str,
+    sent_at: datetime,
+) -> Notification:
+    """A new release worse than the one before it (`finding`), or that finding resolved
+    (None: the comparison no longer holds)."""
+    key = dedup_key(rule.name, group)
+    labels = dict(group)
+    where = group_text(tuple((k, v) for k, v in group if k != "signal"))
+    signal = labels.get("signal")
+    if finding is None:
+        summary = f"resolved: {rule.name} ({where}, {signal})"
+        description = (
+            f"{rule.dimension} {labels.get(rule.dimension)} is no longer worse than the one "
+            f"before it on {signal} (fixed, or replaced). It had fired since "
+            f"{iso(_moment(since))}."
+        )
+    else:
+        summary = f"{rule.name}: {finding.text(rule.dimension)} ({where})"
+        description = (
+            f"{finding.aggregate}({finding.signal}) is {finding.value:.4g} on "
+            f"{rule.dimension} {finding.new} against {finding.before_value:.4g} on "
+            f"{finding.before} ({finding.samples} and {finding.before_samples} samples, "
+            f"z = {finding.z:.3g}); a {rule.dimension} pages when it is worse by at least "
+            f"{rule.min_effect:g} with z >= {rule.z_floor:g}, whatever the absolute thresholds."
+        )
+    state: NotificationState = "resolved" if finding is None else "firing"
+    return Notification(
+        id=message_id(key, state, at),
+        dedup_key=key,
+        rule=rule.name,
+        kind="window",
+        state=state,
+        severity="page",
+        group=group,
+        summary=summary,
+        description=description,
+        started_at=_moment(since),
+        sent_at=sent_at,
+        ended_at=_moment(at) if finding is None else None,
+        signal=signal,
+        aggregate=finding.aggregate if finding is not None else None,
+        value=finding.value if finding is not None else None,
+        samples=finding.samples if finding is not None else None,
+        trace_urls=trace_urls(base_url, finding.examples) if finding is not None else (),
         runbook_url=rule.runbook_url,
     )

@@ -43,9 +43,12 @@ from observer.alerts.engine import (
 from observer.alerts.history import judge_values, signal_values, trace_row
 from observer.alerts.messages import (
     digest_notification,
+    regression_notification,
     trace_notification,
     window_notification,
 )
+from observer.alerts.regression import RegressionRule, compare
+from observer.alerts.regression import step as regression_step
 from observer.alerts.rules import Route, TraceRule, WindowRule, row_keys
 from observer.alerts.triage import keys as triage_keys
 from observer.alerts.triage import lookback_s, triage
@@ -185,6 +188,7 @@ class AlertService:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         shared: SharedTraceRules | None = None,
         routes: Sequence[Route] = (),
+        regressions: Sequence[RegressionRule] = (),
     ) -> None:
         """A `delivery` sends from the state file's outbox, where at most
         `delivery.queue_size` notifications wait per notifier.
@@ -210,6 +214,7 @@ class AlertService:
         self._forgot = False
         self.shared = shared
         self.routes = tuple(routes)
+        self.regressions = tuple(regressions)
         # The last triage of each firing group: Alertmanager's re-posts carry it too.
         self._triages: dict[tuple[str, GroupKey], Triage] = {}
         metrics.notifiers_known(self.notifier_kinds)
@@ -418,7 +423,8 @@ class AlertService:
         now = now or self.clock()
         with self._evaluating:
             if not self._forgot:
-                self.state.alerts.forget_other_rules({r.name for r in self.rules})
+                kept = {r.name for r in self.rules} | {r.name for r in self.regressions}
+                self.state.alerts.forget_other_rules(kept)
                 self._forgot = True
             plans = self.plans(
                 self.state.alerts.load(), self.state.alerts.progress(), now, max_points
@@ -438,6 +444,8 @@ class AlertService:
                     left += each.left
                     reached.append(each.points[-1])
             left += sum(len(p.points) + p.left for p in plans if id(p) in skipped)
+            if should_stop is None or not should_stop():
+                self._compare_releases(rows or self.state.history.rows, now)
             self._digests(now)
             if resume and self.delivery is not None:
                 self.delivery.resume()
@@ -466,6 +474,37 @@ class AlertService:
         self._observe(rule, result)
         self._wake(outgoing)
 
+    def _compare_releases(self, rows: RowReader, now: datetime) -> int:
+        """Each release-regression rule, every `every_s` of event time up to the watermark:
+        the findings that began fire, those that ended resolve; how many changed."""
+        watermark = self.state.watermark()
+        if watermark is None or not self.regressions:
+            return 0
+        at = watermark.timestamp()
+        progress = self.state.alerts.progress()
+        stored = self.state.alerts.load()
+        changed = 0
+        for rule in self.regressions:
+            last = progress.get(rule.name)
+            if last is not None and at - last < rule.every_s:
+                continue
+            read = rows(at - rule.read_s, at, rule.keys(), traces=True, samples=False)
+            before = stored.get(rule.name, {})
+            states, happened = regression_step(compare(rule, read, at), before, at)
+            outgoing: list[Outgoing] = []
+            for transition, group, finding in happened:
+                log.warning(f"alert_{transition}", rule=rule.name, group=dict(group))
+                since = before[group].since if group in before else at
+                notification = regression_notification(
+                    rule, group, finding, at, since or at, self.base_url, now
+                )
+                outgoing.extend(self._outgoing(self.targets(rule.notify), notification))
+            dropped = self.state.alerts.commit(rule.name, states, at, outgoing, self.max_queued)
+            self._count_dropped(dropped, outgoing)
+            self._wake(outgoing)
+            changed += len(happened)
+        return changed
+
     def _observe(self, rule: WindowRule, result: Evaluation) -> None:
         if result.capped:
             log.warning("alert_groups_capped", rule=rule.name, left_out=result.capped)
@@ -490,22 +529,26 @@ class AlertService:
         """What changed, where, since when and whose, for a firing group of a rule on
         traces (docs/alerts.md#triage); None for the daemon's own signals, or when the
         history cannot be read (the page goes out without it)."""
-        if rule.pipeline:
-            return None
         try:
-            history = rows(
-                event.at - lookback_s(rule),
-                event.at,
-                row_keys(triage_keys(rule)),
-                traces=True,
-                samples=False,
-            )
-            found = triage(rule, event.group, history, event.at)
+            found = self.triage_at(rule, event.group, event.at, rows)
         except Exception as error:  # a page never waits on its triage
             log.error("alert_triage_failed", rule=rule.name, error=repr(error))
             return None
-        self._triages[(rule.name, event.group)] = found
+        if found is not None:
+            self._triages[(rule.name, event.group)] = found
         return found
+
+    def triage_at(
+        self, rule: WindowRule, group: GroupKey, at: float, rows: RowReader | None = None
+    ) -> Triage | None:
+        """The triage of `rule`'s `group` at `at` over the stored history (`alerts status`
+        and `backtest` too); None for a rule on the daemon's own samples."""
+        if rule.pipeline:
+            return None
+        history = (rows or self.state.history.rows)(
+            at - lookback_s(rule), at, row_keys(triage_keys(rule)), traces=True, samples=False
+        )
+        return triage(rule, group, history, at)
 
     def _announce(
         self,

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from observer.app.alerts import (
         Backtest,
+        RegressionBacktest,
         backtest,
+        backtest_regressions,
         open_alerts,
         test_notification,
         test_notifiers,
@@ -67,6 +69,8 @@ if TYPE_CHECKING:
 _HOMES = {
     "Backtest": "observer.app.alerts",
     "backtest": "observer.app.alerts",
+    "RegressionBacktest": "observer.app.alerts",
+    "backtest_regressions": "observer.app.alerts",
     "open_alerts": "observer.app.alerts",
     "test_notification": "observer.app.alerts",
     "test_notifiers": "observer.app.alerts",
@@ -131,8 +135,10 @@ __all__ = [
     "OnceResult",
     "Parts",
     "PassResult",
+    "RegressionBacktest",
     "backfill",
     "backtest",
+    "backtest_regressions",
     "build",
     "build_alerts",
     "build_api",

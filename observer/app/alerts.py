@@ -6,20 +6,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from observer.alerts.delivery import Delivery, NothingQueued
 from observer.alerts.engine import AlertEvent, evaluation_points, replay
 from observer.alerts.notifiers.trial import TestOutcome, send_test
+from observer.alerts.regression import RegressionRule
+from observer.alerts.regression import Transition as RegressionTransition
+from observer.alerts.regression import replay as replay_regression
 from observer.alerts.rules import WindowRule, row_keys
 from observer.alerts.service import AlertService
+from observer.alerts.triage import keys as triage_keys
+from observer.alerts.triage import lookback_s, triage
 from observer.app.parts import build_alerts, build_notifiers, now_utc
 from observer.background import Deadline
 from observer.config import ConfigError, Settings
 from observer.state import State, StateError
-from observer.state.rows import Notification
+from observer.state.rows import Notification, Triage
 from observer.telemetry.metrics import Metrics
 
 
@@ -38,6 +43,8 @@ def open_alerts(settings: Settings, state_path: Path) -> Iterator[AlertService]:
 class Backtest:
     rule: WindowRule
     events: list[AlertEvent]
+    # The triage of each firing event, by its index in `events`.
+    triages: dict[int, Triage] = field(default_factory=dict)
 
     @property
     def notifications(self) -> int:
@@ -49,14 +56,45 @@ def backtest(
 ) -> list[Backtest]:
     """Replay the rules over the stored history, from a clean state, as the daemon would."""
     chosen = [r for r in alerts.rules if rule is None or r.name == rule]
-    if rule is not None and not chosen:
-        names = ", ".join(r.name for r in alerts.rules) or "none"
+    if rule is not None and not chosen and rule not in {r.name for r in alerts.regressions}:
+        names = ", ".join([r.name for r in alerts.rules] + [r.name for r in alerts.regressions])
+        names = names or "none"
         raise ConfigError(f"no window rule named {rule!r} (configured: {names})")
-    longest = max((r.window_s for r in chosen), default=0.0)
-    read = row_keys({r.expression.signal for r in chosen})
+    longest = max((max(r.window_s, lookback_s(r)) for r in chosen), default=0.0)
+    read = row_keys({key for r in chosen for key in triage_keys(r)})
     rows = alerts.state.history.rows(start.timestamp() - longest, end.timestamp(), read)
     points = evaluation_points(start.timestamp(), end.timestamp(), step_s, 0.0)
-    return [Backtest(r, replay(r, rows, {}, points, alerts.max_groups).events) for r in chosen]
+    results = []
+    for rule_ in chosen:
+        events = replay(rule_, rows, {}, points, alerts.max_groups).events
+        triages = {
+            i: triage(rule_, e.group, rows, e.at)
+            for i, e in enumerate(events)
+            if e.transition == "firing" and not rule_.pipeline
+        }
+        results.append(Backtest(rule_, events, triages))
+    return results
+
+
+@dataclass
+class RegressionBacktest:
+    rule: RegressionRule
+    events: list[tuple[float, RegressionTransition]]
+
+
+def backtest_regressions(
+    alerts: AlertService, start: datetime, end: datetime, step_s: float, rule: str | None = None
+) -> list[RegressionBacktest]:
+    """The release-regression rules replayed over the stored history, as the daemon would."""
+    chosen = [r for r in alerts.regressions if rule is None or r.name == rule]
+    out: list[RegressionBacktest] = []
+    points = evaluation_points(start.timestamp(), end.timestamp(), step_s, 0.0)
+    for each in chosen:
+        rows = alerts.state.history.rows(
+            start.timestamp() - each.read_s, end.timestamp(), each.keys(), samples=False
+        )
+        out.append(RegressionBacktest(each, replay_regression(each, rows, points)))
+    return out
 
 
 def test_notification(sent_at: datetime) -> Notification:

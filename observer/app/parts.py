@@ -233,6 +233,7 @@ def build_alerts(
         history_days=a.history_days,
         shared=shared,
         routes=a.route_list(),
+        regressions=a.regression_rules(),
     )
 
 

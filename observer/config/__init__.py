@@ -43,6 +43,7 @@ from observer.config.sources import (
 from observer.errors import ConfigError
 
 if TYPE_CHECKING:  # loaded where used: `config show` needs the models, not the rules' engine
+    from observer.alerts.regression import RegressionRule
     from observer.alerts.rules import Route, TraceRule, WindowRule
     from observer.judge.sampler import SamplerParams
     from observer.mapping.convention import MappingRules
@@ -286,6 +287,12 @@ class AlertsSettings(_Section):
                         f"{where}.rules: no window rule named {rule!r} "
                         f"(known: {', '.join(sorted(known_rules)) or 'none'})"
                     )
+
+    def regression_rules(self) -> tuple[RegressionRule, ...]:
+        """The release-regression rule: a default, off with `defaults = false`."""
+        from observer.alerts.regression import default_regression_rules
+
+        return default_regression_rules() if self.defaults else ()
 
     def route_list(self) -> tuple[Route, ...]:
         from observer.alerts.rules import Route

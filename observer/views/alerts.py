@@ -3,10 +3,12 @@ one, or JSON) and `alerts backtest` (a summary per rule and a timeline)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from observer.alerts.notifiers._text import triage_text
+from observer.state.rows import Triage
 from observer.times import iso
 
 if TYPE_CHECKING:
@@ -14,7 +16,7 @@ if TYPE_CHECKING:
 
     from observer.alerts.rules import WindowRule
     from observer.alerts.service import RuleStatus
-    from observer.app import Backtest
+    from observer.app import Backtest, RegressionBacktest
 
 HEADER = ("rule", "group", "value", "samples", "state", "severity", "since")
 
@@ -28,11 +30,15 @@ def when(at: float | None) -> str:
 
 
 def status_rows(
-    statuses: Sequence[RuleStatus], rules: Sequence[WindowRule]
+    statuses: Sequence[RuleStatus],
+    rules: Sequence[WindowRule],
+    triages: Mapping[tuple[str, tuple[tuple[str, str], ...]], Triage] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per rule and group; a rule with no group yet is listed as `ok (no data)`."""
+    """One row per rule and group; a rule with no group yet is listed as `ok (no data)`.
+    A firing group's row carries its triage (`triages`, by rule and group)."""
     rows: list[dict[str, Any]] = []
     for item in statuses:
+        found = (triages or {}).get((item.rule.name, item.group))
         s = item.state
         state: str = s.status
         if s.samples == 0:
@@ -48,6 +54,7 @@ def status_rows(
                 "state": state,
                 "severity": s.severity,
                 "since": when(s.since) if s.since is not None else None,
+                "triage": found.fields() if found is not None else None,
             }
         )
     listed = {row["rule"] for row in rows}
@@ -62,9 +69,41 @@ def status_rows(
                     "state": "ok (no data)",
                     "severity": None,
                     "since": None,
+                    "triage": None,
                 }
             )
     return rows
+
+
+def what_changed(rule: str, group: tuple[tuple[str, str], ...], lines: Sequence[str]) -> list[str]:
+    """`what changed: rule (group)` and its triage's sentences, indented: plain text that
+    never wraps mid-sentence in a pipe."""
+    return [f"what changed: {rule} ({group_text(group)})", *(f"  {line}" for line in lines)]
+
+
+def status_triage(
+    triages: Mapping[tuple[str, tuple[tuple[str, str], ...]], Triage],
+    rules: Sequence[WindowRule],
+) -> list[str]:
+    """The triage of every firing group, as `what_changed` lines."""
+    aggregates = {r.name: r.aggregate for r in rules}
+    out: list[str] = []
+    for (rule, group), found in sorted(triages.items(), key=lambda item: item[0]):
+        out.extend(what_changed(rule, group, triage_text(found, aggregates.get(rule))))
+    return out
+
+
+def backtest_triage(results: Sequence[Backtest]) -> list[str]:
+    """The triage of every firing event of a backtest, in time order."""
+    found = sorted(
+        ((r.events[i], r.rule, t) for r in results for i, t in r.triages.items()),
+        key=lambda item: item[0].at,
+    )
+    out: list[str] = []
+    for event, rule, each in found:
+        lines = triage_text(each, rule.aggregate)
+        out.extend(what_changed(f"{rule.name} at {when(event.at)}", event.group, lines))
+    return out
 
 
 def status_cells(rows: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
@@ -138,3 +177,16 @@ def backtest_tables(
             str(event.samples),
         )
     return [summary, timeline] if events else [summary]
+
+
+def regression_lines(results: Sequence[RegressionBacktest]) -> list[str]:
+    """Each release-regression rule's replay: a line per finding that began or ended."""
+    out: list[str] = []
+    for result in results:
+        fired = sum(1 for _, (t, _g, _f) in result.events if t == "firing")
+        resolved = len(result.events) - fired
+        out.append(f"{result.rule.name}: fired {fired}, resolved {resolved}")
+        for at, (transition, group, finding) in result.events:
+            told = finding.text(result.rule.dimension) if finding is not None else "no longer"
+            out.append(f"  {when(at)}  {transition:<8}  {group_text(group)}: {told}")
+    return out

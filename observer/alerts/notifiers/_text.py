@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
-from observer.state.rows import Notification, Segment
+from observer.state.rows import Notification, Segment, Triage
 
 
 def iso(moment: datetime) -> str:
@@ -97,9 +97,11 @@ def segment_text(aggregate: str | None, segment: Segment) -> str:
 
 def triage_lines(n: Notification) -> list[str]:
     """A notification's triage as sentences (where, since when, whose); none without one."""
-    triage = n.triage
-    if triage is None:
-        return []
+    return [] if n.triage is None else triage_text(n.triage, n.aggregate)
+
+
+def triage_text(triage: Triage, aggregate: str | None) -> list[str]:
+    """A triage as sentences: where, since when, whose."""
     bad = triage.bad_when or "bad"
     lines: list[str] = []
     lead = triage.lead
@@ -109,9 +111,9 @@ def triage_lines(n: Notification) -> list[str]:
             f"{triage.samples} are spread over the group."
         )
     else:
-        lines.append(f"Where: {segment_text(n.aggregate, lead)} (bad: {bad}).")
+        lines.append(f"Where: {segment_text(aggregate, lead)} (bad: {bad}).")
         others = [s for s in triage.segments[1:] if s.where[0] not in lead.where]
-        lines.extend(f"Also: {segment_text(n.aggregate, s)}." for s in others[:2])
+        lines.extend(f"Also: {segment_text(aggregate, s)}." for s in others[:2])
     if triage.onset is not None:
         lines.append(
             f"Since: {iso(datetime.fromtimestamp(triage.onset, UTC))} (when the change began)."
