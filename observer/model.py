@@ -65,9 +65,10 @@ class RagRecord:
     app_crag_grade: str | None = None
     # The Langfuse project the trace belongs to: alerts link to the trace with it.
     project_id: str | None = None
-    # Dimensions people slice by (DESIGN §6.1): the trace's name, release and version, the
-    # answering generation's model (the name the app gave) and prompt (Langfuse prompt
-    # management's name and version). Kept in the signal history; rules group by them.
+    # Dimensions people slice by (docs/trace-convention.md#dimensions): the trace's name,
+    # release and version, the answering generation's model (the name the app gave) and
+    # prompt (Langfuse prompt management's name and version). Kept in the signal history;
+    # alert rules group by them.
     trace_name: str | None = None
     release: str | None = None
     version: str | None = None

@@ -73,8 +73,8 @@ OPS: Mapping[str, Callable[[Any, Any], bool]] = {
 AGGREGATES: tuple[str, ...] = ("mean", "rate", "count", "p50", "p95", "min", "max")
 # What the default rules group by.
 GROUP_LABELS = ("environment", "query_type")
-# What any rule may group by and filter on (DESIGN §6.1): every history row keeps them;
-# a row without a value reads `none`.
+# What any rule may group by and filter on (docs/alerts.md#window-rules): every history
+# row keeps them; a row without a value reads `none`.
 DIMENSIONS = (
     "environment",
     "query_type",

@@ -1112,8 +1112,9 @@ def _map(
 
 
 def _first_str(first: Observation, second: Observation, key: str) -> str | None:
-    """A dimension (DESIGN §6.1) of the first observation, else of the second: release and
-    version are the trace's (its root first), model and prompt the answering generation's."""
+    """A dimension (docs/trace-convention.md#dimensions) of the first observation, else
+    of the second: release and version are the trace's (its root first), model and prompt
+    the answering generation's."""
     return as_str(first.get(key)) or as_str(second.get(key)) or None
 
 

@@ -23,7 +23,7 @@ GroupKey = tuple[tuple[str, str], ...]
 Status = Literal["ok", "pending", "firing"]
 
 
-# The dimensions a row keeps beside environment and query type (DESIGN §6.1), in order.
+# The dimensions a row keeps beside environment and query type (docs/alerts.md#window-rules).
 DIMS: Final = ("trace_name", "release", "version", "model", "prompt", "top_doc")
 # A label a row does not carry reads as this (as a trace without a query type does).
 NO_LABEL: Final = "none"

@@ -1,5 +1,5 @@
-"""Dimensions in the signal history (DESIGN §6.1): a row's labels, rules that group by and
-filter on them, the engine and the sliding windows agreeing on the groups."""
+"""Dimensions in the signal history (docs/alerts.md#window-rules): a row's labels, rules
+that group by and filter on them, the engine and the sliding windows agreeing on the groups."""
 
 from __future__ import annotations
 

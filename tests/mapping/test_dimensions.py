@@ -1,5 +1,6 @@
-"""The dimensions of a record (DESIGN §6.1): the trace's name, release and version, the
-answering generation's model and prompt, read from the v2 field groups observer asks for
+"""The dimensions of a record (docs/trace-convention.md#dimensions): the trace's name,
+release and version, the answering generation's model and prompt, read from the v2 field
+groups observer asks for
 (`basic`: version; `trace_context`: release, traceName; `model`: model; `prompt`:
 promptName, promptVersion).
 
