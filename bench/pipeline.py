@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from observer.app import demo_traces_path  # noqa: E402
 from observer.langfuse_api import NO_RETRIES, build_api  # noqa: E402
+from observer.sources.langfuse import FIELDS  # noqa: E402
 from observer.times import iso, parse_time  # noqa: E402
 
 
@@ -115,7 +116,7 @@ def bare_io(url: str, pk: str, sk: str, start: datetime, end: datetime, n_scores
     seen = 0
     while True:
         page = api.observations.get_many(
-            fields="core,basic,time,io,metadata,trace_context",
+            fields=FIELDS,
             limit=1000,
             cursor=cursor,
             from_start_time=start,

@@ -65,6 +65,16 @@ class RagRecord:
     app_crag_grade: str | None = None
     # The Langfuse project the trace belongs to: alerts link to the trace with it.
     project_id: str | None = None
+    # Dimensions people slice by (docs/trace-convention.md#dimensions): the trace's name,
+    # release and version, the answering generation's model (the name the app gave) and
+    # prompt (Langfuse prompt management's name and version). Kept in the signal history;
+    # alert rules group by them.
+    trace_name: str | None = None
+    release: str | None = None
+    version: str | None = None
+    model: str | None = None
+    prompt_name: str | None = None
+    prompt_version: int | None = None
 
 
 class Grade(StrEnum):

@@ -363,7 +363,7 @@ def test_observation_requests_stay_within_budget(
     assert loaded.observation_requests() == 4
     reads = [r for r in loaded.requests if r.path.endswith("/observations")]
     assert {tuple(r.query["fields"]) for r in reads} == {
-        ("core,basic,time,io,metadata,trace_context",)
+        ("core,basic,time,io,metadata,model,prompt,trace_context",)
     }
     expanded = set(reads[0].query["expandMetadata"][0].split(","))
     assert {"context", "rerank_scores", "query_type", "needs_fallback"} <= expanded

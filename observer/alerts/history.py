@@ -1,7 +1,8 @@
 """History rows from what the pipeline and the judge found (pure).
 
 One row per scored trace: the event time (the answer generation's start),
-ids, environment, query type, and every signal value alert rules can read.
+ids, environment, query type, the other dimensions rules may group by (`dimensions`),
+and every signal value alert rules can read.
 The judge's values are merged into the same row when they arrive.
 
 An answer-looking trace that was skipped (it has a generation, but the
@@ -24,6 +25,7 @@ from observer.alerts.rules import Value
 from observer.judge.outcome import JudgeResult
 from observer.model import RagRecord, Signals
 from observer.resolver.core import ResolverFindings
+from observer.state.rows import NO_DIMS
 from observer.telemetry.metrics import NO_QUERY_TYPE
 from observer.times import parse_time
 
@@ -86,7 +88,31 @@ def event_time(record: RagRecord, fallback: datetime) -> float:
     return (moment or fallback).timestamp()
 
 
-def trace_row(record: RagRecord, values: Mapping[str, Value], fallback_time: datetime) -> Row:
+def dimensions(record: RagRecord, top_doc: str | None = None) -> Mapping[str, str]:
+    """The record's dimensions beside environment and query type (`observer.state.rows.DIMS`),
+    only those present: the prompt as `name:version` (or its name alone), `top_doc` the most
+    cited document (`Signals.concentration.top_doc`)."""
+    prompt = record.prompt_name
+    if prompt and record.prompt_version is not None:
+        prompt = f"{prompt}:{record.prompt_version}"
+    found = {
+        "trace_name": record.trace_name,
+        "release": record.release,
+        "version": record.version,
+        "model": record.model,
+        "prompt": prompt,
+        "top_doc": top_doc,
+    }
+    dims = {k: v for k, v in found.items() if v}
+    return dims or NO_DIMS
+
+
+def trace_row(
+    record: RagRecord,
+    values: Mapping[str, Value],
+    fallback_time: datetime,
+    top_doc: str | None = None,
+) -> Row:
     return Row(
         at=event_time(record, fallback_time),
         values={k: v for k, v in values.items() if v is not None},
@@ -94,6 +120,7 @@ def trace_row(record: RagRecord, values: Mapping[str, Value], fallback_time: dat
         project_id=record.project_id,
         environment=record.environment or "default",
         query_type=record.query_type or NO_QUERY_TYPE,
+        dims=dimensions(record, top_doc),
     )
 
 

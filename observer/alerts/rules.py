@@ -71,9 +71,20 @@ OPS: Mapping[str, Callable[[Any, Any], bool]] = {
     "!=": operator.ne,
 }
 AGGREGATES: tuple[str, ...] = ("mean", "rate", "count", "p50", "p95", "min", "max")
+# What the default rules group by.
 GROUP_LABELS = ("environment", "query_type")
-# What a triage slices the window by (observer.alerts.triage).
-DIMENSIONS: tuple[str, ...] = GROUP_LABELS
+# What any rule may group by and filter on (docs/alerts.md#window-rules), and what a
+# triage slices a window by: every history row keeps them; a row without one reads `none`.
+DIMENSIONS = (
+    "environment",
+    "query_type",
+    "trace_name",
+    "release",
+    "version",
+    "model",
+    "prompt",
+    "top_doc",
+)
 
 
 def row_keys(signals: Collection[str]) -> set[str]:
@@ -291,19 +302,25 @@ def _check_durations(rule: WindowRule, where: str) -> None:
 
 
 def _check_labels(rule: WindowRule, where: str) -> None:
-    """group_by and where name known labels; a rule on the daemon itself filters none."""
+    """group_by and where name known dimensions; a rule on the daemon itself filters none."""
     for label in rule.group_by:
-        if label not in GROUP_LABELS:
-            raise RuleError(f"{where}.group_by: {label!r} is not one of {GROUP_LABELS}")
-    for key, _ in rule.where:
-        if key not in GROUP_LABELS:
-            raise RuleError(f"{where}.where: {key!r} is not one of {GROUP_LABELS}")
+        if label not in DIMENSIONS:
+            raise RuleError(f"{where}.group_by: {label!r} is not one of {', '.join(DIMENSIONS)}")
+        if rule.group_by.count(label) > 1:
+            raise RuleError(f"{where}.group_by: {label!r} is named twice")
+    _check_where(rule.where, where)
     if rule.pipeline and rule.where:
         # The daemon's own samples carry no labels: a filter would match none of them.
         raise RuleError(
             f"{where}.where: {rule.expression.signal} is a sample of the daemon, "
-            "not of a trace; it has no environment or query type"
+            "not of a trace; it has no dimensions"
         )
+
+
+def _check_where(pairs: tuple[tuple[str, str], ...], where: str) -> None:
+    for key, _ in pairs:
+        if key not in DIMENSIONS:
+            raise RuleError(f"{where}.where: {key!r} is not one of {', '.join(DIMENSIONS)}")
 
 
 def check_trace_rule(rule: TraceRule) -> TraceRule:
@@ -317,9 +334,7 @@ def check_trace_rule(rule: TraceRule) -> TraceRule:
         raise RuleError(f"{where}.when: {rule.expression.signal} is not a signal of a trace")
     if rule.max_per_hour < 1:
         raise RuleError(f"{where}.max_per_hour: must be at least 1")
-    for key, _ in rule.where:
-        if key not in GROUP_LABELS:
-            raise RuleError(f"{where}.where: {key!r} is not one of {GROUP_LABELS}")
+    _check_where(rule.where, where)
     return rule
 
 

@@ -261,7 +261,8 @@ class AlertService:
 
     def scored(self, record: RagRecord, signals: Signals) -> None:
         """A trace's scores are in the outbox (its history row with them): trace rules."""
-        self.check_trace(trace_row(record, signal_values(signals), self.clock()))
+        row = trace_row(record, signal_values(signals), self.clock(), signals.concentration.top_doc)
+        self.check_trace(row)
 
     def judged(self, record: RagRecord, result: JudgeResult) -> None:
         """The judge's values join the trace's row; trace rules see them at once."""
@@ -272,7 +273,7 @@ class AlertService:
     def check_trace(self, row: Row) -> None:
         if row.trace_id is None:
             return
-        labels = {"environment": row.environment, "query_type": row.query_type}
+        labels = {key: row.label(key) for rule in self.trace_rules for key, _ in rule.where}
         now = self.clock()
         for rule in self.trace_rules:
             if not rule.matches(row.values, labels):

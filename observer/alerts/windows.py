@@ -230,10 +230,12 @@ class GroupWindow:
 def samples_of(rule: WindowRule, rows: Sequence[Row]) -> list[Sample]:
     """The rule's samples among `rows` (sorted by event time), in their order: rows of its
     kind (trace or daemon sample), in its `where`, with a value for its expression."""
-    groups: dict[tuple[str, str], GroupKey] = {}
+    groups: dict[tuple[str, ...], GroupKey] = {}
     out: list[Sample] = []
     expression = rule.expression
     labels = rule.groups
+    # Grouped by environment and query type only (the defaults): a row's key is those two.
+    plain = all(label in ("environment", "query_type") for label in labels)
     pipeline = rule.pipeline
     where = rule.where
     for row in rows:
@@ -242,7 +244,11 @@ def samples_of(rule: WindowRule, rows: Sequence[Row]) -> list[Sample]:
         value = expression.value(row.values)
         if value is None:
             continue
-        key = (row.environment, row.query_type)
+        key = (
+            (row.environment, row.query_type)
+            if plain
+            else tuple(row.label(label) for label in labels)
+        )
         group = groups.get(key)
         if group is None:
             group = groups[key] = tuple((label, row.label(label)) for label in labels)

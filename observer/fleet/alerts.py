@@ -41,7 +41,7 @@ from observer.fleet.connect import LeaseLost, text
 from observer.fleet.keys import Keys
 from observer.fleet.lease import Lease, fenced
 from observer.state import State
-from observer.state.rows import Row
+from observer.state.rows import NO_DIMS, Row
 
 log = structlog.get_logger("observer.fleet")
 
@@ -98,14 +98,25 @@ Shared = Literal["duplicate", "notify", "over", "unknown"]
 
 
 def encode_row(row: Row) -> bytes:
-    return orjson.dumps(
-        [row.at, dict(row.values), row.trace_id, row.project_id, row.environment, row.query_type]
-    )
+    fields: list[Any] = [
+        row.at,
+        dict(row.values),
+        row.trace_id,
+        row.project_id,
+        row.environment,
+        row.query_type,
+    ]
+    if row.dims:
+        fields.append(dict(row.dims))
+    return orjson.dumps(fields)
 
 
 def decode_row(raw: bytes) -> Row:
-    at, values, trace_id, project_id, environment, query_type = orjson.loads(raw)
-    return Row(float(at), values, trace_id, project_id, str(environment), str(query_type))
+    """A shared row; one of a member of an older version (six fields, no dimensions)
+    reads with none."""
+    at, values, trace_id, project_id, environment, query_type, *rest = orjson.loads(raw)
+    dims = {str(k): str(v) for k, v in rest[0].items()} if rest and rest[0] else NO_DIMS
+    return Row(float(at), values, trace_id, project_id, str(environment), str(query_type), dims)
 
 
 def publish_row(client: redis.Redis, keys: Keys, member: str, maxlen: int, row: Row) -> None:

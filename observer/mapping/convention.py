@@ -1102,7 +1102,36 @@ def _map(
         context=context if isinstance(context, str) else None,
         app_crag_grade=as_str(decode(meta("crag_grade"))),
         project_id=as_str(root.get("projectId")),
+        trace_name=trace_name or None,
+        release=_first_str(root, generation, "release"),
+        version=_first_str(root, generation, "version"),
+        model=_first_str(generation, root, "model"),
+        prompt_name=_first_str(generation, root, "promptName"),
+        prompt_version=_prompt_version(generation, root),
     ), provenance
+
+
+def _first_str(first: Observation, second: Observation, key: str) -> str | None:
+    """A dimension (docs/trace-convention.md#dimensions) of the first observation, else
+    of the second: release and version are the trace's (its root first), model and prompt
+    the answering generation's."""
+    return as_str(first.get(key)) or as_str(second.get(key)) or None
+
+
+def _prompt_version(generation: Observation, root: Observation) -> int | None:
+    """The version beside the prompt name that was read (the generation's when it names a
+    prompt, else the root's); None without a prompt name."""
+    holder = next((o for o in (generation, root) if as_str(o.get("promptName"))), None)
+    if holder is None:
+        return None
+    version = holder.get("promptVersion")
+    if isinstance(version, bool):
+        return None
+    if isinstance(version, int):
+        return version
+    if isinstance(version, str) and version.strip().isdigit():
+        return int(version)
+    return None
 
 
 def _from_hook(

@@ -243,7 +243,7 @@ class TraceRecorder:
         if prepared.findings is not None:
             scores += resolver_score_events(mapped, prepared.findings)
             values.update(resolver_values(prepared.findings))
-        history = trace_row(mapped, values, now)
+        history = trace_row(mapped, values, now, signals.concentration.top_doc)
         basis = answer_basis(mapped)
         reservation = self._reservation(mapped, signals, prepared.findings, basis)
         committed = False

@@ -32,7 +32,7 @@ from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.source")
 
-FIELDS = "core,basic,time,io,metadata,trace_context"
+FIELDS = "core,basic,time,io,metadata,model,prompt,trace_context"
 
 
 def as_dict(observation: ObservationV2) -> dict[str, Any]:
@@ -58,6 +58,11 @@ def as_dict(observation: ObservationV2) -> dict[str, Any]:
         "metadata": observation.metadata,
         "tags": observation.tags,
         "traceName": observation.trace_name,
+        "release": observation.release,
+        "version": observation.version,
+        "model": observation.model,
+        "promptName": observation.prompt_name,
+        "promptVersion": observation.prompt_version,
     }
 
 

@@ -5,6 +5,11 @@ A trace that looks like an answer but was skipped has a row too, with only
 rule on a signal of answers finds a sample there. A read of `skipped` keeps
 `skip_reason` beside it (a signal's detail: callers ask for it with `alerts.rules.row_keys`).
 
+Each trace row keeps its dimensions beside environment and query type (`Row.dims`:
+trace name, release, version, model, prompt, top cited document) in `dims`, the JSON
+of the present ones, NULL when none (a state file of an older version gains the
+column when opened, its rows read with none).
+
 What every alert window, `observer alerts status` and `observer alerts
 backtest` read, so they agree with each other and survive restarts. A
 re-scored trace replaces its row; the judge's values are merged into it.
@@ -21,13 +26,14 @@ import contextlib
 import sqlite3
 import threading
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from observer.state.db import Database
-from observer.state.rows import Row, Value
+from observer.state.rows import NO_DIMS, Row, Value
 
 HISTORY_SCHEMA = """
 CREATE TABLE IF NOT EXISTS history (
@@ -36,7 +42,8 @@ CREATE TABLE IF NOT EXISTS history (
     project_id TEXT,
     environment TEXT NOT NULL,
     query_type TEXT NOT NULL,
-    signals BLOB NOT NULL
+    signals BLOB NOT NULL,
+    dims BLOB
 );
 CREATE INDEX IF NOT EXISTS history_at ON history (at);
 CREATE TABLE IF NOT EXISTS samples (
@@ -48,13 +55,16 @@ CREATE INDEX IF NOT EXISTS samples_at ON samples (at);
 """
 
 
+_COLUMNS = "trace_id, at, project_id, environment, query_type, signals, dims"
+
+
 def write_row(db: sqlite3.Connection, row: Row) -> None:
     """Insert or replace a trace's row (inside the caller's transaction)."""
     db.execute(
-        "INSERT INTO history (trace_id, at, project_id, environment, query_type, signals) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(trace_id) DO UPDATE SET at = excluded.at, "
+        f"INSERT INTO history ({_COLUMNS}) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(trace_id) DO UPDATE SET at = excluded.at, "
         "project_id = excluded.project_id, environment = excluded.environment, "
-        "query_type = excluded.query_type, signals = excluded.signals",
+        "query_type = excluded.query_type, signals = excluded.signals, dims = excluded.dims",
         (
             row.trace_id,
             row.at,
@@ -62,12 +72,38 @@ def write_row(db: sqlite3.Connection, row: Row) -> None:
             row.environment,
             row.query_type,
             orjson.dumps(dict(row.values)),
+            orjson.dumps(dict(row.dims)) if row.dims else None,
         ),
     )
 
 
-def _row(record: tuple[Any, ...], keys: Collection[str] | None, labels: dict[str, str]) -> Row:
-    trace_id, at, project_id, environment, query_type, signals = record
+class _Labels:
+    """One object per distinct label value and per distinct set of dimensions within a
+    read: a window holds one row per trace, and most of them share their labels."""
+
+    __slots__ = ("dims", "strings")
+
+    def __init__(self) -> None:
+        self.strings: dict[str, str] = {}
+        self.dims: dict[bytes, Mapping[str, str]] = {}
+
+    def string(self, value: object) -> str:
+        text = str(value)
+        return self.strings.setdefault(text, text)
+
+    def of(self, raw: bytes | None) -> Mapping[str, str]:
+        if not raw:
+            return NO_DIMS
+        found = self.dims.get(raw)
+        if found is None:
+            decoded = orjson.loads(raw)
+            found = {self.string(k): self.string(v) for k, v in decoded.items()} or NO_DIMS
+            self.dims[bytes(raw)] = found
+        return found
+
+
+def _row(record: tuple[Any, ...], keys: Collection[str] | None, labels: _Labels) -> Row:
+    trace_id, at, project_id, environment, query_type, signals, dims = record
     values = orjson.loads(signals)
     if keys is not None:
         values = {k: v for k, v in values.items() if k in keys}
@@ -76,9 +112,9 @@ def _row(record: tuple[Any, ...], keys: Collection[str] | None, labels: dict[str
         values=values,
         trace_id=str(trace_id),
         project_id=project_id,
-        # A window holds one row per trace: one string per label value, not per row.
-        environment=labels.setdefault(str(environment), str(environment)),
-        query_type=labels.setdefault(str(query_type), str(query_type)),
+        environment=labels.string(environment),
+        query_type=labels.string(query_type),
+        dims=labels.of(dims),
     )
 
 
@@ -110,19 +146,15 @@ class History:
         or skipped since (a judge result of a trace no longer scored is no answer's)."""
         with self._file.transaction() as db:
             found = db.execute(
-                "SELECT trace_id, at, project_id, environment, query_type, signals "
-                "FROM history WHERE trace_id = ?",
-                (trace_id,),
+                f"SELECT {_COLUMNS} FROM history WHERE trace_id = ?", (trace_id,)
             ).fetchone()
             if found is None:
                 return None
-            row = _row(found, None, {})
+            row = _row(found, None, _Labels())
             if row.values.get("skipped") is True:
                 return None
             merged = {**row.values, **{k: v for k, v in values.items() if v is not None}}
-            updated = Row(
-                row.at, merged, row.trace_id, row.project_id, row.environment, row.query_type
-            )
+            updated = replace(row, values=merged)
             write_row(db, updated)
         self.written(updated)
         return updated
@@ -190,12 +222,11 @@ def read_rows(
     skip_empty: bool = False,
 ) -> list[Row]:
     """`History.rows` on `db`; `skip_empty` leaves out trace rows with none of `keys`."""
-    labels: dict[str, str] = {}
+    labels = _Labels()
     rows: list[Row] = []
     if traces:
         cursor = db.execute(
-            "SELECT trace_id, at, project_id, environment, query_type, signals "
-            "FROM history WHERE at > ? AND at <= ? ORDER BY at",
+            f"SELECT {_COLUMNS} FROM history WHERE at > ? AND at <= ? ORDER BY at",
             (start, end),
         )
         rows = [_row(t, keys, labels) for t in cursor]

@@ -13,28 +13,51 @@ and handed to every notifier the rule names. Notifiers only format and send it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import Any, Final, Literal
 
 Value = float | str | bool | None
 GroupKey = tuple[tuple[str, str], ...]
 Status = Literal["ok", "pending", "firing"]
 
 
+# The dimensions a row keeps beside environment and query type (docs/alerts.md#window-rules).
+DIMS: Final = ("trace_name", "release", "version", "model", "prompt", "top_doc")
+# A label a row does not carry reads as this (as a trace without a query type does).
+NO_LABEL: Final = "none"
+# Every row without dimensions (the daemon's samples, most skip rows) shares this one.
+NO_DIMS: Final[Mapping[str, str]] = MappingProxyType({})
+
+
+def _no_dims() -> Mapping[str, str]:
+    return NO_DIMS
+
+
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One entry of the signal history: a scored trace, or a sample of the daemon."""
+    """One entry of the signal history: a scored trace, or a sample of the daemon.
+
+    `dims` holds the trace's other dimensions (`DIMS`), only those it has: what rules
+    may group by and filter on besides environment and query type.
+    """
 
     at: float  # event time, unix seconds: the answer generation's start (or the sample's time)
     values: Mapping[str, Value]
     trace_id: str | None = None
     project_id: str | None = None
     environment: str = "default"
-    query_type: str = "none"
+    query_type: str = NO_LABEL
+    dims: Mapping[str, str] = field(default_factory=_no_dims)
 
     def label(self, name: str) -> str:
-        return self.environment if name == "environment" else self.query_type
+        """The row's value of a dimension; `none` when it has none."""
+        if name == "environment":
+            return self.environment
+        if name == "query_type":
+            return self.query_type
+        return self.dims.get(name, NO_LABEL)
 
 
 @dataclass(frozen=True, slots=True)

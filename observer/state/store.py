@@ -75,6 +75,8 @@ _MIGRATIONS = {
     },
     # The latest start time a trace showed when it was last handled (None: not known).
     "traces": {"latest": "ALTER TABLE traces ADD COLUMN latest TEXT"},
+    # A trace row's dimensions (release, model, prompt ...): NULL, none, on older rows.
+    "history": {"dims": "ALTER TABLE history ADD COLUMN dims BLOB"},
 }
 
 Op = Literal["upsert", "delete"]

@@ -274,3 +274,89 @@ url = "http://127.0.0.1:9"
     missing = cli.invoke(main, ["alerts", "test", "--config", str(config)])
     assert missing.exit_code == 2
     assert "HOOK_SECRET is not set" in missing.output
+
+
+RELEASE_RULE = """
+[[alerts.rules]]
+name = "ungrounded_by_release"
+signal = "ungrounded"
+aggregate = "rate"
+op = ">"
+threshold = 0.03
+window = "30m"
+min_samples = 20
+group_by = ["environment", "release"]
+where = {{ environment = "production" }}
+notify = ["oncall"]
+
+[[alerts.notifiers]]
+name = "oncall"
+kind = "webhook"
+url = "{url}"
+"""
+
+
+def released(observations: list[dict[str, Any]], release: str) -> list[dict[str, Any]]:
+    """The traces as the v2 API returns them from an app that set a release and used a
+    managed prompt: the release on every observation, model and prompt on the generations."""
+    out = []
+    for observation in observations:
+        observation = {**observation, "release": release}
+        if observation["type"] == "GENERATION":
+            observation.update(model="gpt-4o-mini", promptName="rag-answer", promptVersion=3)
+        out.append(observation)
+    return out
+
+
+def test_a_rule_grouped_by_release_fires_for_the_release_that_is_worse(
+    monkeypatch: pytest.MonkeyPatch,
+    langfuse: FakeLangfuse,
+    receiver: Receiver,
+    tmp_path: Path,
+) -> None:
+    from observer.mapping import MappingRules, Skip, map_trace
+    from observer.signals import SignalParams, compute
+
+    start = stream_start()
+    good = packed_traces(start, spacing_s=3, tag="good")
+    bad = packed_traces(start + timedelta(seconds=1), spacing_s=3, tag="bad")
+    by_trace: dict[str, list[dict[str, Any]]] = {}
+    for observation in good:
+        by_trace.setdefault(observation["traceId"], []).append(observation)
+    ungrounded = set()
+    for trace_id, found in by_trace.items():
+        record = map_trace(trace_id, found, MappingRules())
+        if not isinstance(record, Skip) and compute(record, SignalParams()).ungrounded:
+            ungrounded.add(trace_id)
+    assert ungrounded  # the demo's ungrounded answers: left out of the good release
+    good = [o for o in good if o["traceId"] not in ungrounded]
+    langfuse.add_observations(released(good, "2026.12.01") + released(bad, "2026.12.03-rc2"))
+    config = tmp_path / "observer.toml"
+    config.write_text(RELEASE_RULE.format(url=receiver.url))
+    monkeypatch.setenv("OBSERVER_CONFIG", str(config))
+    settings = configure(monkeypatch, langfuse, OBSERVER_SOURCE__LOOKBACK_S="3600")
+    state = tmp_path / "s.sqlite"
+    assert run_once(settings, state).exit_code == 0
+    window = [b for b in webhook_bodies(receiver) if b["kind"] == "window"]
+    assert [(b["rule"], b["state"], b["group"]) for b in window] == [
+        (
+            "ungrounded_by_release",
+            "firing",
+            {"environment": "production", "release": "2026.12.03-rc2"},
+        )
+    ]
+    # The other release was evaluated, and is fine; every row kept its dimensions.
+    parts = app.build(settings, state_path=state, metrics=Metrics())
+    try:
+        states = parts.state.alerts.load()["ungrounded_by_release"]
+        rows = parts.state.history.rows(0, datetime.now(UTC).timestamp() + 3600, samples=False)
+    finally:
+        parts.state.close()
+    good_group = (("environment", "production"), ("release", "2026.12.01"))
+    assert states[good_group].status == "ok" and states[good_group].samples >= 20
+    scored = [r for r in rows if r.values.get("skipped") is False]
+    assert {(r.label("release"), r.label("model"), r.label("prompt")) for r in scored} == {
+        ("2026.12.01", "gpt-4o-mini", "rag-answer:3"),
+        ("2026.12.03-rc2", "gpt-4o-mini", "rag-answer:3"),
+    }
+    assert all(r.label("trace_name") != "none" for r in scored)

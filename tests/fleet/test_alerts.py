@@ -5,9 +5,11 @@ rules' state handed from one evaluator to the next, fenced."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import orjson
 import pytest
 import redis
 
@@ -17,6 +19,7 @@ from observer.fleet.connect import LeaseLost
 from observer.fleet.keys import Keys
 from observer.fleet.lease import Lease
 from observer.state import State
+from observer.state.rows import NO_DIMS
 
 KEYS = Keys("a")
 GROUP = (("environment", "production"),)
@@ -38,6 +41,12 @@ def _row(trace_id: str, at: float = 1_700_000_000.0) -> Row:
 def test_a_row_survives_the_stream() -> None:
     row = _row("t")
     assert decode_row(encode_row(row)) == row
+    dims = {"release": "2026.12.03-rc2", "model": "gpt-4o-mini", "top_doc": "doc-7"}
+    with_dims = replace(row, dims=dims)
+    assert decode_row(encode_row(with_dims)) == with_dims
+    # A member of an older version shares six fields: the row reads with no dimensions.
+    old = orjson.dumps([row.at, dict(row.values), "t", "p", "production", "faq"])
+    assert decode_row(old) == row and decode_row(old).dims is NO_DIMS
 
 
 def test_each_member_gets_the_rows_the_others_wrote(

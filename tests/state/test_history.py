@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+from dataclasses import replace
 from pathlib import Path
+
+import orjson
 
 from observer.alerts.engine import Row
 from observer.state import State
+from observer.state.rows import NO_DIMS
 
 
 def test_rows_keep_only_the_signals_asked_for(tmp_path: Path) -> None:
@@ -71,3 +76,78 @@ def test_a_reader_reads_without_the_writers_lock_and_leaves_out_rows_no_rule_rea
         reader.close()
         reader.close()  # idempotent
         state.close()
+
+
+DIMS = {"trace_name": "rag-query", "release": "2026.12.03-rc2", "model": "gpt-4o-mini"}
+
+
+def test_dimensions_go_through_the_state_file(tmp_path: Path) -> None:
+    state = State(tmp_path / "s.sqlite")
+    try:
+        state.history.put_many(
+            [
+                Row(100.0, {"ungrounded": True}, "t1", "p", "production", "faq", DIMS),
+                Row(101.0, {"ungrounded": False}, "t2", "p", "production", "faq", dict(DIMS)),
+                Row(102.0, {"ungrounded": False}, "t3", "p", "production", "faq"),
+            ]
+        )
+        merged = state.history.merge("t1", {"faithfulness": 0.4})
+        rows = state.history.rows(0, 1000)
+        raw = state.history.reader()
+        try:
+            read = raw.rows(0, 1000, {"ungrounded"})
+        finally:
+            raw.close()
+        stored = (
+            sqlite3.connect(tmp_path / "s.sqlite")
+            .execute("SELECT trace_id, dims FROM history ORDER BY at")
+            .fetchall()
+        )
+    finally:
+        state.close()
+    assert merged is not None and dict(merged.dims) == DIMS
+    assert merged.values == {"ungrounded": True, "faithfulness": 0.4}
+    for found in (rows, read):
+        assert [dict(r.dims) for r in found] == [DIMS, DIMS, {}]
+        # One mapping per distinct set within a read; none shares the one empty mapping.
+        assert found[0].dims is found[1].dims and found[2].dims is NO_DIMS
+    assert [(t, d and orjson.loads(d)) for t, d in stored] == [
+        ("t1", DIMS),
+        ("t2", DIMS),
+        ("t3", None),
+    ]
+
+
+# The history table of a state file written before dimensions.
+OLD_HISTORY = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '1');
+CREATE TABLE history (
+    trace_id TEXT PRIMARY KEY,
+    at REAL NOT NULL,
+    project_id TEXT,
+    environment TEXT NOT NULL,
+    query_type TEXT NOT NULL,
+    signals BLOB NOT NULL
+);
+INSERT INTO history VALUES ('old', 100.0, 'p', 'production', 'faq', '{"ungrounded": true}');
+"""
+
+
+def test_a_state_file_of_an_older_version_gains_the_column(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as db:
+        db.executescript(OLD_HISTORY)
+    state = State(path)
+    try:
+        old = state.history.rows(0, 1000)
+        state.history.put(Row(101.0, {"ungrounded": False}, "new", "p", "production", "faq", DIMS))
+        assert state.history.merge("old", {"faithfulness": 0.9}) is not None
+        rows = state.history.rows(0, 1000)
+    finally:
+        state.close()
+    assert [(r.trace_id, r.values, r.dims) for r in old] == [("old", {"ungrounded": True}, NO_DIMS)]
+    assert [(r.trace_id, dict(r.dims)) for r in rows] == [("old", {}), ("new", DIMS)]
+    assert rows[0] == replace(old[0], values={"ungrounded": True, "faithfulness": 0.9})
+    # Opened again: the column is there, nothing to migrate twice.
+    State(path).close()
