@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from observer.alerts.regression import compare, default_regression_rules
 from observer.alerts.rules import WindowRule, parse_expression
 from observer.alerts.triage import blame, change_point, is_bad, layer_of, triage, z_score
 from observer.state.rows import Row, Value
@@ -217,3 +218,66 @@ def test_a_planted_segment_leads(
     found = triage(grounding_rule(), PROD, rows, T)
     assert found.lead is not None and found.lead.where == (("query_type", name),)
     assert found.layer == "generation"
+
+
+OLD, NEW = "2026.12.01", "2026.12.03-rc2"
+
+
+def release_scenario(seed: int = 3) -> list[Row]:
+    """Issue 30's scenario: two hours of answers every 2 s; release OLD until 50 minutes
+    before T, then NEW on half the traffic; on NEW, answers to pricing questions carry
+    numbers the (good, CRAG HIGH) chunks do not hold."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(3600):
+        at = T - 7200 + i * 2
+        release = NEW if at > T - 3000 and rng.random() < 0.5 else OLD
+        query_type = rng.choice(TYPES)
+        broken = release == NEW and query_type == "pricing"
+        grounded = rng.uniform(0.3, 0.7) if broken and rng.random() < 0.9 else 1.0
+        if not broken and rng.random() < 0.03:
+            grounded = 0.5
+        values = {"numeric_grounding": grounded, "crag_grade": "HIGH", "citation_coverage": 0.9}
+        dims = {"release": release, "model": "gpt-x", "trace_name": "rag-answer"}
+        rows.append(Row(at, values, f"t{i}", "p1", "production", query_type, dims))
+    return rows
+
+
+def test_the_release_scenario_names_the_release_the_query_type_the_onset_and_generation() -> None:
+    rows = release_scenario()
+    found = triage(grounding_rule(), PROD, rows, T)  # the rule groups by environment only
+    assert found.lead is not None
+    assert dict(found.lead.where) == {"release": NEW, "query_type": "pricing"}
+    assert found.onset is not None and abs(found.onset - (T - 3000)) < 180
+    assert found.layer == "generation"
+    guilty = {
+        r.trace_id for r in rows if r.dims.get("release") == NEW and r.query_type == "pricing"
+    }
+    assert found.examples and {e.trace_id for e in found.examples} <= guilty
+    # The release alone and the query type alone are named too, behind the pair.
+    named = [dict(s.where) for s in found.segments]
+    assert {"release": NEW} in named and {"query_type": "pricing"} in named
+
+
+def test_the_release_regression_rule_flags_the_new_release_on_that_history() -> None:
+    (rule,) = default_regression_rules()
+    findings = compare(rule, release_scenario(), T)
+    flagged = {(dict(f.group)["query_type"], f.signal) for f in findings}
+    assert ("pricing", "numeric_grounding") in flagged
+    assert all(f.new == NEW and f.before == OLD for f in findings)
+    assert {q for q, _ in flagged} == {"pricing"}  # the other query types are as good
+    (pricing,) = [f for f in findings if f.signal == "numeric_grounding"]
+    assert pricing.value < 0.75 < 0.95 < pricing.before_value
+    assert "release 2026.12.03-rc2 is worse than 2026.12.01 on numeric_grounding" in pricing.text(
+        "release"
+    )
+
+
+def test_no_release_is_flagged_when_the_new_one_is_as_good() -> None:
+    rows = [
+        Row(r.at, {**r.values, "numeric_grounding": 1.0}, r.trace_id, r.project_id,
+            r.environment, r.query_type, r.dims)
+        for r in release_scenario()
+    ]  # fmt: skip
+    (rule,) = default_regression_rules()
+    assert compare(rule, rows, T) == []
