@@ -23,7 +23,7 @@ already keeps, at no LLM cost, every firing notification also says
   and an after (the largest likelihood ratio of two Bernoulli rates) is the
   onset: the start of the change, not the moment the rule fired.
 - **whose**: the layer to blame, over the bad samples of the leading segment
-  (DESIGN's zero-cost rules): `index` when cited chunks are missing or stale,
+  (the zero-cost rules of docs/alerts.md#triage): `index` when cited chunks are missing or stale,
   `abstention` when the answer refused while retrieval was HIGH, `retrieval`
   when the CRAG grade is LOW, `generation` when retrieval was HIGH yet the
   answer failed. The layer that holds more than half of the classified bad
@@ -256,7 +256,7 @@ def _segment(
 
 
 def layer_of(values: Mapping[str, Value]) -> str | None:
-    """The layer one bad sample points at (DESIGN §6.1), or None when it cannot tell."""
+    """The layer one bad sample points at (docs/alerts.md#triage), or None when it cannot tell."""
     if _positive(values.get("missing_chunks")) or _positive(values.get("stale_citations")):
         return "index"
     grade = values.get("crag_grade")
