@@ -53,8 +53,9 @@ class RegressionRule:
     min_samples: int = 50
     min_effect: float = 0.05
     z_floor: float = 3.0
-    baseline_s: float = 24 * 3600.0
-    horizon_s: float = 24 * 3600.0  # a release first seen longer ago is not new
+    # Reading history is what a comparison costs (bench/triage.py): 12 hours by default.
+    baseline_s: float = 6 * 3600.0
+    horizon_s: float = 6 * 3600.0  # a release first seen longer ago is not new
     every_s: float = 900.0  # compared this often (event time)
     notify: tuple[str, ...] = ()
     runbook_url: str | None = None

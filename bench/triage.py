@@ -1,0 +1,152 @@
+"""What a page's triage and the release-regression rule cost: `python bench/triage.py`.
+
+A state file holds issue 30's release scenario at `--rates` answers a second:
+two hours before the alert of one environment, three query types, release
+2026.12.01 until 50 minutes before, then 2026.12.03-rc2 on half the traffic
+with pricing answers that carry numbers their chunks do not hold (and, for the
+release-regression rule, a day of the old release before that). For each rate
+it times, on the daemon's own path (the state file's history read through
+`AlertService`):
+
+- triage: one firing group's triage (`AlertService.triage_at`: the history of
+  the lookback read, segments, onset, layer), median of `--repeat`;
+- regression: one comparison of the default `release_regression` rule (its two
+  days of history read, then `regression.compare`).
+
+and checks what they find (the segment release and query type, the onset
+within three minutes, generation; the new release flagged), exit 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from observer.alerts.regression import compare, default_regression_rules  # noqa: E402
+from observer.alerts.rules import WindowRule, parse_expression  # noqa: E402
+from observer.alerts.service import AlertService  # noqa: E402
+from observer.state import State  # noqa: E402
+from observer.state.rows import Row  # noqa: E402
+from observer.telemetry.metrics import Metrics  # noqa: E402
+
+T = 1_800_000_000.0
+OLD, NEW = "2026.12.01", "2026.12.03-rc2"
+TYPES = ("pricing", "howto", "other")
+RULE = WindowRule(
+    "numeric_grounding_low",
+    parse_expression("numeric_grounding", "bench"),
+    "mean",
+    "<",
+    0.9,
+    1800.0,
+    warn_threshold=0.95,
+    min_samples=20,
+    group_by=("environment",),
+)
+
+
+def scenario(rate: float, span_s: float, seed: int = 30) -> list[Row]:
+    rng = random.Random(seed)
+    rows = []
+    count = int(span_s * rate)
+    for i in range(count):
+        at = T - span_s + i / rate
+        release = NEW if at > T - 3000 and rng.random() < 0.5 else OLD
+        query_type = rng.choice(TYPES)
+        broken = release == NEW and query_type == "pricing"
+        grounded = rng.uniform(0.3, 0.7) if broken and rng.random() < 0.9 else 1.0
+        if not broken and rng.random() < 0.03:
+            grounded = 0.5
+        values = {
+            "numeric_grounding": grounded,
+            "crag_grade": "HIGH",
+            "citation_coverage": 0.9,
+            "ungrounded": False,
+            "confidence": 0.8,
+        }
+        dims = {"release": release, "model": "gpt-x", "trace_name": "rag-answer"}
+        rows.append(Row(at, values, f"t{i}", "p1", "production", query_type, dims))
+    return rows
+
+
+def timed(repeat: int, work: object) -> tuple[float, object]:
+    times: list[float] = []
+    result: object = None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = work()  # type: ignore[operator]
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", default="1,10,30", help="answers a second, comma-separated")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    table = Table(title="triage and release regression (issue 30's release scenario)")
+    for column in (
+        "answers/s",
+        "rows read (triage)",
+        "triage",
+        "rows read (regression)",
+        "regression",
+        "found",
+    ):
+        table.add_column(column, justify="right")
+    ok = True
+    for rate in (float(r) for r in args.rates.split(",")):
+        with tempfile.TemporaryDirectory() as directory:
+            state = State(Path(directory) / "state.sqlite")
+            (regression,) = default_regression_rules()
+            state.history.put_many(scenario(rate, regression.read_s))
+            state.set_watermark(datetime.fromtimestamp(T, UTC))
+            service = AlertService(
+                state, Metrics(), (RULE,), (), notifier_kinds={}, delivery=None, base_url="x"
+            )
+            group = (("environment", "production"),)
+            triage_s, found = timed(args.repeat, lambda: service.triage_at(RULE, group, T))
+            lookback = len(state.history.rows(T - 7200, T, {"numeric_grounding"}))
+
+            def compared() -> object:
+                rows = state.history.rows(T - regression.read_s, T, regression.keys())
+                return compare(regression, rows, T)
+
+            regression_s, findings = timed(args.repeat, compared)
+            read = len(state.history.rows(T - regression.read_s, T, regression.keys()))
+            state.close()
+        lead = found.lead if found is not None else None  # type: ignore[attr-defined]
+        right = (
+            lead is not None
+            and dict(lead.where) == {"release": NEW, "query_type": "pricing"}
+            and found.layer == "generation"  # type: ignore[attr-defined]
+            and abs(found.onset - (T - 3000)) < 180  # type: ignore[attr-defined]
+            and any(f.new == NEW for f in findings)  # type: ignore[attr-defined]
+        )
+        ok &= right
+        table.add_row(
+            f"{rate:g}",
+            f"{lookback:,}",
+            f"{triage_s * 1000:,.0f} ms",
+            f"{read:,}",
+            f"{regression_s * 1000:,.0f} ms",
+            "yes" if right else "NO",
+        )
+    Console().print(table)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
