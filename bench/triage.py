@@ -91,6 +91,46 @@ def timed(repeat: int, work: object) -> tuple[float, object]:
     return statistics.median(times), result
 
 
+def measure(rate: float, repeat: int) -> tuple[list[str], bool]:
+    """One rate's row of the table, and whether both found what was planted."""
+    with tempfile.TemporaryDirectory() as directory:
+        state = State(Path(directory) / "state.sqlite")
+        (regression,) = default_regression_rules()
+        state.history.put_many(scenario(rate, regression.read_s))
+        state.set_watermark(datetime.fromtimestamp(T, UTC))
+        service = AlertService(
+            state, Metrics(), (RULE,), (), notifier_kinds={}, delivery=None, base_url="x"
+        )
+        group = (("environment", "production"),)
+        triage_s, found = timed(repeat, lambda: service.triage_at(RULE, group, T))
+        lookback = len(state.history.rows(T - 7200, T, {"numeric_grounding"}))
+
+        def compared() -> object:
+            rows = state.history.rows(T - regression.read_s, T, regression.keys())
+            return compare(regression, rows, T)
+
+        regression_s, findings = timed(repeat, compared)
+        read = len(state.history.rows(T - regression.read_s, T, regression.keys()))
+        state.close()
+    lead = found.lead if found is not None else None  # type: ignore[attr-defined]
+    right = (
+        lead is not None
+        and dict(lead.where) == {"release": NEW, "query_type": "pricing"}
+        and found.layer == "generation"  # type: ignore[attr-defined]
+        and abs(found.onset - (T - 3000)) < 180  # type: ignore[attr-defined]
+        and any(f.new == NEW for f in findings)  # type: ignore[attr-defined]
+    )
+    cells = [
+        f"{rate:g}",
+        f"{lookback:,}",
+        f"{triage_s * 1000:,.0f} ms",
+        f"{read:,}",
+        f"{regression_s * 1000:,.0f} ms",
+        "yes" if right else "NO",
+    ]
+    return cells, right
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="1,10,30", help="answers a second, comma-separated")
@@ -108,42 +148,9 @@ def main() -> int:
         table.add_column(column, justify="right")
     ok = True
     for rate in (float(r) for r in args.rates.split(",")):
-        with tempfile.TemporaryDirectory() as directory:
-            state = State(Path(directory) / "state.sqlite")
-            (regression,) = default_regression_rules()
-            state.history.put_many(scenario(rate, regression.read_s))
-            state.set_watermark(datetime.fromtimestamp(T, UTC))
-            service = AlertService(
-                state, Metrics(), (RULE,), (), notifier_kinds={}, delivery=None, base_url="x"
-            )
-            group = (("environment", "production"),)
-            triage_s, found = timed(args.repeat, lambda: service.triage_at(RULE, group, T))
-            lookback = len(state.history.rows(T - 7200, T, {"numeric_grounding"}))
-
-            def compared() -> object:
-                rows = state.history.rows(T - regression.read_s, T, regression.keys())
-                return compare(regression, rows, T)
-
-            regression_s, findings = timed(args.repeat, compared)
-            read = len(state.history.rows(T - regression.read_s, T, regression.keys()))
-            state.close()
-        lead = found.lead if found is not None else None  # type: ignore[attr-defined]
-        right = (
-            lead is not None
-            and dict(lead.where) == {"release": NEW, "query_type": "pricing"}
-            and found.layer == "generation"  # type: ignore[attr-defined]
-            and abs(found.onset - (T - 3000)) < 180  # type: ignore[attr-defined]
-            and any(f.new == NEW for f in findings)  # type: ignore[attr-defined]
-        )
+        cells, right = measure(rate, args.repeat)
         ok &= right
-        table.add_row(
-            f"{rate:g}",
-            f"{lookback:,}",
-            f"{triage_s * 1000:,.0f} ms",
-            f"{read:,}",
-            f"{regression_s * 1000:,.0f} ms",
-            "yes" if right else "NO",
-        )
+        table.add_row(*cells)
     Console().print(table)
     return 0 if ok else 1
 

@@ -213,8 +213,9 @@ LAYERS: tuple[str, ...] = ("retrieval", "generation", "index", "abstention")
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """Where a firing window alert goes when its triage blames `layer` (docs/alerts.md#routes-by-layer):
-    `notify` instead of the rule's own notifiers; only for `rules`, when it names any."""
+    """Where a firing window alert goes when its triage blames `layer`: `notify` instead of
+    the rule's own notifiers; only for `rules`, when it names any
+    (docs/alerts.md#routes-by-layer)."""
 
     layer: str
     notify: tuple[str, ...]
