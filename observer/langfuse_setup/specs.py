@@ -164,6 +164,21 @@ def _average(key: str, score: str, title: str, description: str) -> WidgetSpec:
     )
 
 
+def _by(key: str, score: str, title: str, description: str, dimension: str) -> WidgetSpec:
+    """An average per value of a dimension of Langfuse's score views (`traceRelease`,
+    `observationModelName`: the trace's release, the scored generation's model)."""
+    return WidgetSpec(
+        key,
+        f"observer: {title}",
+        description,
+        score,
+        "value",
+        "avg",
+        "LINE_TIME_SERIES",
+        breakdown=dimension,
+    )
+
+
 def _counts(key: str, score: str, title: str, description: str) -> WidgetSpec:
     return WidgetSpec(
         key,
@@ -218,6 +233,21 @@ WIDGETS: Final[tuple[WidgetSpec, ...]] = (
     _counts("crag-grade", "crag_grade", "CRAG grade", "Answers per retrieval grade."),
     _counts(
         "confidence-band", "confidence_band", "confidence band", "Answers per confidence band."
+    ),
+    # What changed: the same signals per release and per model, side by side.
+    _by(
+        "grounding-by-release",
+        "numeric_grounding",
+        "numeric grounding by release",
+        "Average share of the answer's numbers found in its sources, one line per release.",
+        "traceRelease",
+    ),
+    _by(
+        "coverage-by-model",
+        "citation_coverage",
+        "citation coverage by model",
+        "Average citation coverage, one line per answering model.",
+        "observationModelName",
     ),
 )
 _TILE: Final = 6  # a 6x6 tile is half the 12-column grid, the UI's default
