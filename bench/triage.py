@@ -10,8 +10,8 @@ it times, on the daemon's own path (the state file's history read through
 
 - triage: one firing group's triage (`AlertService.triage_at`: the history of
   the lookback read, segments, onset, layer), median of `--repeat`;
-- regression: one comparison of the default `release_regression` rule (its two
-  days of history read, then `regression.compare`).
+- regression: one comparison of the default `release_regression` rule as the
+  daemon runs it (`AlertService.release_findings`: SQLite sums its 12 hours).
 
 and checks what they find (the segment release and query type, the onset
 within three minutes, generation; the new release flagged), exit 1 otherwise.
@@ -34,7 +34,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from observer.alerts.regression import compare, default_regression_rules  # noqa: E402
+from observer.alerts.regression import default_regression_rules  # noqa: E402
 from observer.alerts.rules import WindowRule, parse_expression  # noqa: E402
 from observer.alerts.service import AlertService  # noqa: E402
 from observer.state import State  # noqa: E402
@@ -106,8 +106,7 @@ def measure(rate: float, repeat: int) -> tuple[list[str], bool]:
         lookback = len(state.history.rows(T - 7200, T, {"numeric_grounding"}))
 
         def compared() -> object:
-            rows = state.history.rows(T - regression.read_s, T, regression.keys())
-            return compare(regression, rows, T)
+            return service.release_findings(regression, state.history, T)
 
         regression_s, findings = timed(repeat, compared)
         read = len(state.history.rows(T - regression.read_s, T, regression.keys()))

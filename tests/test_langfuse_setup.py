@@ -344,7 +344,10 @@ def test_first_run_creates_every_config_and_the_dashboard_with_its_widgets(
     assert board["name"] == DASHBOARD_NAME and board["description"]
     tiles = board["definition"]["widgets"]
     assert [t["widgetId"] for t in tiles] == [w["id"] for w in widgets]
-    assert report.item("dashboard", DASHBOARD_NAME).detail == f"with {len(WIDGETS)} of {len(WIDGETS)} widgets"
+    assert (
+        report.item("dashboard", DASHBOARD_NAME).detail
+        == f"with {len(WIDGETS)} of {len(WIDGETS)} widgets"
+    )
     assert report.lines()[-1] == f"{ALL} created"
     assert report.lines()[0] == "created  score config confidence: NUMERIC 0..1"
 
@@ -459,7 +462,10 @@ def test_a_refused_widget_is_left_off_the_dashboard(fake: FakeLangfuse, api: Lan
     report = init_langfuse(api)
     first = report.item("widget", WIDGET_NAMES[0])
     assert first.outcome is Outcome.REFUSED and "Langfuse answered 400" in first.detail
-    assert report.item("dashboard", DASHBOARD_NAME).detail == f"with {len(WIDGETS) - 1} of {len(WIDGETS)} widgets"
+    assert (
+        report.item("dashboard", DASHBOARD_NAME).detail
+        == f"with {len(WIDGETS) - 1} of {len(WIDGETS)} widgets"
+    )
     assert report.exit_code == EXIT_ATTENTION
 
 

@@ -158,6 +158,7 @@ class AlertEvaluator:
                 rows=reader.rows if reader is not None else None,
                 should_stop=self._stop.is_set,
                 resume=resume,
+                history=reader,
             )
         except Exception:  # the loop never dies; the next tick tries again
             log.exception("alert_evaluation_failed")

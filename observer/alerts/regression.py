@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Final
 
 from observer.alerts.engine import MAX_EXAMPLES
 from observer.alerts.rules import Expression, parse_expression
@@ -114,22 +115,50 @@ class Finding:
         )
 
 
-def z_of(check: Check, new: Sequence[float], before: Sequence[float]) -> float:
-    """How many standard errors `new` is worse than `before` (positive: worse)."""
-    n1, n2 = len(new), len(before)
-    m1, m2 = math.fsum(new) / n1, math.fsum(before) / n2
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """What a comparison needs of a set of samples: their count, sum and sum of squares
+    (computed from rows here, or by SQLite over the stored history)."""
+
+    n: int = 0
+    total: float = 0.0
+    squares: float = 0.0
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Stats:
+        listed = list(values)
+        return cls(len(listed), math.fsum(listed), math.fsum(v * v for v in listed))
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.n
+
+    @property
+    def variance(self) -> float:
+        if self.n < 2:
+            return 0.0
+        return max(0.0, (self.squares - self.total * self.total / self.n) / (self.n - 1))
+
+
+def z_of(check: Check, new: Stats, before: Stats) -> float:
+    """How many standard errors `new` is worse than `before` (positive: worse): Welch's for
+    a mean, the pooled two-proportion z for a rate."""
     sign = 1.0 if check.worse == ">" else -1.0
     if check.aggregate == "rate":
-        pooled = (math.fsum(new) + math.fsum(before)) / (n1 + n2)
-        spread = pooled * (1 - pooled) * (1 / n1 + 1 / n2)
+        pooled = (new.total + before.total) / (new.n + before.n)
+        spread = pooled * (1 - pooled) * (1 / new.n + 1 / before.n)
     else:
-        v1 = math.fsum((x - m1) ** 2 for x in new) / max(1, n1 - 1)
-        v2 = math.fsum((x - m2) ** 2 for x in before) / max(1, n2 - 1)
-        spread = v1 / n1 + v2 / n2
-    difference = sign * (m1 - m2)
-    if spread <= 0:
+        spread = new.variance / new.n + before.variance / before.n
+    difference = sign * (new.mean - before.mean)
+    if spread <= 1e-12:
         return math.inf if difference > 0 else 0.0
     return difference / math.sqrt(spread)
+
+
+# One cell of a comparison: the values of the rule's groups (environment apart) and which
+# samples: "new" (the new release), "during" (the one before, since the new one was first
+# seen), "earlier" (the one before, in its baseline before that).
+Cell = tuple[tuple[str, ...], str]
 
 
 def releases(rows: Iterable[Row], dimension: str) -> dict[str, dict[str, float]]:
@@ -145,81 +174,129 @@ def releases(rows: Iterable[Row], dimension: str) -> dict[str, dict[str, float]]
     return first
 
 
-def compare(rule: RegressionRule, rows: Sequence[Row], at: float) -> list[Finding]:
-    """Every finding of `rule` at `at`, over trace `rows` of at least `rule.read_s` before."""
-    rows = [r for r in rows if r.trace_id is not None and at - rule.read_s < r.at <= at]
+def contenders(
+    rule: RegressionRule, seen: Mapping[str, float], at: float
+) -> tuple[str, str, float] | None:
+    """The newest release and the one first seen before it, and when the newest was first
+    seen; None with fewer than two, or when the newest is no longer new."""
+    ordered = sorted(seen.items(), key=lambda item: (item[1], item[0]))
+    if len(ordered) < 2:
+        return None
+    (before, _), (new, since) = ordered[-2], ordered[-1]
+    if since <= at - rule.horizon_s:
+        return None
+    return new, before, since
+
+
+def other_groups(rule: RegressionRule) -> list[str]:
+    return [g for g in rule.group_by if g not in ("environment", rule.dimension)]
+
+
+def period(rule: RegressionRule, release: str, at: float, new: str, since: float) -> str | None:
+    """Which samples a row of `release` at `at` belongs to, or None (out of the baseline)."""
+    if release == new:
+        return "new"
+    if at >= since:
+        return "during"
+    return "earlier" if at > since - rule.baseline_s else None
+
+
+def decide(
+    rule: RegressionRule,
+    environment: str,
+    new: str,
+    before: str,
+    cells: Mapping[Cell, Mapping[str, Stats]],
+) -> list[Finding]:
+    """The findings of one environment from its cells' statistics (examples left out)."""
+    groups = other_groups(rule)
+    keys = sorted({key for key, _ in cells})
     findings: list[Finding] = []
-    for environment, seen in releases(rows, rule.dimension).items():
-        ordered = sorted(seen.items(), key=lambda item: (item[1], item[0]))
-        if len(ordered) < 2:
-            continue
-        (before, _), (new, since) = ordered[-2], ordered[-1]
-        if since <= at - rule.horizon_s:
-            continue
-        mine = [r for r in rows if r.environment == environment]
-        findings.extend(_compare_release(rule, mine, environment, new, before, since))
-    return findings
-
-
-def _compare_release(
-    rule: RegressionRule, rows: Sequence[Row], environment: str, new: str, before: str, since: float
-) -> Iterable[Finding]:
-    groups = [g for g in rule.group_by if g not in ("environment", rule.dimension)]
-    cells: dict[tuple[str, ...], dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
-    for row in rows:
-        release = row.label(rule.dimension)
-        key = tuple(row.label(g) for g in groups)
-        if release == new:
-            cells[key]["new"].append(row)
-        elif release == before:
-            cells[key]["during" if row.at >= since else "earlier"].append(row)
-    for key, found in sorted(cells.items()):
+    for key in keys:
         for check in rule.checks:
-            result = _check(rule, check, found, since)
-            if result is None:
+            stats = {p: cells.get((key, p), {}).get(check.name, Stats()) for p in PERIODS}
+            fresh = stats["new"]
+            base = stats["during"] if stats["during"].n >= rule.min_samples else stats["earlier"]
+            if fresh.n < rule.min_samples or base.n < rule.min_samples:
                 continue
-            value, before_value, n_new, n_before, z, examples = result
+            worse_by = fresh.mean - base.mean if check.worse == ">" else base.mean - fresh.mean
+            z = z_of(check, fresh, base)
+            if worse_by < rule.min_effect or z < rule.z_floor:
+                continue
             group: GroupKey = (
                 (("environment", environment),) if "environment" in rule.group_by else ()
             )
             group += tuple(zip(groups, key, strict=True))
             group += ((rule.dimension, new), ("signal", check.name))
-            yield Finding(
-                group, new, before, check.name, check.aggregate,
-                value, before_value, n_new, n_before, z, examples,
-            )  # fmt: skip
+            finding = Finding(
+                group=group,
+                new=new,
+                before=before,
+                signal=check.name,
+                aggregate=check.aggregate,
+                value=fresh.mean,
+                before_value=base.mean,
+                samples=fresh.n,
+                before_samples=base.n,
+                z=z,
+            )
+            findings.append(finding)
+    return findings
 
 
-def _values(check: Check, rows: Sequence[Row]) -> list[tuple[float, Row]]:
-    return [(v, r) for r in rows if (v := check.expression.value(r.values)) is not None]
+PERIODS: Final = ("new", "during", "earlier")
 
 
-def _check(
-    rule: RegressionRule, check: Check, found: Mapping[str, list[Row]], since: float
-) -> tuple[float, float, int, int, float, tuple[Example, ...]] | None:
-    new = _values(check, found.get("new", []))
-    during = _values(check, found.get("during", []))
-    earlier = [
-        (v, r)
-        for v, r in _values(check, found.get("earlier", []))
-        if r.at > since - rule.baseline_s
-    ]
-    before = during if len(during) >= rule.min_samples else earlier
-    if len(new) < rule.min_samples or len(before) < rule.min_samples:
-        return None
-    values = [v for v, _ in new]
-    base = [v for v, _ in before]
-    value, before_value = math.fsum(values) / len(values), math.fsum(base) / len(base)
-    worse_by = value - before_value if check.worse == ">" else before_value - value
-    z = z_of(check, values, base)
-    if worse_by < rule.min_effect or z < rule.z_floor:
-        return None
+def compare(rule: RegressionRule, rows: Sequence[Row], at: float) -> list[Finding]:
+    """Every finding of `rule` at `at`, over trace `rows` of at least `rule.read_s` before
+    (the daemon asks SQLite for the same statistics: observer.state.history)."""
+    rows = [r for r in rows if r.trace_id is not None and at - rule.read_s < r.at <= at]
+    findings: list[Finding] = []
+    groups = other_groups(rule)
+    for environment, seen in releases(rows, rule.dimension).items():
+        found = contenders(rule, seen, at)
+        if found is None:
+            continue
+        new, before, since = found
+        values: dict[Cell, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        samples: dict[tuple[str, ...], list[Row]] = defaultdict(list)
+        for row in rows:
+            release = row.label(rule.dimension)
+            if row.environment != environment or release not in (new, before):
+                continue
+            which = period(rule, release, row.at, new, since)
+            if which is None:
+                continue
+            key = tuple(row.label(g) for g in groups)
+            if which == "new":
+                samples[key].append(row)
+            for check in rule.checks:
+                value = check.expression.value(row.values)
+                if value is not None:
+                    values[(key, which)][check.name].append(value)
+        cells = {
+            cell: {name: Stats.of(listed) for name, listed in by_signal.items()}
+            for cell, by_signal in values.items()
+        }
+        for finding in decide(rule, environment, new, before, cells):
+            key = tuple(v for k, v in finding.group if k in groups)
+            check = next(c for c in rule.checks if c.name == finding.signal)
+            findings.append(with_examples(finding, worst_of(check, samples[key])))
+    return findings
+
+
+def worst_of(check: Check, rows: Iterable[Row]) -> tuple[Example, ...]:
+    """The new release's worst samples of a check, most recent first among equals."""
+    found = [(v, r) for r in rows if (v := check.expression.value(r.values)) is not None]
     upward = check.worse == ">"
-    ordered = sorted(new, key=lambda item: (-item[0] if upward else item[0], -item[1].at))
-    examples = tuple(
-        Example(r.trace_id, r.project_id, v) for v, r in ordered[:MAX_EXAMPLES] if r.trace_id
+    found.sort(key=lambda item: (-item[0] if upward else item[0], -item[1].at))
+    return tuple(
+        Example(r.trace_id, r.project_id, v) for v, r in found[:MAX_EXAMPLES] if r.trace_id
     )
-    return value, before_value, len(new), len(before), z, examples
+
+
+def with_examples(finding: Finding, examples: tuple[Example, ...]) -> Finding:
+    return replace(finding, examples=examples)
 
 
 Transition = tuple[str, GroupKey, Finding | None]  # ("firing" | "resolved", group, finding)

@@ -21,9 +21,11 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -32,6 +34,7 @@ import structlog
 
 from observer.alerts.delivery import Delivery
 from observer.alerts.engine import (
+    MAX_EXAMPLES,
     AlertEvent,
     AlertState,
     Evaluation,
@@ -47,7 +50,15 @@ from observer.alerts.messages import (
     trace_notification,
     window_notification,
 )
-from observer.alerts.regression import RegressionRule, compare
+from observer.alerts.regression import (
+    Finding,
+    RegressionRule,
+    Stats,
+    contenders,
+    decide,
+    other_groups,
+    with_examples,
+)
 from observer.alerts.regression import step as regression_step
 from observer.alerts.rules import Route, TraceRule, WindowRule, row_keys
 from observer.alerts.triage import keys as triage_keys
@@ -57,6 +68,7 @@ from observer.background import Deadline
 from observer.judge.outcome import JudgeResult
 from observer.model import RagRecord, Signals
 from observer.state import State
+from observer.state.history import first_seen, release_rows, release_stats
 from observer.state.rows import Notification, Outgoing, Triage
 from observer.telemetry.metrics import Metrics
 
@@ -87,6 +99,12 @@ class SharedTraceRules(Protocol):
     def release(self, rule: str, trace_id: str, hour: str) -> None:
         """Recording it failed: the claim and the hour's count given back."""
         ...
+
+
+class ReleaseHistory(Protocol):
+    """`History` / `HistoryReader`: a connection for the release statistics' queries."""
+
+    def connection(self) -> AbstractContextManager[sqlite3.Connection]: ...
 
 
 class RowReader(Protocol):
@@ -416,6 +434,7 @@ class AlertService:
         rows: RowReader | None = None,
         should_stop: Callable[[], bool] | None = None,
         resume: bool = True,
+        history: ReleaseHistory | None = None,
     ) -> StepResult:
         """At most `max_points` evaluation points per rule; per rule its state, the point it
         reached and its notifications in one transaction; then the digests due, and (with
@@ -446,7 +465,7 @@ class AlertService:
                     reached.append(each.points[-1])
             left += sum(len(p.points) + p.left for p in plans if id(p) in skipped)
             if should_stop is None or not should_stop():
-                self._compare_releases(rows or self.state.history.rows, now)
+                self._compare_releases(history or self.state.history, now)
             self._digests(now)
             if resume and self.delivery is not None:
                 self.delivery.resume()
@@ -475,7 +494,7 @@ class AlertService:
         self._observe(rule, result)
         self._wake(outgoing)
 
-    def _compare_releases(self, rows: RowReader, now: datetime) -> int:
+    def _compare_releases(self, history: ReleaseHistory, now: datetime) -> int:
         """Each release-regression rule, every `every_s` of event time up to the watermark:
         the findings that began fire, those that ended resolve; how many changed."""
         watermark = self.state.watermark()
@@ -489,9 +508,8 @@ class AlertService:
             last = progress.get(rule.name)
             if last is not None and at - last < rule.every_s:
                 continue
-            read = rows(at - rule.read_s, at, rule.keys(), traces=True, samples=False)
             before = stored.get(rule.name, {})
-            states, happened = regression_step(compare(rule, read, at), before, at)
+            states, happened = regression_step(self.release_findings(rule, history, at), before, at)
             outgoing: list[Outgoing] = []
             for transition, group, finding in happened:
                 log.warning(f"alert_{transition}", rule=rule.name, group=dict(group))
@@ -505,6 +523,53 @@ class AlertService:
             self._wake(outgoing)
             changed += len(happened)
         return changed
+
+    def release_findings(
+        self, rule: RegressionRule, history: ReleaseHistory, at: float
+    ) -> list[Finding]:
+        """`regression.compare` at `at`, its statistics computed by SQLite over the stored
+        history rather than from rows read into memory (bench/triage.py)."""
+        start = at - rule.read_s
+        groups = other_groups(rule)
+        signals = [c.name for c in rule.checks]
+        found: list[Finding] = []
+        with history.connection() as db:
+            for environment, seen in first_seen(db, rule.dimension, start, at).items():
+                contending = contenders(rule, seen, at)
+                if contending is None:
+                    continue
+                new, before, since = contending
+                raw = release_stats(
+                    db,
+                    environment=environment,
+                    dimension=rule.dimension,
+                    new=new,
+                    before=before,
+                    since=since,
+                    baseline_s=rule.baseline_s,
+                    groups=groups,
+                    signals=signals,
+                    start=start,
+                    end=at,
+                )
+                cells = {cell: {n: Stats(*t) for n, t in by.items()} for cell, by in raw.items()}
+                for finding in decide(rule, environment, new, before, cells):
+                    check = next(c for c in rule.checks if c.name == finding.signal)
+                    worst = release_rows(
+                        db,
+                        environment=environment,
+                        dimension=rule.dimension,
+                        value=new,
+                        where=[(k, v) for k, v in finding.group if k in groups],
+                        signal=finding.signal,
+                        start=start,
+                        end=at,
+                        highest=check.worse == ">",
+                        limit=MAX_EXAMPLES,
+                    )
+                    examples = tuple(Example(t, p, v) for t, p, v in worst)
+                    found.append(with_examples(finding, examples))
+        return found
 
     def _observe(self, rule: WindowRule, result: Evaluation) -> None:
         if result.capped:

@@ -23,9 +23,10 @@ loop, the dispatcher and the judge write under.
 from __future__ import annotations
 
 import contextlib
+import re
 import sqlite3
 import threading
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,12 @@ class History:
         with self._file.lock:
             return read_rows(self._file.db, start, end, keys, traces=traces, samples=samples)
 
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        """The file's connection under its lock: for the release statistics' queries."""
+        with self._file.lock:
+            yield self._file.db
+
     def reader(self) -> HistoryReader:
         """A reader on a connection of its own (close it when done)."""
         return HistoryReader(self._file.path)
@@ -285,8 +292,145 @@ class HistoryReader:
             finally:
                 self._db.execute("COMMIT")
 
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[sqlite3.Connection]:
+        """This reader's own connection, inside one read transaction (one snapshot)."""
+        with self._lock:
+            if self._db is None:
+                raise sqlite3.ProgrammingError("the history reader is closed")
+            self._db.execute("BEGIN")
+            try:
+                yield self._db
+            finally:
+                self._db.execute("COMMIT")
+
     def close(self) -> None:
         with self._lock:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+
+
+# -- release comparisons: statistics computed by SQLite (observer.alerts.regression) ----
+
+# (values of the groups, period) -> signal -> (count, sum, sum of squares)
+CellStats = dict[tuple[tuple[str, ...], str], dict[str, tuple[int, float, float]]]
+# Dimension and signal names go into the SQL text (JSON paths, column names): only these.
+_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+def _label_sql(name: str) -> str:
+    """A dimension as SQL: a column, or the row's dims JSON ('none' when absent)."""
+    if not _NAME.match(name):
+        raise ValueError(f"not a dimension: {name!r}")
+    if name in ("environment", "query_type"):
+        return name
+    return f"coalesce(json_extract(CAST(dims AS TEXT), '$.{name}'), 'none')"
+
+
+def _signal_sql(name: str) -> str:
+    if not _NAME.match(name):
+        raise ValueError(f"not a signal: {name!r}")
+    return f"json_extract(CAST(signals AS TEXT), '$.{name}')"
+
+
+def first_seen(
+    db: sqlite3.Connection, dimension: str, start: float, end: float
+) -> dict[str, dict[str, float]]:
+    """Per environment, each value of `dimension` among the trace rows in (start, end] and
+    the event time it was first seen (`regression.releases`, by SQLite)."""
+    label = _label_sql(dimension)
+    found: dict[str, dict[str, float]] = {}
+    for environment, value, at in db.execute(
+        f"SELECT environment, {label} AS value, MIN(at) FROM history "
+        "WHERE at > ? AND at <= ? GROUP BY environment, value",
+        (start, end),
+    ):
+        if value != "none":
+            found.setdefault(str(environment), {})[str(value)] = float(at)
+    return found
+
+
+def release_stats(
+    db: sqlite3.Connection,
+    *,
+    environment: str,
+    dimension: str,
+    new: str,
+    before: str,
+    since: float,
+    baseline_s: float,
+    groups: Sequence[str],
+    signals: Sequence[str],
+    start: float,
+    end: float,
+) -> CellStats:
+    """The count, sum and sum of squares of each signal per group and period ("new",
+    "during", "earlier"), as `regression.compare` computes them from rows."""
+    label = _label_sql(dimension)
+    group_sql = [_label_sql(g) for g in groups]
+    values = [_signal_sql(s) for s in signals]
+    inner = ", ".join(
+        [f"{g} AS g{i}" for i, g in enumerate(group_sql)]
+        + [f"{v} AS v{i}" for i, v in enumerate(values)]
+    )
+    aggregates = ", ".join(
+        f"COUNT(v{i}), TOTAL(v{i}), TOTAL(v{i} * v{i})" for i in range(len(values))
+    )
+    keys = ", ".join(f"g{i}" for i in range(len(group_sql)))
+    query = (
+        f"SELECT {keys + ', ' if keys else ''}period, {aggregates} FROM ("
+        f"SELECT {inner + ', ' if inner else ''}"
+        f"CASE WHEN {label} = :new THEN 'new' WHEN at >= :since THEN 'during' "
+        "ELSE 'earlier' END AS period "
+        f"FROM history WHERE environment = :environment AND at > :start AND at <= :end "
+        f"AND {label} IN (:new, :before) "
+        f"AND ({label} = :new OR at > :since - :baseline)"
+        f") GROUP BY {keys + ', ' if keys else ''}period"
+    )
+    parameters = {
+        "new": new,
+        "before": before,
+        "since": since,
+        "baseline": baseline_s,
+        "environment": environment,
+        "start": start,
+        "end": end,
+    }
+    out: CellStats = {}
+    for record in db.execute(query, parameters):
+        key = tuple(str(v) for v in record[: len(group_sql)])
+        which = str(record[len(group_sql)])
+        numbers = record[len(group_sql) + 1 :]
+        out[(key, which)] = {
+            name: (int(numbers[3 * i]), float(numbers[3 * i + 1]), float(numbers[3 * i + 2]))
+            for i, name in enumerate(signals)
+            if numbers[3 * i]
+        }
+    return out
+
+
+def release_rows(
+    db: sqlite3.Connection,
+    *,
+    environment: str,
+    dimension: str,
+    value: str,
+    where: Sequence[tuple[str, str]],
+    signal: str,
+    start: float,
+    end: float,
+    highest: bool,
+    limit: int,
+) -> list[tuple[str, str | None, float]]:
+    """The `limit` rows of one release (and group) whose `signal` is highest (or lowest),
+    the most recent first among equals: (trace_id, project_id, value)."""
+    conditions = [f"{_label_sql(dimension)} = ?"] + [f"{_label_sql(k)} = ?" for k, _ in where]
+    order = "DESC" if highest else "ASC"
+    query = (
+        f"SELECT trace_id, project_id, {_signal_sql(signal)} AS v FROM history "
+        f"WHERE environment = ? AND at > ? AND at <= ? AND {' AND '.join(conditions)} "
+        f"AND v IS NOT NULL ORDER BY v {order}, at DESC LIMIT ?"
+    )
+    parameters = [environment, start, end, value, *(v for _, v in where), limit]
+    return [(str(t), p, float(v)) for t, p, v in db.execute(query, parameters)]

@@ -15,13 +15,14 @@ import pytest
 
 from observer.alerts.delivery import Delivery
 from observer.alerts.notifiers.alertmanager import AlertmanagerNotifier
+from observer.alerts.regression import compare, default_regression_rules
 from observer.alerts.rules import Route
 from observer.alerts.service import AlertService
 from observer.background import Deadline
 from observer.config import AlertsSettings
 from observer.state import State
 from observer.telemetry.metrics import Metrics
-from tests.alerts.test_triage import PROD, T, grounding_rule, planted, row
+from tests.alerts.test_triage import PROD, T, grounding_rule, planted, release_scenario, row
 from tests.fakes.receiver import Receiver
 
 
@@ -149,3 +150,32 @@ def test_a_route_that_cannot_work_is_refused_at_start(route: dict[str, Any], err
     hook = {"name": "hook", "kind": "webhook", "url": "http://127.0.0.1:9/x"}
     with pytest.raises(ValueError, match=re.escape(error)):
         AlertsSettings(notifiers=[hook], routes=[route])  # type: ignore[list-item]
+
+
+def test_sqlite_computes_the_release_comparison_the_rows_give(tmp_path: Path) -> None:
+    """The daemon asks SQLite for the statistics; `compare` works them out of rows: the same
+    findings, values and example traces, through the writer's connection and a reader's."""
+    state = State(tmp_path / "state.sqlite")
+    rows = release_scenario()
+    state.history.put_many(rows)
+    (rule,) = default_regression_rules()
+    service = AlertService(state, Metrics(), (), (), notifier_kinds={}, delivery=None, base_url="x")
+    expected = compare(rule, rows, T)
+    assert expected  # the scenario has a regression to find
+    reader = state.history.reader()
+    try:
+        for history in (state.history, reader):
+            found = service.release_findings(rule, history, T)
+            assert [f.group for f in found] == [f.group for f in expected]
+            for mine, theirs in zip(found, expected, strict=True):
+                assert mine.value == pytest.approx(theirs.value)
+                assert mine.before_value == pytest.approx(theirs.before_value)
+                assert (mine.samples, mine.before_samples) == (
+                    theirs.samples,
+                    theirs.before_samples,
+                )
+                assert mine.z == pytest.approx(theirs.z)
+                assert [e.trace_id for e in mine.examples] == [e.trace_id for e in theirs.examples]
+    finally:
+        reader.close()
+        state.close()
