@@ -105,7 +105,7 @@ def written_scores() -> list[ScoreEvent]:
     for result in (
         JudgeResult("t-j", claims, (Verdict(0, False, False), Verdict(1, True, None))),
         JudgeResult("t-j", claims, (Verdict(0, True, True), Verdict(1, True, None))),
-        JudgeResult("t-j"),  # no claims: abstained
+        JudgeResult("t-j"),  # no claims: no_claims
     ):
         events += judge_score_events(records[0], result)
     return events
@@ -177,6 +177,7 @@ def test_widgets_chart_observers_scores_in_the_view_of_their_type() -> None:
     charted = {w.score for w in WIDGETS}
     assert {"confidence", "ungrounded", "crag_grade", "confidence_band"} <= charted
     assert {"faithfulness", "citation_coverage"} <= charted
+    assert {"abstained", "over_refusal"} <= charted  # refusal and over-refusal rates
 
 
 def test_placements_are_two_half_width_tiles_a_row() -> None:
@@ -344,7 +345,7 @@ def test_first_run_creates_every_config_and_the_dashboard_with_its_widgets(
     assert board["name"] == DASHBOARD_NAME and board["description"]
     tiles = board["definition"]["widgets"]
     assert [t["widgetId"] for t in tiles] == [w["id"] for w in widgets]
-    assert report.item("dashboard", DASHBOARD_NAME).detail == "with 8 of 8 widgets"
+    assert report.item("dashboard", DASHBOARD_NAME).detail == "with 10 of 10 widgets"
     assert report.lines()[-1] == f"{ALL} created"
     assert report.lines()[0] == "created  score config confidence: NUMERIC 0..1"
 
@@ -459,7 +460,7 @@ def test_a_refused_widget_is_left_off_the_dashboard(fake: FakeLangfuse, api: Lan
     report = init_langfuse(api)
     first = report.item("widget", WIDGET_NAMES[0])
     assert first.outcome is Outcome.REFUSED and "Langfuse answered 400" in first.detail
-    assert report.item("dashboard", DASHBOARD_NAME).detail == "with 7 of 8 widgets"
+    assert report.item("dashboard", DASHBOARD_NAME).detail == "with 9 of 10 widgets"
     assert report.exit_code == EXIT_ATTENTION
 
 
@@ -476,7 +477,7 @@ def test_an_existing_dashboard_gets_the_missing_widgets_appended(
     report = init_langfuse(api)
 
     board = report.item("dashboard", DASHBOARD_NAME)
-    assert (board.outcome, board.detail) == (Outcome.EXISTED, "8 widgets added to it")
+    assert (board.outcome, board.detail) == (Outcome.EXISTED, "10 widgets added to it")
     widget = report.item("widget", WIDGET_NAMES[0])
     assert widget.outcome is Outcome.CREATED
     assert widget.detail.endswith("placed on the existing dashboard")
