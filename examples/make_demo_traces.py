@@ -738,6 +738,26 @@ def demo_traces() -> dict[str, list[Obs]]:
                 ),
             ],
         ),
+        # scored: a refusal although retrieval found the answer (rerank top1 0.88, HIGH):
+        # abstained and over_refusal (docs/signals.md#abstention-and-over-citation)
+        "demo-over-refusal": _demo_rag(
+            "demo-over-refusal",
+            "2026-11-28T18:40:00.000Z",
+            token_q,
+            "Sorry, I couldn't find anything about rotating API tokens in the documentation. "
+            "Please ask your workspace admin.",
+            trace_name="rag-query",
+        ),
+        # scored: a refusal in Chinese with retrieval in the gray zone: abstained, no over-refusal
+        "demo-refusal-zh": _demo_rag(
+            "demo-refusal-zh",
+            "2026-11-28T19:10:00.000Z",
+            "API 令牌过期后还能用多久？",
+            "您好！很抱歉，知识库未匹配到相关内容，建议联系工作区管理员。",
+            trace_name="rag-query",
+            query_type="factual",
+            sources=[{**_TOKEN_SOURCES[1], "score": 0.41}],
+        ),
         # scored: the answer is the JSON number 42 logged as "42" -> text "42"
         "demo-numeric-answer": _demo_rag(
             "demo-numeric-answer",

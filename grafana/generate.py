@@ -507,6 +507,33 @@ def answer_quality() -> dict[str, Any]:
             [query(share("observer_answers_unsupported_numbers_total", by_type), "{{query_type}}")],
             ratio=True,
         ),
+        graph(
+            "Refusal rate by query type",
+            "Share of answers that are refusals (\"I don't know\", 知识库未匹配; "
+            "observer_answers_abstained_total). Lines: observer's refusal_rate_high rule "
+            "(warn 20%, page 30% over 30 minutes).",
+            [query(share("observer_answers_abstained_total", by_type), "{{query_type}}")],
+            ratio=True,
+            thresholds=steps(GREEN, (0.20, ORANGE), (0.30, RED)),
+        ),
+        graph(
+            "Over-refusal rate by query type",
+            "Share of answers refusing although retrieval was HIGH: the evidence was there "
+            "(observer_answers_over_refusal_total). Lines: observer's over_refusal_rate_high "
+            "rule (warn 2%, page 5% over 30 minutes).",
+            [query(share("observer_answers_over_refusal_total", by_type), "{{query_type}}")],
+            ratio=True,
+            thresholds=steps(GREEN, (0.02, ORANGE), (0.05, RED)),
+        ),
+        graph(
+            "Over-cited answers rate by query type",
+            "Share of answers with a sentence citing more than signals.max_refs_per_sentence "
+            "sources (observer_answers_over_cited_total).",
+            [query(share("observer_answers_over_cited_total", by_type), "{{query_type}}")],
+            width=24,
+            height=7,
+            ratio=True,
+        ),
     ]
     judge: list[PanelBuilder] = [
         graph(

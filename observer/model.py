@@ -174,6 +174,12 @@ class Signals:
     concentration: Concentration
     # None when the record carries no app grade to compare with.
     crag_mismatch: bool | None = field(default=None)
+    # A refusal (docs/signals.md#abstention-and-over-citation): no coverage computed.
+    abstained: bool = False
+    # Abstained while retrieval was HIGH; None without retrieval scores.
+    over_refusal: bool | None = None
+    # Sentences carrying more than signals.max_refs_per_sentence distinct refs.
+    over_citation: int = 0
 
 
 ScoreDataType = Literal["NUMERIC", "BOOLEAN", "CATEGORICAL"]

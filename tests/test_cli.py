@@ -81,6 +81,9 @@ def test_score_output_has_exactly_the_documented_keys(tmp_path: Path) -> None:
         "unsupported_numbers",
         "cited_docs",
         "citation_concentration",
+        "abstained",
+        "over_refusal",
+        "over_citation",
         "sentences",
     }
 

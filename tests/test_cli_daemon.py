@@ -250,6 +250,7 @@ def test_judge_command_adds_the_judges_findings_in_input_order(
         "faithfulness",
         "citation_accuracy",
         "critical_unsupported",
+        "no_claims",
         "abstained",
         "calls",
         "tokens",
@@ -259,7 +260,7 @@ def test_judge_command_adds_the_judges_findings_in_input_order(
     ):
         assert key in first
     assert all(o["calls"] <= 2 for o in out)
-    assert any(o["abstained"] for o in out)
+    assert any(o["no_claims"] for o in out)
     assert '"line": 75' in result.stderr
 
 

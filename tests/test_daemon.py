@@ -359,7 +359,7 @@ def test_observation_requests_stay_within_budget(
     loaded.empty_page_share = loaded.cut_page_share = 0.0  # full pages, to count them
     settings = configure(monkeypatch, loaded, OBSERVER_SOURCE__PAGE_LIMIT="100")
     once(settings, tmp_path / "s.sqlite", after(demo_observations()))
-    # 313 observations at 100 per page: 4 pages.
+    # 321 observations at 100 per page: 4 pages.
     assert loaded.observation_requests() == 4
     reads = [r for r in loaded.requests if r.path.endswith("/observations")]
     assert {tuple(r.query["fields"]) for r in reads} == {

@@ -105,7 +105,7 @@ def written_scores() -> list[ScoreEvent]:
     for result in (
         JudgeResult("t-j", claims, (Verdict(0, False, False), Verdict(1, True, None))),
         JudgeResult("t-j", claims, (Verdict(0, True, True), Verdict(1, True, None))),
-        JudgeResult("t-j"),  # no claims: abstained
+        JudgeResult("t-j"),  # no claims: no_claims
     ):
         events += judge_score_events(records[0], result)
     return events
@@ -177,6 +177,7 @@ def test_widgets_chart_observers_scores_in_the_view_of_their_type() -> None:
     charted = {w.score for w in WIDGETS}
     assert {"confidence", "ungrounded", "crag_grade", "confidence_band"} <= charted
     assert {"faithfulness", "citation_coverage"} <= charted
+    assert {"abstained", "over_refusal"} <= charted  # refusal and over-refusal rates
 
 
 def test_placements_are_two_half_width_tiles_a_row() -> None:

@@ -40,6 +40,9 @@ def test_all_signal_scores_with_types_and_values() -> None:
         "confidence_band",
         "invalid_citations",
         "numeric_grounding",
+        "abstained",
+        "over_refusal",
+        "over_citation",
     ]
     kinds = {name: (e.data_type, e.value) for name, e in got.items()}
     assert kinds["crag_grade"] == ("CATEGORICAL", "HIGH")
@@ -48,6 +51,9 @@ def test_all_signal_scores_with_types_and_values() -> None:
     assert kinds["citation_coverage"] == ("NUMERIC", 0.5)
     assert kinds["invalid_citations"] == ("NUMERIC", 1.0)
     assert kinds["numeric_grounding"] == ("NUMERIC", 1.0)
+    assert kinds["abstained"] == ("BOOLEAN", 0.0)
+    assert kinds["over_refusal"] == ("BOOLEAN", 0.0)
+    assert kinds["over_citation"] == ("NUMERIC", 0.0)
 
 
 def test_comments_explain_the_value() -> None:
@@ -100,7 +106,7 @@ def test_citation_concentration_score_and_comment() -> None:
     assert (score.data_type, score.value) == ("NUMERIC", 0.8)
     assert score.comment == '4/5 cited sentences rest on doc "handbook-v3" alone; 2 documents cited'
     assert score.id == score_id("trace-a", "citation_concentration")
-    assert list(got)[-1] == "citation_concentration"
+    assert list(got)[-4] == "citation_concentration"  # then abstained, over_refusal ...
 
 
 def test_citation_concentration_singular_comment() -> None:
@@ -114,3 +120,44 @@ def test_citation_concentration_only_when_computed() -> None:
     assert "citation_concentration" not in events(with_docs("One fact stated here [1].", ("kb",)))
     no_docs = with_docs("One fact stated here [1]. Another fact here [2].", (None, None))
     assert "citation_concentration" not in events(no_docs)
+
+
+# -- refusals and over-citation (docs/scores.md, docs/signals.md#abstention-and-over-citation) --
+
+
+def test_an_over_refusal_and_its_comments() -> None:
+    got = events(record("Sorry, I couldn't find anything about it.", scores=(0.88, 0.57)))
+    assert "citation_coverage" not in got and "numeric_grounding" not in got
+    assert (got["abstained"].value, got["over_refusal"].value) == (1.0, 1.0)
+    assert got["abstained"].comment == 'a refusal ("i couldnt find"): no coverage computed'
+    assert got["over_refusal"].comment == ("a refusal with HIGH retrieval (top1 0.88 >= high 0.65)")
+    assert got["confidence"].comment == "a refusal, nothing to cover; rerank top1 0.88"
+    assert (got["ungrounded"].value, got["ungrounded"].comment) == (
+        0.0,
+        "not ungrounded (a refusal)",
+    )
+
+
+def test_a_refusal_with_low_retrieval_is_no_over_refusal() -> None:
+    got = events(record("抱歉，知识库中没有找到相关信息。", scores=(0.2,)))
+    assert (got["abstained"].value, got["over_refusal"].value) == (1.0, 0.0)
+    assert got["over_refusal"].comment == "a refusal with LOW retrieval (top1 0.20)"
+
+
+def test_over_refusal_is_not_written_without_retrieval_scores() -> None:
+    rec = RagRecord(trace_id="t", question="q", answer="I don't know.", sources=())
+    got = events(rec)
+    assert got["abstained"].value == 1.0 and "over_refusal" not in got
+
+
+def test_over_citation_counts_and_says_the_limit() -> None:
+    answer = "One fact here [1][2][3][4]. Two facts here [1-5]. Three [1]."
+    got = events(record(answer, scores=(0.9,) * 5))
+    assert (got["over_citation"].value, got["over_citation"].comment) == (
+        2.0,
+        "2 sentences cite more than 3 sources",
+    )
+    one = events(record("One fact here [1][2][3][4].", scores=(0.9,) * 4))["over_citation"]
+    assert one.comment == "1 sentence cites more than 3 sources"
+    none = events(record("One fact here [1].", scores=(0.9,)))["over_citation"]
+    assert (none.value, none.comment) == (0.0, "no sentence cites more than 3 sources")

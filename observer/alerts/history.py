@@ -58,6 +58,9 @@ def signal_values(signals: Signals) -> dict[str, Value]:
         "unsupported_numbers": float(numeric.numbers - numeric.grounded),
         "needs_fallback": signals.needs_fallback,
         "crag_mismatch": signals.crag_mismatch,
+        "abstained": signals.abstained,
+        "over_refusal": signals.over_refusal,
+        "over_citation": float(signals.over_citation),
     }
 
 

@@ -54,6 +54,10 @@ SIGNALS: Mapping[str, SignalInfo] = {
     "missing_chunks": SignalInfo(Kind.NUMBER),
     "stale_citations": SignalInfo(Kind.NUMBER),
     "citation_concentration": SignalInfo(Kind.NUMBER),
+    "abstained": SignalInfo(Kind.FLAG),
+    # Known only with retrieval scores: a trace without any is no sample of it.
+    "over_refusal": SignalInfo(Kind.FLAG),
+    "over_citation": SignalInfo(Kind.NUMBER),
     # An answer-looking trace (it has a generation) that was skipped: true on a skip row,
     # false on every scored trace's row (docs/alerts.md#mapping-drift-skip_rate_high).
     "skipped": SignalInfo(Kind.FLAG, detail="skip_reason"),
@@ -381,6 +385,10 @@ def default_window_rules() -> tuple[WindowRule, ...]:
         _window("judge_error_rate_high", "judge_error", "rate", ">", 0.20, 0.10, 1800, 10),
         _window("scores_dropped", "scores_dropped", "count", ">", 0, None, 900, 1, for_s=0),
         _window("stale_citation_rate", "stale_citations > 0", "rate", ">", 0.05, 0.02, 1800, 50),
+        # Refusing a fifth of the questions is a knowledge base that lacks them or a retrieval
+        # that stopped finding them; an over-refusal is evidence found and turned down.
+        _window("refusal_rate_high", "abstained", "rate", ">", 0.30, 0.20, 1800, 50),
+        _window("over_refusal_rate_high", "over_refusal", "rate", ">", 0.05, 0.02, 1800, 50),
         _window(
             "skip_rate_high",
             "skipped",

@@ -18,6 +18,7 @@ from observer.errors import ConfigError
 from observer.signals.params import (
     DEFAULT_ABBREVIATIONS,
     DEFAULT_PLEASANTRY_PREFIXES,
+    DEFAULT_REFUSAL_PHRASES,
     CragParams,
     SignalParams,
 )
@@ -35,6 +36,13 @@ class SignalsSettings(Section):
         default_factory=lambda: list(DEFAULT_PLEASANTRY_PREFIXES)
     )
     abbreviations: list[str] = Field(default_factory=lambda: list(DEFAULT_ABBREVIATIONS))
+    refusal_phrases: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_REFUSAL_PHRASES),
+        description="phrases that make a short, uncited answer a refusal; replaces the defaults",
+    )
+    max_refs_per_sentence: int = Field(
+        3, ge=1, description="distinct refs a sentence may carry before it is over-cited"
+    )
 
 
 class CragSettings(Section):
@@ -77,6 +85,8 @@ def signal_params(signals: SignalsSettings, crag: CragSettings, band: BandSettin
         ),
         band_high=band.high,
         band_medium=band.medium,
+        refusal_phrases=tuple(signals.refusal_phrases),
+        max_refs_per_sentence=signals.max_refs_per_sentence,
     )
 
 

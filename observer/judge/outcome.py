@@ -1,7 +1,7 @@
 """From verdicts to the judge's scores (docs/scores.md, docs/judge.md). Pure.
 
 Never NaN, never a vacuous 1.0: with no claims there is no faithfulness
-score, only `abstained`; with no cited claim there is no citation accuracy.
+score, only `no_claims`; with no cited claim there is no citation accuracy.
 A claim holding a number, a date or an amount is critical; an unsupported
 critical claim sets `critical_unsupported`.
 """
@@ -162,9 +162,9 @@ def judge_score_events(record: RagRecord, result: JudgeResult) -> list[ScoreEven
         )
     )
     entries.append(
-        catalogue.ABSTAINED.entry(
+        catalogue.NO_CLAIMS.entry(
             1.0 if not result.claims else 0.0,
-            "the answer makes no factual claim (a refusal)"
+            "the judge found no factual claim in the answer"
             if not result.claims
             else f"{len(result.claims)} claims",
         )

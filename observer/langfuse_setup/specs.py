@@ -230,6 +230,18 @@ WIDGETS: Final[tuple[WidgetSpec, ...]] = (
         "critical unsupported rate",
         "Share of judged answers with an unsupported number, date or amount.",
     ),
+    _average(
+        "refusal-rate",
+        "abstained",
+        "refusal rate",
+        "Share of answers that are refusals (I don't know, 知识库未匹配).",
+    ),
+    _average(
+        "over-refusal-rate",
+        "over_refusal",
+        "over-refusal rate",
+        "Share of answers with retrieval scores that refused although retrieval was HIGH.",
+    ),
     _counts("crag-grade", "crag_grade", "CRAG grade", "Answers per retrieval grade."),
     _counts(
         "confidence-band", "confidence_band", "confidence band", "Answers per confidence band."

@@ -74,6 +74,8 @@ def params_digest(params: SignalParams) -> str:
             "abbreviations": sorted(params.abbreviations),
             "crag": params.crag,
             "band": [params.band_high, params.band_medium],
+            "refusal_phrases": list(params.refusal_phrases),
+            "max_refs_per_sentence": params.max_refs_per_sentence,
         }
     )
     return hashlib.sha256(described).hexdigest()[:16]

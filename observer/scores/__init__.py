@@ -7,6 +7,7 @@ import uuid
 from observer.model import RagRecord, ScoreEvent, Signals
 from observer.scores import catalogue
 from observer.scores.catalogue import Producer, ScoreEntry
+from observer.signals.abstention import refusal_phrase
 from observer.signals.params import SignalParams
 
 __all__ = [
@@ -102,6 +103,8 @@ def score_events(record: RagRecord, signals: Signals, params: SignalParams) -> l
             f"coverage {cites.coverage:.2f} x rerank top1 {signals.rerank_top1:.2f}"
             f" = {signals.confidence:.2f}"
         )
+    elif signals.abstained:
+        confidence_comment = f"a refusal, nothing to cover; rerank top1 {signals.rerank_top1:.2f}"
     else:
         confidence_comment = f"no substantive sentence; rerank top1 {signals.rerank_top1:.2f}"
     if signals.needs_fallback:
@@ -116,7 +119,11 @@ def score_events(record: RagRecord, signals: Signals, params: SignalParams) -> l
         )
     else:
         ungrounded_comment = "not ungrounded" + (
-            " (fallback answer)" if signals.needs_fallback else ""
+            " (fallback answer)"
+            if signals.needs_fallback
+            else " (a refusal)"
+            if signals.abstained
+            else ""
         )
 
     entries: list[ScoreEntry] = [catalogue.CONFIDENCE.entry(signals.confidence, confidence_comment)]
@@ -164,4 +171,43 @@ def score_events(record: RagRecord, signals: Signals, params: SignalParams) -> l
                 signals.concentration.ratio, concentration_comment(signals)
             )
         )
+    entries += _abstention_entries(signals, params)
     return score_events_of(record, entries)
+
+
+def _abstention_entries(signals: Signals, params: SignalParams) -> list[ScoreEntry]:
+    """`abstained`, `over_refusal` (with retrieval scores) and `over_citation`."""
+    crag = signals.crag
+    if signals.abstained:
+        phrase = next(
+            (
+                found
+                for s in signals.citations.sentences
+                if (found := refusal_phrase(s.text, params.refusal_phrases)) is not None
+            ),
+            "",
+        )
+        abstained = f'a refusal ("{phrase}"): no coverage computed'
+    else:
+        abstained = "not a refusal"
+    entries = [catalogue.ABSTAINED.entry(1.0 if signals.abstained else 0.0, abstained)]
+    if signals.over_refusal is not None and crag.top1 is not None:
+        if signals.over_refusal:
+            why = f"a refusal with HIGH retrieval (top1 {crag.top1:.2f} >= high {params.crag.high})"
+        elif signals.abstained:
+            why = f"a refusal with {crag.grade.value} retrieval (top1 {crag.top1:.2f})"
+        else:
+            why = "not a refusal"
+        entries.append(catalogue.OVER_REFUSAL.entry(1.0 if signals.over_refusal else 0.0, why))
+    limit = params.max_refs_per_sentence
+    over = signals.over_citation
+    entries.append(
+        catalogue.OVER_CITATION.entry(
+            float(over),
+            f"{_plural(over, 'sentence')} {'cites' if over == 1 else 'cite'} more than {limit} "
+            "sources"
+            if over
+            else f"no sentence cites more than {limit} sources",
+        )
+    )
+    return entries

@@ -152,7 +152,18 @@ CRITICAL_UNSUPPORTED: Final = _flag(
     "observer's judge: 1 when a claim with a number, date or amount is unsupported",
 )
 ABSTAINED: Final = _flag(
-    "abstained", _J, "observer's judge: 1 when the answer makes no factual claim"
+    "abstained", _S, "observer: 1 when the answer is a refusal (I don't know, 知识库未匹配)"
+)
+OVER_REFUSAL: Final = _flag(
+    "over_refusal", _S, "observer: 1 when the answer is a refusal although retrieval was HIGH"
+)
+OVER_CITATION: Final = _count(
+    "over_citation",
+    _S,
+    "observer: count of sentences citing more distinct sources than max_refs_per_sentence",
+)
+NO_CLAIMS: Final = _flag(
+    "no_claims", _J, "observer's judge: 1 when the judge found no factual claim in the answer"
 )
 
 CATALOGUE: Final[tuple[ScoreSpec, ...]] = (
@@ -165,12 +176,15 @@ CATALOGUE: Final[tuple[ScoreSpec, ...]] = (
     INVALID_CITATIONS,
     NUMERIC_GROUNDING,
     CITATION_CONCENTRATION,
+    ABSTAINED,
+    OVER_REFUSAL,
+    OVER_CITATION,
     MISSING_CHUNKS,
     STALE_CITATIONS,
     FAITHFULNESS,
     CITATION_ACCURACY,
     CRITICAL_UNSUPPORTED,
-    ABSTAINED,
+    NO_CLAIMS,
 )
 _BY_NAME: Final[dict[str, ScoreSpec]] = {spec.name: spec for spec in CATALOGUE}
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from observer.model import Band, Grade, RagRecord, Signals
+from dataclasses import replace
+
+from observer.model import Band, Grade, NumericGrounding, RagRecord, Signals
+from observer.signals.abstention import abstained, over_cited
 from observer.signals.concentration import of_cited_refs
 from observer.signals.crag import grade
 from observer.signals.numbers import ground
 from observer.signals.params import SignalParams
 from observer.signals.sentences import citations, split_answer
+
+_NO_NUMBERS = NumericGrounding(0, 0, ())
+# Thresholds are compared with this slack, as the CRAG grade compares them.
+_EPS = 1e-9
 
 
 def _clamp01(value: float) -> float:
@@ -26,7 +33,13 @@ def compute(record: RagRecord, params: SignalParams) -> Signals:
     n_sources = len(record.sources)
     split = split_answer(record.answer, n_sources, params)
     cites = citations(split, n_sources)
+    refused = abstained(split.sentences, params.refusal_phrases)
+    if refused:  # a refusal makes no claim: nothing to cover, no number to ground
+        cites = replace(cites, coverage=None)
     crag = grade(retrieval_scores(record), params.crag)
+    over_refusal = None
+    if crag.top1 is not None:
+        over_refusal = refused and crag.grade is Grade.HIGH and crag.top1 >= params.crag.high - _EPS
     rerank_top1 = _clamp01(crag.top1) if crag.top1 is not None else 0.0
 
     needs_fallback = record.needs_fallback if record.needs_fallback is not None else n_sources == 0
@@ -48,7 +61,7 @@ def compute(record: RagRecord, params: SignalParams) -> Signals:
     ungrounded = (
         not needs_fallback and crag.grade is Grade.LOW and coverage is not None and coverage == 0.0
     )
-    numeric = ground(split.numbers, [s.text for s in record.sources])
+    numeric = _NO_NUMBERS if refused else ground(split.numbers, [s.text for s in record.sources])
     mismatch = None
     if record.app_crag_grade is not None:
         mismatch = record.app_crag_grade.strip().upper() != crag.grade.value
@@ -65,4 +78,7 @@ def compute(record: RagRecord, params: SignalParams) -> Signals:
         numeric=numeric,
         concentration=of_cited_refs(split.cited_refs, record.sources),
         crag_mismatch=mismatch,
+        abstained=refused,
+        over_refusal=over_refusal,
+        over_citation=over_cited(split.sentences, params.max_refs_per_sentence),
     )

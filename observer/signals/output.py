@@ -37,6 +37,9 @@ def signals_json(signals: Signals) -> dict[str, Any]:
         "unsupported_numbers": list(signals.numeric.unsupported),
         "cited_docs": list(signals.concentration.cited_docs),
         "citation_concentration": signals.concentration.ratio,
+        "abstained": signals.abstained,
+        "over_refusal": signals.over_refusal,
+        "over_citation": signals.over_citation,
         "sentences": [
             {"text": s.text, "refs": list(s.refs), "substantive": s.substantive, "cited": s.cited}
             for s in cites.sentences

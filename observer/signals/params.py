@@ -56,6 +56,54 @@ DEFAULT_ABBREVIATIONS: tuple[str, ...] = tuple(
     ]
 )
 
+# Phrases that make an answer a refusal (docs/signals.md#abstention-and-over-citation),
+# compared after normalisation (observer.signals.abstention.normalise): case, width,
+# apostrophes and punctuation do not matter.
+DEFAULT_REFUSAL_PHRASES: tuple[str, ...] = (
+    "i don't know",
+    "i do not know",
+    "no information",
+    "no relevant information",
+    "not enough information",
+    "insufficient information",
+    "don't have information",
+    "do not have information",
+    "don't have enough information",
+    "do not have enough information",
+    "don't have any information",
+    "do not have any information",
+    "i couldn't find",
+    "i could not find",
+    "i can't find",
+    "i cannot find",
+    "i was unable to find",
+    "i am unable to find",
+    "i'm unable to find",
+    "i can't answer",
+    "i cannot answer",
+    "i am unable to answer",
+    "i'm unable to answer",
+    "not mentioned in the provided",
+    "not covered in the provided",
+    "the provided context does not",
+    "the provided documents do not",
+    "我不知道",
+    "无法回答",
+    "无法找到",
+    "未能找到",
+    "找不到相关",
+    "未找到相关",
+    "没有找到相关",
+    "没有找到足够的证据",
+    "知识库未匹配",
+    "知识库中没有",
+    "没有相关信息",
+    "没有相关的信息",
+    "暂无相关信息",
+    "没有足够的信息",
+    "信息不足",
+)
+
 CragMode = Literal["heuristic", "disabled"]
 
 
@@ -76,3 +124,5 @@ class SignalParams:
     crag: CragParams = CragParams()
     band_high: float = 0.85
     band_medium: float = 0.60
+    refusal_phrases: tuple[str, ...] = DEFAULT_REFUSAL_PHRASES
+    max_refs_per_sentence: int = 3

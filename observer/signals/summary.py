@@ -31,6 +31,9 @@ class Summary:
     concentration_sum: float = 0.0
     concentration_n: int = 0
     single_doc_records: int = 0
+    refusals: int = 0
+    over_refusals: int = 0
+    over_cited_records: int = 0
 
     def add(self, signals: Signals) -> None:
         self.records += 1
@@ -43,6 +46,9 @@ class Summary:
         self.bands[signals.band.value] += 1
         self.ungrounded += signals.ungrounded
         self.fallbacks += signals.needs_fallback
+        self.refusals += signals.abstained
+        self.over_refusals += signals.over_refusal is True
+        self.over_cited_records += signals.over_citation > 0
         ghosts = len(signals.citations.invalid_refs)
         self.ghost_refs += ghosts
         self.ghost_records += ghosts > 0

@@ -165,6 +165,24 @@ class Metrics:
             q,
             registry=r,
         )
+        self.answers_abstained = Counter(
+            "observer_answers_abstained_total",
+            "Answers that are refusals (I don't know, 知识库未匹配)",
+            q,
+            registry=r,
+        )
+        self.answers_over_refusal = Counter(
+            "observer_answers_over_refusal_total",
+            "Refusals although retrieval was HIGH (top1 at or above crag.high)",
+            q,
+            registry=r,
+        )
+        self.answers_over_cited = Counter(
+            "observer_answers_over_cited_total",
+            "Answers with a sentence citing more than signals.max_refs_per_sentence sources",
+            q,
+            registry=r,
+        )
         self.crag_mismatch = Counter(
             "observer_crag_grade_mismatches_total",
             "Answers whose app-logged CRAG grade differs from the recomputed one",
@@ -459,6 +477,9 @@ class Metrics:
             self.answers_fallback,
             self.answers_ghost,
             self.answers_unsupported_numbers,
+            self.answers_abstained,
+            self.answers_over_refusal,
+            self.answers_over_cited,
             self.crag_mismatch,
             self.critical_unsupported,
         ):
@@ -485,6 +506,12 @@ class Metrics:
             self.answers_unsupported_numbers.labels(**labels).inc()
         if signals.crag_mismatch:
             self.crag_mismatch.labels(**labels).inc()
+        if signals.abstained:
+            self.answers_abstained.labels(**labels).inc()
+        if signals.over_refusal:
+            self.answers_over_refusal.labels(**labels).inc()
+        if signals.over_citation:
+            self.answers_over_cited.labels(**labels).inc()
         self.confidence.labels(**labels).observe(signals.confidence)
         self.rerank_top1.labels(**labels).observe(signals.rerank_top1)
         if signals.citations.coverage is not None:

@@ -50,7 +50,7 @@ def judge_json(
         "faithfulness": result.faithfulness,
         "citation_accuracy": result.citation_accuracy,
         "critical_unsupported": result.critical_unsupported,
-        "abstained": result.abstained,
+        "no_claims": result.abstained,
         "calls": result.calls,
         "tokens": result.tokens,
         "judge_error": result.error,

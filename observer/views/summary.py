@@ -44,6 +44,13 @@ def summary_table(summary: Summary, title: str = "observer score") -> Table:
     table.add_row("fallback answers", _share(summary.fallbacks, n))
     table.add_row("ungrounded answers", _share(summary.ungrounded, n))
     table.add_row(
+        "refusals",
+        f"{_share(summary.refusals, n)}, {summary.over_refusals} with HIGH retrieval "
+        "(over-refusals)",
+    )
+    if summary.over_cited_records:
+        table.add_row("over-cited answers", _share(summary.over_cited_records, n))
+    table.add_row(
         "ghost references",
         f"{summary.ghost_refs} in {_share(summary.ghost_records, n)} records",
     )

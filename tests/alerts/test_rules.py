@@ -447,6 +447,9 @@ DEFAULTS = [
     ("scores_dropped", "scores_dropped", "count", ">", 0, None, 900, 1, 0),
     # With a citation resolver: the share of looked-up traces citing a re-written chunk.
     ("stale_citation_rate", "stale_citations > 0", "rate", ">", 0.05, 0.02, 1800, 50, 120),
+    # Refusals (docs/signals.md#abstention-and-over-citation), and those with HIGH retrieval.
+    ("refusal_rate_high", "abstained", "rate", ">", 0.30, 0.20, 1800, 50, 120),
+    ("over_refusal_rate_high", "over_refusal", "rate", ">", 0.05, 0.02, 1800, 50, 120),
     # Mapping drift: the share of answer-looking traces skipped (per environment only).
     ("skip_rate_high", "skipped", "rate", ">", 0.50, 0.20, 1800, 50, 120),
 ]

@@ -169,6 +169,8 @@ def test_answer_quality_shows_what_the_on_call_needs() -> None:
         "observer_answers_by_crag_grade_total",
         "observer_answers_ungrounded_total",
         "observer_answers_ghost_citation_total",
+        "observer_answers_abstained_total",
+        "observer_answers_over_refusal_total",
         "observer_answer_confidence_ratio_bucket",
         "observer_answer_confidence_ratio_sum",
         "observer_answer_confidence_ratio_count",
@@ -189,6 +191,23 @@ def test_faithfulness_draws_the_alert_threshold_as_a_line_at_0_80() -> None:
     defaults = panel["fieldConfig"]["defaults"]
     assert 0.8 in [step["value"] for step in defaults["thresholds"]["steps"]]
     assert defaults["custom"]["thresholdsStyle"]["mode"] in {"line", "dashed", "line+area"}
+
+
+@pytest.mark.parametrize(
+    ("title", "metric", "warn", "page"),
+    [
+        ("Refusal rate by query type", "observer_answers_abstained_total", 0.20, 0.30),
+        ("Over-refusal rate by query type", "observer_answers_over_refusal_total", 0.02, 0.05),
+    ],
+)
+def test_refusal_panels_draw_their_default_rules_thresholds(
+    title: str, metric: str, warn: float, page: float
+) -> None:
+    """docs/alerts.md: refusal_rate_high and over_refusal_rate_high, drawn as lines."""
+    (panel,) = [p for p in panels(board("answer-quality.json")) if p["title"] == title]
+    assert metric in panel["targets"][0]["expr"]
+    steps = [step["value"] for step in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+    assert {warn, page} <= set(steps)
 
 
 def test_pipeline_health_shows_what_the_on_call_needs() -> None:

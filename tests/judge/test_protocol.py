@@ -153,15 +153,15 @@ def test_outcome_math_and_scores() -> None:
     assert '"The fee is 20 yuan."' in events["faithfulness"].comment
     assert events["critical_unsupported"].data_type == "BOOLEAN"
     assert events["critical_unsupported"].value == 1.0
-    assert events["abstained"].value == 0.0
+    assert events["no_claims"].value == 0.0
     assert {e.timestamp for e in events.values()} == {RECORD.timestamp}
 
 
-def test_zero_claims_is_abstained_never_a_free_score() -> None:
+def test_zero_claims_is_no_claims_never_a_free_score() -> None:
     result = JudgeResult("t", (), (), calls=1)
     events = {e.name: e for e in judge_score_events(RECORD, result)}
     assert "faithfulness" not in events and "citation_accuracy" not in events
-    assert events["abstained"].value == 1.0
+    assert events["no_claims"].value == 1.0
     assert result.faithfulness is None
 
 

@@ -52,7 +52,7 @@ def run(
 def judged(langfuse: FakeLangfuse) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for score in langfuse.scores:
-        if score["name"] in ("faithfulness", "abstained", "critical_unsupported"):
+        if score["name"] in ("faithfulness", "no_claims", "critical_unsupported"):
             out.setdefault(score["traceId"], {})[score["name"]] = score
     return out
 
@@ -73,7 +73,7 @@ def test_every_sampled_trace_is_judged_and_scored_once(
     assert langfuse.duplicates() == []
     deterministic = {s["traceId"]: s for s in langfuse.scores if s["name"] == "confidence"}
     for trace_id, scores in got.items():
-        assert "abstained" in scores and "critical_unsupported" in scores
+        assert "no_claims" in scores and "critical_unsupported" in scores
         anchor = deterministic[trace_id]
         for score in scores.values():
             assert score["id"] == score_id(trace_id, score["name"])

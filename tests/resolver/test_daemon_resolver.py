@@ -263,7 +263,7 @@ def test_traces_with_flagged_chunks_are_oversampled(
         app.run_once(parts, after(demo_observations()))
     finally:
         parts.state.close()
-    judged = {s["traceId"] for s in by_name(langfuse, "abstained")}
+    judged = {s["traceId"] for s in by_name(langfuse, "no_claims")}
     assert flagged_traces(langfuse) and flagged_traces(langfuse) <= judged
 
 
