@@ -526,6 +526,26 @@ def answer_quality() -> dict[str, Any]:
             thresholds=steps(GREEN, (0.02, ORANGE), (0.05, RED)),
         ),
         graph(
+            "What changed: flagged answers by release and model",
+            "Share of each release's (and answering model's) answers that were ungrounded, held "
+            "an unsupported number, or refused (observer_answers_flagged_by_release_total over "
+            "observer_answers_by_release_total; the 8 most recent releases and models). A new "
+            "release whose line leaves the others is what a page's triage names.",
+            [
+                query(
+                    'sum by (release, model, flag) (rate(observer_answers_flagged_by_release_total'
+                    f'{{environment=~"$environment"}}[{RATE}]))\n'
+                    "/ ignoring (flag) group_left sum by (release, model) "
+                    "(rate(observer_answers_by_release_total"
+                    f'{{environment=~"$environment"}}[{RATE}]))',
+                    "{{release}} {{model}} {{flag}}",
+                )
+            ],
+            width=24,
+            height=8,
+            ratio=True,
+        ),
+        graph(
             "Over-cited answers rate by query type",
             "Share of answers with a sentence citing more than signals.max_refs_per_sentence "
             "sources (observer_answers_over_cited_total).",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 
@@ -110,6 +111,11 @@ class FleetMetrics:
         _zero(self.entries, "event", FLEET_EVENTS)
 
 
+# Releases (and models) with series of their own at once: the most recently seen.
+MAX_RELEASES = 8
+RELEASE_FLAGS = ("ungrounded", "unsupported_numbers", "abstained")
+
+
 class Metrics:
     def __init__(
         self,
@@ -125,6 +131,13 @@ class Metrics:
         self._trace_names: set[str] = set()
         self._pairs: set[tuple[str, str]] = set()
         self._labels_lock = threading.Lock()
+        # The releases and models seen last, most recent last; a value pushed out takes its
+        # series with it (a new release must never land in `other`).
+        self._recent: dict[str, OrderedDict[str, None]] = {
+            "release": OrderedDict(),
+            "model": OrderedDict(),
+        }
+        self._release_series: set[tuple[str, str, str]] = set()
         r = self.registry
 
         self.info = Gauge("observer_build_info", "observer's version", ["version"], registry=r)
@@ -181,6 +194,21 @@ class Metrics:
             "observer_answers_over_cited_total",
             "Answers with a sentence citing more than signals.max_refs_per_sentence sources",
             q,
+            registry=r,
+        )
+        # What changed: the same answers per release and answering model (docs/alerts.md#triage).
+        by_release = ["environment", "release", "model"]
+        self.answers_by_release = Counter(
+            "observer_answers_by_release_total",
+            "Answers scored per release and answering model (the most recent ones)",
+            by_release,
+            registry=r,
+        )
+        self.answers_flagged_by_release = Counter(
+            "observer_answers_flagged_by_release_total",
+            "Answers per release and model that were ungrounded, held an unsupported number, "
+            "or refused",
+            [*by_release, "flag"],
             registry=r,
         )
         self.crag_mismatch = Counter(
@@ -489,8 +517,47 @@ class Metrics:
         for grade in Grade:
             self.answers_by_grade.labels(environment=env, query_type=kind, crag_grade=grade.value)
 
+    def _release_labels(self, record: RagRecord) -> tuple[str, str, str]:
+        """(environment, release, model) of an answer; past `MAX_RELEASES` releases (models),
+        the least recently seen one's series are removed."""
+        labels = {"release": record.release or "none", "model": record.model or "none"}
+        env = record.environment or "default"
+        with self._labels_lock:
+            for kind, value in labels.items():
+                recent = self._recent[kind]
+                recent[value] = None
+                recent.move_to_end(value)
+                while len(recent) > MAX_RELEASES:
+                    gone, _ = recent.popitem(last=False)
+                    self._forget_release(kind, gone)
+            series = (env, labels["release"], labels["model"])
+            if series not in self._release_series:
+                self._release_series.add(series)
+                self.answers_by_release.labels(*series)
+                for flag in RELEASE_FLAGS:
+                    self.answers_flagged_by_release.labels(*series, flag)
+        return series
+
+    def _forget_release(self, kind: str, value: str) -> None:
+        index = 1 if kind == "release" else 2
+        for series in [s for s in self._release_series if s[index] == value]:
+            self._release_series.discard(series)
+            self.answers_by_release.remove(*series)
+            for flag in RELEASE_FLAGS:
+                self.answers_flagged_by_release.remove(*series, flag)
+
     def observe_answer(self, record: RagRecord, signals: Signals) -> None:
         """One newly scored answer into the quality metrics."""
+        series = self._release_labels(record)
+        self.answers_by_release.labels(*series).inc()
+        flags = {
+            "ungrounded": signals.ungrounded,
+            "unsupported_numbers": signals.numeric.grounded < signals.numeric.numbers,
+            "abstained": signals.abstained,
+        }
+        for flag, raised in flags.items():
+            if raised:
+                self.answers_flagged_by_release.labels(*series, flag).inc()
         env, kind = self.quality_labels(record.environment, record.query_type)
         labels = {"environment": env, "query_type": kind}
         self.answers.labels(**labels).inc()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+
+from prometheus_client import generate_latest
 
 from observer.telemetry.metrics import Metrics
 from tests.daemon_helpers import ROOT
@@ -40,3 +43,31 @@ def test_a_single_daemon_exports_no_fleet_metric() -> None:
 
 def exported_by(metrics: Metrics) -> set[str]:
     return {family.name for family in metrics.registry.collect()}
+
+
+def test_release_series_follow_the_most_recent_releases() -> None:
+    """A new release always gets its own series; the least recently seen one's go."""
+    from observer.model import RagRecord, Source
+    from observer.signals import SignalParams, compute
+    from observer.telemetry.metrics import MAX_RELEASES
+
+    metrics = Metrics()
+    record = RagRecord(
+        trace_id="t",
+        question="How much?",
+        answer="It costs 5 euros [1].",
+        sources=(Source(text="The plan costs 9 euros."),),
+    )
+    signals = compute(record, SignalParams())
+    for i in range(MAX_RELEASES + 2):
+        metrics.observe_answer(dataclasses.replace(record, release=f"r{i}", model="m"), signals)
+    text = generate_latest(metrics.registry).decode()
+    assert 'release="r0"' not in text and 'release="r1"' not in text
+    newest = f'release="r{MAX_RELEASES + 1}"'
+    assert (
+        f'observer_answers_by_release_total{{environment="default",model="m",{newest}}} 1.0' in text
+    )
+    assert (
+        'observer_answers_flagged_by_release_total{environment="default",flag="unsupported_numbers",'
+        f'model="m",release="r{MAX_RELEASES + 1}"}} 1.0'
+    ) in text
