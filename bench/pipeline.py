@@ -167,7 +167,8 @@ def main() -> None:
             LANGFUSE_BASE_URL=url,
             OBSERVER_SOURCE__LOOKBACK_S="7200",
             OBSERVER_LOG__LEVEL="warning",
-            OBSERVER_SOURCE__REQUESTS_PER_MINUTE="100000",
+            # The request budget on its defaults: adaptive from 25 a minute (the fake,
+            # like a self-hosted Langfuse, sets no limit), score posts by body size.
         )
         began = time.perf_counter()
         proc = subprocess.run(

@@ -3,7 +3,8 @@
     ObserverError
      +-- RemoteError              talking to Langfuse (or another server) failed
      |    +-- Unreachable         connection refused, timeout, 5xx: try again later
-     |    +-- RateLimited         429: try again after `retry_after` seconds
+     |    +-- RateLimited         429: try again after `retry_after` seconds; `limit`,
+     |    |                       the server's X-RateLimit-Limit (requests a minute)
      |    +-- AuthRejected        401/403: the keys are wrong; retrying will not help
      |    |    +-- UsageSuspended 403 "... Usage threshold exceeded": the project's usage
      |    |                       limit, not the keys; retrying soon will not help either
@@ -38,9 +39,16 @@ class Unreachable(RemoteError):
 
 
 class RateLimited(RemoteError):
-    def __init__(self, message: str, retry_after_s: float | None, status: int = 429) -> None:
+    def __init__(
+        self,
+        message: str,
+        retry_after_s: float | None,
+        status: int = 429,
+        limit: float | None = None,
+    ) -> None:
         super().__init__(message, status)
         self.retry_after_s = retry_after_s
+        self.limit = limit  # X-RateLimit-Limit, when the answer carried it
 
 
 class AuthRejected(RemoteError):

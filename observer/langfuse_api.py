@@ -10,7 +10,8 @@ RemoteError tree (observer.errors). A 403 whose message says "Usage threshold
 exceeded" (Langfuse Cloud's `Ingestion suspended: Usage threshold exceeded.
 Please upgrade your plan.` on score posts, ingestion and OTLP; `Access
 suspended: ...` on MCP) is `UsageSuspended`: the project's usage limit, not
-its keys.
+its keys. A 429 is `RateLimited` with its `Retry-After` and its
+`X-RateLimit-Limit` (the request budget settles by it; observer.sources.ratelimit).
 
 `check_server_version(api, base_url)` reads `GET /api/public/health`
 (`{"status", "version"}`, no auth, no rate limit) and raises
@@ -26,6 +27,7 @@ to decide.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -79,6 +81,17 @@ def _retry_after(headers: dict[str, str] | None) -> float | None:
     return parse_retry_after(lowered.get("retry-after"))
 
 
+def _rate_limit(headers: dict[str, str] | None) -> float | None:
+    """`X-RateLimit-Limit` (Langfuse sends it on a 429 only), or None when absent or not
+    a positive number."""
+    lowered = {k.lower(): v for k, v in (headers or {}).items()}
+    try:
+        limit = float(lowered.get("x-ratelimit-limit", "").strip())
+    except ValueError:
+        return None
+    return limit if math.isfinite(limit) and limit > 0 else None
+
+
 def _message(body: Any) -> str:
     """The server's message from an error body (`{"message", "error"}`, or plain text)."""
     if isinstance(body, dict):
@@ -93,7 +106,13 @@ def translate(error: Exception, what: str) -> RemoteError:
     if isinstance(error, ApiError):
         status = error.status_code or 0
         if status == 429:
-            return RateLimited(f"{what}: rate limited (429)", _retry_after(error.headers))
+            limit = _rate_limit(error.headers)
+            return RateLimited(
+                f"{what}: rate limited (429"
+                + (f", X-RateLimit-Limit {limit:g})" if limit is not None else ")"),
+                _retry_after(error.headers),
+                limit=limit,
+            )
         if status == 403 and _USAGE_SUSPENDED in _message(error.body).lower():
             return UsageSuspended(
                 f"{what}: Langfuse suspended this project: its usage limit is exceeded "

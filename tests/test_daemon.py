@@ -282,7 +282,10 @@ def test_a_429_pauses_every_batch_for_its_retry_after(
     loaded: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Retry-After holds the whole sink: no burst of posts Langfuse will refuse anyway."""
-    settings = configure(monkeypatch, loaded, OBSERVER_RUN__SHUTDOWN_GRACE_S="5")
+    # A hundred scores a POST (the cap), so that the pass takes several posts.
+    settings = configure(
+        monkeypatch, loaded, OBSERVER_RUN__SHUTDOWN_GRACE_S="5", OBSERVER_SINK__BATCH_SIZE="100"
+    )
     loaded.fail_next(429, count=1, retry_after=1.0, path_prefix="/api/public/scores")
     result = once(settings, tmp_path / "s.sqlite", after(demo_observations()))
     assert result.exit_code == 0, result.error

@@ -9,7 +9,14 @@ import pytest
 from langfuse.api.core.api_error import ApiError
 from structlog.testing import capture_logs
 
-from observer.errors import AuthRejected, Rejected, Unreachable, UnsupportedServer, UsageSuspended
+from observer.errors import (
+    AuthRejected,
+    RateLimited,
+    Rejected,
+    Unreachable,
+    UnsupportedServer,
+    UsageSuspended,
+)
 from observer.langfuse_api import (
     MIN_SERVER_VERSION,
     ServerVersion,
@@ -135,3 +142,22 @@ def test_a_usage_suspension_is_not_a_key_problem(body: object) -> None:
 def test_other_refusals_keep_their_meaning(status: int, body: object, kind: type) -> None:
     error = translate(ApiError(status_code=status, headers={}, body=body), "x")
     assert type(error) is kind
+
+
+@pytest.mark.parametrize(
+    ("headers", "retry_after", "limit"),
+    [
+        ({"Retry-After": "31", "X-RateLimit-Limit": "30", "X-RateLimit-Remaining": "0"}, 31, 30),
+        ({"retry-after": "5", "x-ratelimit-limit": "1000"}, 5, 1000),
+        ({"Retry-After": "5"}, 5, None),  # a proxy's 429: no limit said
+        ({"X-RateLimit-Limit": "many"}, None, None),
+        ({"X-RateLimit-Limit": "0"}, None, None),
+        ({}, None, None),
+    ],
+)
+def test_a_429_carries_its_retry_after_and_the_servers_limit(
+    headers: dict[str, str], retry_after: float | None, limit: float | None
+) -> None:
+    error = translate(ApiError(status_code=429, headers=headers, body={}), "reading")
+    assert isinstance(error, RateLimited)
+    assert error.retry_after_s == retry_after and error.limit == limit

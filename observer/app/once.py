@@ -79,9 +79,28 @@ def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None)
     return OnceResult(EXIT_OK, result, 0)
 
 
+def budget_held(parts: Parts) -> bool:
+    """Whether the request budget is what held delivery back: the last push was refused
+    with a 429, or no push failed and requests waited for the budget's pace."""
+    if parts.budget is None:
+        return False
+    kind = parts.dispatcher.last_error_kind
+    return kind == "rate_limited" or (kind is None and parts.budget.waited_s > 0)
+
+
 def undelivered_message(parts: Parts, left: int) -> str:
-    """What happened to the scores still in the outbox: refused, or not sent in time."""
+    """What happened to the scores still in the outbox: the request budget held them
+    back, they were refused, or not sent in time."""
     kept = f"{left:,} scores kept in the outbox for the next run"
+    if parts.budget is not None and budget_held(parts):
+        refused = (
+            f" (last push: {parts.dispatcher.last_error})" if parts.dispatcher.last_error else ""
+        )
+        return (
+            f"{kept}: the request budget held delivery back, at "
+            f"{parts.budget.describe()}{refused}; the next run or the daemon goes on "
+            "(docs/daemon.md, the request budget)"
+        )
     if parts.dispatcher.last_error:
         return f"{kept}: Langfuse did not accept them ({parts.dispatcher.last_error})"
     grace = parts.settings.run.shutdown_grace_s

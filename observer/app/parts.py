@@ -151,6 +151,24 @@ def build_notifiers(settings: Settings) -> dict[str, Notifier]:
     return built
 
 
+def build_budget(settings: Settings, metrics: Metrics) -> RateLimiter:
+    """The process's one request budget for Langfuse (reads and score posts): adaptive
+    from 25 a minute, capped by `source.requests_per_minute` when set; its pace is the
+    gauge `observer_request_budget_per_minute`, its settling logged once."""
+
+    def settled(limit: float | None, pace: float) -> None:
+        log.info(
+            "request_budget_settled",
+            limit=limit,
+            pace=round(pace, 1),
+            reason="429 with X-RateLimit-Limit" if limit is not None else "429 without a limit",
+        )
+
+    budget = RateLimiter(settings.source.requests_per_minute, on_settled=settled)
+    metrics.request_budget.set_function(lambda: budget.per_minute)
+    return budget
+
+
 def build_source(
     settings: Settings,
     metrics: Metrics,
@@ -164,7 +182,7 @@ def build_source(
     src = settings.source
     return LangfuseSource(
         api or build_api(settings),
-        limiter or RateLimiter(src.requests_per_minute),
+        limiter or build_budget(settings, metrics),
         metrics,
         page_limit=src.page_limit,
         environments=src.environments,
@@ -265,6 +283,8 @@ class Parts:
     closing: ExitStack = field(default_factory=ExitStack, repr=False)
     # The chunk store's client, closed once (a Milvus Lite file is one process's at a time).
     close_resolver: Callable[[], None] = field(default=lambda: None, repr=False)
+    # The request budget reads and score posts share (None: no Langfuse client built).
+    budget: RateLimiter | None = None
 
     def __enter__(self) -> Parts:
         return self
@@ -433,8 +453,8 @@ def _build(
     if source is None or sink is None:
         api = build_api(settings)
     rules = settings.mapping_rules()
-    # Reads and score posts share one request budget (docs/daemon.md: one rate limit).
-    limiter = RateLimiter(settings.source.requests_per_minute)
+    # Reads and score posts share one request budget (docs/daemon.md: the request budget).
+    limiter = build_budget(settings, metrics)
     if source is None:
         assert api is not None
         source = build_source(
@@ -562,6 +582,7 @@ def _build(
         member,
         clock=clock,
         close_resolver=close_resolver,
+        budget=limiter,
     )
 
 

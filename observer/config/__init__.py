@@ -96,7 +96,12 @@ class SourceSettings(_Section):
         60.0, ge=0, description="seconds between sweeps; 0: every pass is a sweep"
     )
     page_limit: int = Field(1000, ge=1, le=1000)
-    requests_per_minute: float = Field(25.0, gt=0, description="cap on observation requests")
+    requests_per_minute: float | None = Field(
+        None,
+        gt=0,
+        description="hard cap on requests to Langfuse a minute, reads and score posts "
+        "together (unset: adaptive from 25, settling below Langfuse's limit)",
+    )
     request_timeout_s: float = Field(30.0, gt=0)
     max_attempts: int = Field(
         8, ge=1, le=20, description="tries per request before the pass gives up (~1 min)"
@@ -107,7 +112,11 @@ class SourceSettings(_Section):
 
 
 class SinkSettings(_Section):
-    batch_size: int = Field(100, ge=1, le=1000, description="scores per POST")
+    batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="cap on scores per POST (unset: as many as fit in 1,000,000 bytes)",
+    )
     max_outbox: int = Field(100_000, ge=100, description="scores waiting at most; then traces wait")
     max_backoff_s: float = Field(300.0, gt=0)
 

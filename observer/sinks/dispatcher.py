@@ -11,7 +11,10 @@ trace, docs/scores.md): sent as DELETEs, whose own rate limit holds only them.
 When Langfuse acknowledges the last of a trace's scores, the time from the
 trace's last activity (kept with them in the outbox) to that moment is
 observed once (`observer_trace_to_score_seconds`); scores dropped on the way
-are not an acknowledgement. The sending runs on an `observer.background.Worker`
+are not an acknowledgement. A batch is as many due scores as fit in one
+POST body (`BATCH_BYTES` of outbox payload; `sink.batch_size` caps the count when
+set), so the request budget (observer.sources.ratelimit) carries thousands of
+scores a request, not a hundred. The sending runs on an `observer.background.Worker`
 (woken by `notify()`, else every `interval_s`). `flush(timeout_s)` sends what is
 due now; `shutdown(deadline)` flushes by the deadline and stops the worker, and
 says whether every thread that used the state file ended (only then may it be
@@ -59,6 +62,12 @@ def push_error_kind(error: RemoteError) -> str:
 
 NO_SPANS = trace.NoOpTracer()  # without telemetry
 
+# A batch read from the outbox: payload bytes (the stored JSON is a little larger than
+# what is posted: it keeps null fields; a configId adds ~40 bytes), and a count bound
+# that only keeps a read of tiny scores from walking the whole outbox.
+BATCH_BYTES = 900_000
+MAX_BATCH_SCORES = 10_000
+
 
 def _pushed(result: str, *, failed: bool = False) -> None:
     """The outcome of the batch being pushed, on its `observer.score_batch_pushed` span."""
@@ -75,7 +84,8 @@ class Dispatcher:
         sink: ScoreSink,
         metrics: Metrics,
         *,
-        batch_size: int = 100,
+        batch_size: int | None = None,
+        batch_bytes: int = BATCH_BYTES,
         interval_s: float = 1.0,
         max_backoff_s: float = 300.0,
         clock: Callable[[], float] = time.time,
@@ -85,7 +95,10 @@ class Dispatcher:
         self._state = state
         self.sink = sink
         self._metrics = metrics
-        self._batch_size = batch_size
+        # A batch is as many scores as fit in `batch_bytes` of outbox payload (one POST of
+        # under 1,000,000 bytes, the sink splits any larger), at most `batch_size` of them.
+        self._batch_size = batch_size if batch_size is not None else MAX_BATCH_SCORES
+        self._batch_bytes = batch_bytes
         self._interval_s = interval_s
         self._max_backoff_s = max_backoff_s
         self._clock = clock
@@ -100,6 +113,7 @@ class Dispatcher:
         self._flushing: threading.Thread | None = None
         self.auth_failed = False
         self.last_error: str | None = None
+        self.last_error_kind: str | None = None  # push_errors' kind: rate_limited, auth, ...
         self._resume_at = 0.0  # clock time before which nothing is sent
         self._metrics.outbox.set(state.outbox_size())
 
@@ -188,7 +202,7 @@ class Dispatcher:
         acknowledged = 0
         with self._send_lock:
             while not self._stop.is_set() and self._clock() >= self._resume_at:
-                pending = self._state.due(self._clock(), self._batch_size)
+                pending = self._state.due(self._clock(), self._batch_size, self._batch_bytes)
                 if not pending:
                     break
                 attempts = max(p.attempts for p in pending)
@@ -255,6 +269,7 @@ class Dispatcher:
             return None
         self.auth_failed = False
         self.last_error = None
+        self.last_error_kind = None
         delivered = self._state.acknowledge(batch, op)
         now = self._clock()
         for _trace_id, activity in delivered:
@@ -295,6 +310,7 @@ class Dispatcher:
         self._metrics.push_errors.labels(kind=kind).inc()
         self._metrics.scores_retried.inc(len(batch))
         self.last_error = str(error)
+        self.last_error_kind = kind
         answered = {} if error.status is None else {"status": error.status}
         log.warning(
             "score_push_failed",

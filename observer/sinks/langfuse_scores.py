@@ -233,9 +233,10 @@ def _acquire(limiter: RateLimiter | None, should_stop: Callable[[], bool], what:
 
 
 def _raise(error: RemoteError, limiter: RateLimiter | None) -> NoReturn:
-    """Raise `error`; a 429 first holds the shared budget for its `Retry-After`."""
-    if isinstance(error, RateLimited) and error.retry_after_s is not None and limiter is not None:
-        limiter.block_for(error.retry_after_s)
+    """Raise `error`; a 429 first settles the shared budget at its `X-RateLimit-Limit`
+    and holds it for its `Retry-After`."""
+    if isinstance(error, RateLimited) and limiter is not None:
+        limiter.rate_limited(error.limit, error.retry_after_s)
     raise error from None
 
 

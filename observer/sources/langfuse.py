@@ -159,6 +159,10 @@ class LangfuseSource:
                 )
             except Exception as failure:
                 error = translate(failure, "reading observations")
+                if isinstance(error, RateLimited):
+                    # The budget settles at the server's limit; the retry's wait below
+                    # (block_for) holds it for Retry-After.
+                    self._limiter.rate_limited(error.limit)
                 self._metrics.source_requests.labels(
                     result=_RESULTS.get(type(error), "error")
                 ).inc()

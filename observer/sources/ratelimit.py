@@ -1,4 +1,5 @@
-"""A requests-per-minute cap (token bucket) with an injectable clock. Pure but for sleeping.
+"""The request budget: an adaptive requests-per-minute pace (token bucket) with an
+injectable clock. Pure but for sleeping.
 
 One `RateLimiter` is the whole process's request budget for Langfuse's General
 API: the source's `GET /api/public/v2/observations`, the sink's
@@ -9,6 +10,30 @@ Cloud counts them in one bucket per organisation (its "public-api" resource):
 limit. So a Hobby project's 30 a minute are for reading and writing together.
 A 429's `Retry-After` (`block_for`) holds every caller, whoever got it.
 
+The pace adapts, because observer cannot ask Langfuse which plan it is on: only
+a 429 carries `X-RateLimit-Limit`, and self-hosted never sends one.
+
+    start      min(25, cap) a minute: under the smallest plan's 30 (Hobby)
+    grow       every slot granted doubles the pace, up to the ceiling (60,000 a
+               minute) or the cap: a self-hosted server is read and written at
+               full speed after a dozen requests, well under a second
+    settle     a 429 with `X-RateLimit-Limit: L` sets the pace to L less a sixth
+               (and at most L-1; Langfuse's fixed window lets L-1 through) and stops
+               the growth for good: 25 on Hobby, 83 on Core, 833 on Pro. A 429
+               without the header halves the pace (not below the start) and stops
+               the growth too
+    cap        a configured `source.requests_per_minute`: never above it
+
+Why double per request, not once a minute's worth went through: Langfuse counts
+requests in a fixed one-minute window (rate-limiter-flexible), so how fast the
+window's points are spent does not change how many get through in it; a Hobby
+project gets its 29 requests in the first minute either way, then one 429 and
+its `Retry-After` to the window's end, then the settled pace. What the growth
+decides is how long a server without a limit is under-used: doubling once a
+minute would take eleven minutes from 25 to the ceiling, longer than a
+`run --once` lasts. A daemon that is mostly idle grows blind too; its first
+backlog then meets that one 429 and settles.
+
 Thread-safe: the poller and the dispatcher share it.
 """
 
@@ -17,23 +42,45 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Final
 
 # Float slack: a bucket refilled to 0.9999999 tokens is full, or a loop on a
 # coarse clock could sleep 1e-15 s forever.
 _EPS = 1e-6
 
+START_PER_MINUTE: Final = 25.0  # under Hobby's 30
+CEILING_PER_MINUTE: Final = 60_000.0
+GROWTH_PER_REQUEST: Final = 2.0
+MARGIN: Final = 1 / 6  # of the server's limit, left unused once settled
+
+
+def settled_pace(limit: float) -> float:
+    """The pace for a server limit of `limit` a minute: a sixth less, at most limit-1,
+    at least one a minute."""
+    return max(1.0, min(limit * (1 - MARGIN), limit - 1))
+
 
 class RateLimiter:
-    """At most `per_minute` acquisitions in any minute, bursts up to `burst`."""
+    """At most `per_minute` acquisitions in any minute (bursts up to `burst`); the pace
+    adapts as the module docstring says, never above `cap` (None: no cap)."""
 
     def __init__(
         self,
-        per_minute: float,
+        cap: float | None = None,
         burst: int = 5,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        *,
+        start: float = START_PER_MINUTE,
+        ceiling: float = CEILING_PER_MINUTE,
+        growth: float = GROWTH_PER_REQUEST,
+        on_settled: Callable[[float | None, float], None] = lambda _limit, _pace: None,
     ) -> None:
-        self.rate_per_s = per_minute / 60.0
+        self.cap = cap
+        self._ceiling = min(ceiling, cap) if cap is not None else ceiling
+        self.per_minute = min(start, self._ceiling)
+        self._start = self.per_minute
+        self._growth = growth
         self.burst = float(max(1, burst))
         self._tokens = self.burst
         self._clock = clock
@@ -41,16 +88,58 @@ class RateLimiter:
         self._lock = threading.Lock()
         self._last = clock()
         self._blocked_until = 0.0
+        self._on_settled = on_settled
+        self.settled_limit: float | None = None  # the server's limit, once a 429 said it
+        self.settled = False  # a 429 came: no more growth
+        self.waited_s = 0.0  # time callers spent waiting for a slot, all together
+
+    @property
+    def rate_per_s(self) -> float:
+        return self.per_minute / 60.0
+
+    def describe(self) -> str:
+        """The pace in words: `83/min (Langfuse's limit 100/min less a sixth)`."""
+        pace = f"{self.per_minute:,.0f}/min"
+        if self.settled_limit is not None:
+            return f"{pace} (Langfuse's limit {self.settled_limit:,.0f}/min less a sixth)"
+        if self.settled:
+            return f"{pace} (halved after a 429 that named no limit)"
+        if self.cap is not None and self.per_minute >= self.cap:
+            return f"{pace} (the cap, source.requests_per_minute)"
+        return f"{pace} (adaptive, still growing)"
 
     def block_for(self, seconds: float) -> None:
         """The server said wait (`Retry-After`): nothing goes out before then."""
         with self._lock:
             self._blocked_until = max(self._blocked_until, self._clock() + seconds)
 
-    def _delay(self) -> float:
-        now = self._clock()
+    def rate_limited(self, limit: float | None, retry_after_s: float | None = None) -> None:
+        """A 429 of the General API: settle the pace at `limit` (its `X-RateLimit-Limit`)
+        less the margin, or halve it when the answer named none; hold every caller for
+        `retry_after_s`. Never above the cap; no growth afterwards."""
+        with self._lock:
+            self._refill(self._clock())
+            before = self.settled_limit
+            if limit is not None and limit > 0:
+                self.settled_limit = float(limit)
+                pace = settled_pace(limit)
+            else:
+                pace = max(self._start, self.per_minute / 2)
+            self.per_minute = min(pace, self._ceiling)
+            news = not self.settled or self.settled_limit != before
+            self.settled = True
+            if retry_after_s is not None:
+                self._blocked_until = max(self._blocked_until, self._clock() + retry_after_s)
+        if news:  # the first 429, or one naming another limit: said once each
+            self._on_settled(self.settled_limit, self.per_minute)
+
+    def _refill(self, now: float) -> None:
         self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate_per_s)
         self._last = now
+
+    def _delay(self) -> float:
+        now = self._clock()
+        self._refill(now)
         wait = max(0.0, self._blocked_until - now)
         if self._tokens < 1.0 - _EPS:
             wait = max(wait, (1.0 - self._tokens) / self.rate_per_s)
@@ -63,7 +152,32 @@ class RateLimiter:
                 wait = self._delay()
                 if wait <= 0:
                     self._tokens -= 1.0
+                    if not self.settled:
+                        self.per_minute = min(self._ceiling, self.per_minute * self._growth)
                     return True
             if should_stop():
                 return False
-            self._sleep(min(wait, 0.5))
+            step = min(wait, 0.5)
+            with self._lock:
+                self.waited_s += step
+            self._sleep(step)
+
+
+def budget_phrase(cap: float | None, batch_size: int | None = None) -> str:
+    """The budget as configured, for `observer check`: adaptive or capped, and what a
+    score POST carries."""
+    start = min(START_PER_MINUTE, cap) if cap is not None else START_PER_MINUTE
+    top = (
+        f"at most {cap:,g} requests/min (source.requests_per_minute)"
+        if cap is not None
+        else f"up to {CEILING_PER_MINUTE:,.0f}/min"
+    )
+    posts = (
+        f"at most {batch_size:,} scores a POST (sink.batch_size)"
+        if batch_size is not None
+        else "as many scores a POST as fit in 1,000,000 bytes"
+    )
+    return (
+        f"adaptive from {start:g} requests/min, doubling per request {top}, settling at "
+        f"Langfuse's limit less a sixth on its first 429; reads and score posts together; " + posts
+    )

@@ -391,14 +391,23 @@ class State:
         with self._lock:
             return self._outbox_count(self._db)
 
-    def due(self, now_ts: float, limit: int) -> list[Pending]:
-        """Scores due for sending, oldest first."""
+    def due(self, now_ts: float, limit: int, max_bytes: int | None = None) -> list[Pending]:
+        """Scores due for sending, oldest first: at most `limit` of them and, with
+        `max_bytes`, no more than fit in that many bytes of payload (at least one)."""
+        rows: list[tuple[bytes, int, str]] = []
+        size = 0
         with self._lock:
-            rows = self._db.execute(
+            cursor = self._db.execute(
                 "SELECT payload, attempts, op FROM outbox WHERE next_attempt <= ? "
                 "ORDER BY seq LIMIT ?",
                 (now_ts, limit),
-            ).fetchall()
+            )
+            for row in cursor:
+                size += len(row[0])
+                if max_bytes is not None and rows and size > max_bytes:
+                    break
+                rows.append(row)
+            cursor.close()
         return [
             Pending(_score(payload), int(attempts), "delete" if op == "delete" else "upsert")
             for payload, attempts, op in rows

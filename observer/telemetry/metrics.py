@@ -285,6 +285,12 @@ class Metrics:
             registry=r,
         )
         self.outbox = Gauge("observer_outbox_scores", "Scores waiting in the outbox", registry=r)
+        self.request_budget = Gauge(
+            "observer_request_budget_per_minute",
+            "The pace of requests to Langfuse (reads and score posts together) the request "
+            "budget allows now: adaptive, settled below Langfuse's limit after a 429",
+            registry=r,
+        )
         self.source_requests = Counter(
             "observer_source_requests_total",
             "Requests to Langfuse's observations API, by result",

@@ -21,6 +21,7 @@ def check_table(settings: Settings, found: list[tuple[str, str]]) -> Table:
     from observer.resolver.scores import RESOLVER_SCORE_NAMES
     from observer.scores import SIGNAL_SCORE_NAMES
     from observer.sources.langfuse import FIELDS
+    from observer.sources.ratelimit import budget_phrase
 
     rules = settings.mapping_rules()
     src = settings.source
@@ -51,8 +52,9 @@ def check_table(settings: Settings, found: list[tuple[str, str]]) -> Table:
             f"overlap {src.overlap_s:g} s re-read "
             + (f"every {src.sweep_interval_s:g} s, " if src.sweep_interval_s else "every pass, ")
             + f"first look back {src.lookback_s:g} s, "
-            f"at most {src.requests_per_minute:g} requests/min, {src.page_limit} per page",
+            f"{src.page_limit} per page",
         ),
+        ("request budget", budget_phrase(src.requests_per_minute, settings.sink.batch_size)),
         ("writes", "POST /api/public/scores (" + ", ".join(names) + ")"),
     ]
     rows += [(key, escape(value)) for key, value in found]

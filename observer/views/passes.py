@@ -69,6 +69,16 @@ def pass_table(title: str, result: PassResult, parts: Parts, extra: dict[str, st
     )
     if dropped:
         table.add_row("scores refused by Langfuse", f"{int(dropped):,}")
+    if parts.budget is not None:
+        from observer.app.once import budget_held
+
+        left = parts.state.outbox_size()
+        held = (
+            f"; held delivery back: {left:,} scores left in the outbox"
+            if left and budget_held(parts)
+            else ""
+        )
+        table.add_row("request budget", parts.budget.describe() + held)
     for key, value in extra.items():
         table.add_row(key, value)
     return table

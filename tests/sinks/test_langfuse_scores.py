@@ -209,7 +209,7 @@ def test_a_429_on_a_delete_does_not_hold_the_reads(fake: FakeLangfuse) -> None:
 
 def test_every_request_of_the_sink_takes_a_slot(fake: FakeLangfuse) -> None:
     clock = Clock()
-    limiter = RateLimiter(60, burst=1, clock=clock.time, sleep=clock.sleep)
+    limiter = RateLimiter(60, burst=1, clock=clock.time, sleep=clock.sleep, start=60)
     sink = LangfuseScoreSink(api_of(fake), limiter=limiter)
     sink.send(scores("t1"))  # the burst
     sink.delete(scores("t1"))  # three deletes, one a second

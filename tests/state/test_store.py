@@ -208,3 +208,26 @@ def test_a_new_state_file_is_private(tmp_path: Path) -> None:
     wal = tmp_path / "s.sqlite-wal"
     assert not wal.exists() or wal.stat().st_mode & 0o077 == 0
     state.close()
+
+
+@pytest.mark.parametrize(
+    ("max_bytes", "taken"),
+    [(None, 5), (10**6, 5), (3, 3), (1, 1), (0, 1)],  # in scores' payloads; at least one
+)
+def test_due_takes_as_many_scores_as_fit_in_a_byte_budget(
+    tmp_path: Path, max_bytes: int | None, taken: int
+) -> None:
+    state = State(tmp_path / "s.sqlite")
+    scores = [score(name) for name in "abcde"]
+    state.record_trace("t1", "fp", NOW, scores, NOW)
+    each = _payload_size(state)  # max_bytes counts scores here, 10**6 is bytes
+    budget = max_bytes if max_bytes is None or max_bytes >= 10**6 else max_bytes * each
+    due = state.due(0, 10, budget)
+    assert [p.score for p in due] == scores[:taken]
+    assert [p.score for p in state.due(0, 2, budget)] == scores[: min(2, taken)]
+
+
+def _payload_size(state: State) -> int:
+    """One demo score's payload in the outbox (they are all the same length here)."""
+    row = state._db.execute("SELECT length(payload) FROM outbox LIMIT 1").fetchone()
+    return int(row[0])

@@ -40,6 +40,7 @@ def updated() -> Metrics:
     m.scores_enqueued.labels(name="observer_confidence").inc(3)
     m.scores_pushed.inc(3)
     m.outbox.set(2)
+    m.request_budget.set(25)
     m.clock_skew.set(-0.25)
     m.trace_to_score.observe(42.0)
     m.pass_duration.observe(0.3)
