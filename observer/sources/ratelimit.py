@@ -13,15 +13,16 @@ A 429's `Retry-After` (`block_for`) holds every caller, whoever got it.
 The pace adapts, because observer cannot ask Langfuse which plan it is on: only
 a 429 carries `X-RateLimit-Limit`, and self-hosted never sends one.
 
-    start      min(25, cap) a minute: under the smallest plan's 30 (Hobby)
+    start      25 a minute, under the smallest plan's 30 (Hobby); with a cap, the
+               cap: a configured value is what the user knows the plan allows
     grow       every slot granted doubles the pace, up to the ceiling (60,000 a
                minute) or the cap: a self-hosted server is read and written at
                full speed after a dozen requests, well under a second
     settle     a 429 with `X-RateLimit-Limit: L` sets the pace to L less a sixth
                (and at most L-1; Langfuse's fixed window lets L-1 through) and stops
                the growth for good: 25 on Hobby, 83 on Core, 833 on Pro. A 429
-               without the header halves the pace (not below the start) and stops
-               the growth too
+               without the header halves the pace (not below 25, or the cap when
+               lower) and stops the growth too
     cap        a configured `source.requests_per_minute`: never above it
 
 Why double per request, not once a minute's worth went through: Langfuse counts
@@ -78,8 +79,9 @@ class RateLimiter:
     ) -> None:
         self.cap = cap
         self._ceiling = min(ceiling, cap) if cap is not None else ceiling
-        self.per_minute = min(start, self._ceiling)
-        self._start = self.per_minute
+        # A configured cap is what the user knows the plan allows: start there.
+        self.per_minute = self._ceiling if cap is not None else min(start, self._ceiling)
+        self._floor = min(start, self._ceiling)
         self._growth = growth
         self.burst = float(max(1, burst))
         self._tokens = self.burst
@@ -124,7 +126,7 @@ class RateLimiter:
                 self.settled_limit = float(limit)
                 pace = settled_pace(limit)
             else:
-                pace = max(self._start, self.per_minute / 2)
+                pace = max(self._floor, self.per_minute / 2)
             self.per_minute = min(pace, self._ceiling)
             news = not self.settled or self.settled_limit != before
             self.settled = True
@@ -166,7 +168,18 @@ class RateLimiter:
 def budget_phrase(cap: float | None, batch_size: int | None = None) -> str:
     """The budget as configured, for `observer check`: adaptive or capped, and what a
     score POST carries."""
-    start = min(START_PER_MINUTE, cap) if cap is not None else START_PER_MINUTE
+    if cap is not None:
+        start = f"at {cap:,g} requests/min, the cap (source.requests_per_minute),"
+        return (
+            f"{start} lowered to Langfuse's limit less a sixth on its first 429; reads and "
+            "score posts together; "
+            + (
+                f"at most {batch_size:,} scores a POST (sink.batch_size)"
+                if batch_size is not None
+                else "as many scores a POST as fit in 1,000,000 bytes"
+            )
+        )
+    start_pace = START_PER_MINUTE
     top = (
         f"at most {cap:,g} requests/min (source.requests_per_minute)"
         if cap is not None
@@ -178,6 +191,6 @@ def budget_phrase(cap: float | None, batch_size: int | None = None) -> str:
         else "as many scores a POST as fit in 1,000,000 bytes"
     )
     return (
-        f"adaptive from {start:g} requests/min, doubling per request {top}, settling at "
+        f"adaptive from {start_pace:g} requests/min, doubling per request {top}, settling at "
         f"Langfuse's limit less a sixth on its first 429; reads and score posts together; " + posts
     )

@@ -108,7 +108,7 @@ def budget(cap: float | None = None, **kwargs: Any) -> tuple[RateLimiter, Clock]
 
 @pytest.mark.parametrize(
     ("cap", "start"),
-    [(None, 25.0), (6000.0, 25.0), (25.0, 25.0), (10.0, 10.0), (0.5, 0.5)],
+    [(None, 25.0), (6000.0, 6000.0), (25.0, 25.0), (10.0, 10.0), (0.5, 0.5)],
 )
 def test_it_starts_at_the_smallest_plans_pace_or_the_cap(cap: float | None, start: float) -> None:
     limiter, _clock = budget(cap)
