@@ -21,8 +21,9 @@ a 429 carries `X-RateLimit-Limit`, and self-hosted never sends one.
     settle     a 429 with `X-RateLimit-Limit: L` sets the pace to L less a sixth
                (and at most L-1; Langfuse's fixed window lets L-1 through) and stops
                the growth for good: 25 on Hobby, 83 on Core, 833 on Pro. A 429
-               without the header halves the pace (not below 25, or the cap when
-               lower) and stops the growth too
+               without the header (a proxy's) halves the pace (not below 25, or
+               the cap when lower) and the growth goes on: only Langfuse's own
+               429s, which name the limit, settle it
     cap        a configured `source.requests_per_minute`: never above it
 
 Why double per request, not once a minute's worth went through: Langfuse counts
@@ -92,7 +93,8 @@ class RateLimiter:
         self._blocked_until = 0.0
         self._on_settled = on_settled
         self.settled_limit: float | None = None  # the server's limit, once a 429 said it
-        self.settled = False  # a 429 came: no more growth
+        self.settled = False  # a 429 named the limit: no more growth
+        self.halved = 0  # 429s that named no limit (a proxy's): each halved the pace
         self.waited_s = 0.0  # time callers spent waiting for a slot, all together
 
     @property
@@ -104,8 +106,8 @@ class RateLimiter:
         pace = f"{self.per_minute:,.0f}/min"
         if self.settled_limit is not None:
             return f"{pace} (Langfuse's limit {self.settled_limit:,.0f}/min less a sixth)"
-        if self.settled:
-            return f"{pace} (halved after a 429 that named no limit)"
+        if self.halved and not self.settled:
+            return f"{pace} (halved after a 429 that named no limit, growing again)"
         if self.cap is not None and self.per_minute >= self.cap:
             return f"{pace} (the cap, source.requests_per_minute)"
         return f"{pace} (adaptive, still growing)"
@@ -117,19 +119,21 @@ class RateLimiter:
 
     def rate_limited(self, limit: float | None, retry_after_s: float | None = None) -> None:
         """A 429 of the General API: settle the pace at `limit` (its `X-RateLimit-Limit`)
-        less the margin, or halve it when the answer named none; hold every caller for
-        `retry_after_s`. Never above the cap; no growth afterwards."""
+        less the margin, for good; or, when the answer named none (a proxy's), halve it
+        and let it grow again (a halving for good, 429 after 429, would crawl at the
+        floor for the process's life). Hold every caller for `retry_after_s`. Never above
+        the cap."""
+        news = False
         with self._lock:
             self._refill(self._clock())
-            before = self.settled_limit
             if limit is not None and limit > 0:
+                news = not self.settled or self.settled_limit != float(limit)
                 self.settled_limit = float(limit)
-                pace = settled_pace(limit)
+                self.settled = True
+                self.per_minute = min(settled_pace(limit), self._ceiling)
             else:
-                pace = max(self._floor, self.per_minute / 2)
-            self.per_minute = min(pace, self._ceiling)
-            news = not self.settled or self.settled_limit != before
-            self.settled = True
+                self.halved += 1
+                self.per_minute = min(max(self._floor, self.per_minute / 2), self._ceiling)
             if retry_after_s is not None:
                 self._blocked_until = max(self._blocked_until, self._clock() + retry_after_s)
         if news:  # the first 429, or one naming another limit: said once each

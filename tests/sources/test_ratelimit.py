@@ -163,19 +163,29 @@ def test_a_429_settles_at_the_servers_limit_less_a_sixth(
     assert limiter.per_minute == pytest.approx(pace)
 
 
-def test_a_429_without_a_limit_halves_the_pace_not_below_the_start_and_stops_growth() -> None:
+def test_a_429_without_a_limit_halves_the_pace_not_below_the_start_and_it_grows_again() -> None:
     limiter, _clock = budget()
     for _ in range(4):
         limiter.acquire()
     assert limiter.per_minute == 400.0
     limiter.rate_limited(None)
-    assert limiter.per_minute == 200.0 and limiter.settled
+    assert limiter.per_minute == 200.0 and not limiter.settled
     limiter.rate_limited(None)
     limiter.rate_limited(None)
     limiter.rate_limited(None)
     assert limiter.per_minute == 25.0  # the start, not below
+    assert "growing again" in limiter.describe()
     limiter.acquire()
-    assert limiter.per_minute == 25.0
+    assert limiter.per_minute == 50.0  # a proxy's 429 does not settle it: growth goes on
+
+
+def test_a_429_without_a_limit_after_langfuse_named_one_keeps_it_settled() -> None:
+    limiter, _clock = budget()
+    limiter.rate_limited(100.0)
+    assert limiter.per_minute == pytest.approx(83.333, rel=1e-3) and limiter.settled
+    limiter.rate_limited(None)
+    limiter.acquire()
+    assert limiter.settled and limiter.per_minute == pytest.approx(41.667, rel=1e-3)
 
 
 def test_retry_after_is_held_and_then_the_settled_pace_is_kept() -> None:
@@ -221,7 +231,7 @@ events = st.lists(
 
 
 @given(cap=st.none() | st.floats(1, 100_000), events=events)
-def test_the_pace_stays_within_the_cap_and_never_grows_after_a_429(
+def test_the_pace_stays_within_the_cap_and_never_grows_after_a_429_naming_the_limit(
     cap: float | None, events: list[tuple[str, Any]]
 ) -> None:
     limiter, clock = budget(cap)
@@ -232,11 +242,11 @@ def test_the_pace_stays_within_the_cap_and_never_grows_after_a_429(
         if kind == "acquire":
             assert limiter.acquire()
             if settled_at is not None:
-                assert limiter.per_minute == before  # settled: no growth
+                assert limiter.per_minute == before  # Langfuse named its limit: no growth
         elif kind == "429":
             limiter.rate_limited(value)
-            settled_at = limiter.per_minute
             if value is not None:
+                settled_at = limiter.per_minute
                 assert limiter.per_minute <= max(1.0, value - 1)
                 assert limiter.per_minute <= value * 5 / 6 + 1e-9 or limiter.per_minute == 1.0
         else:
