@@ -20,7 +20,6 @@ within three minutes, generation; the new release flagged), exit 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import sys
 import tempfile
@@ -38,12 +37,9 @@ from observer.alerts.regression import default_regression_rules  # noqa: E402
 from observer.alerts.rules import WindowRule, parse_expression  # noqa: E402
 from observer.alerts.service import AlertService  # noqa: E402
 from observer.state import State  # noqa: E402
-from observer.state.rows import Row  # noqa: E402
 from observer.telemetry.metrics import Metrics  # noqa: E402
+from tests.alerts.test_triage import NEW, T, release_scenario  # noqa: E402
 
-T = 1_800_000_000.0
-OLD, NEW = "2026.12.01", "2026.12.03-rc2"
-TYPES = ("pricing", "howto", "other")
 RULE = WindowRule(
     "numeric_grounding_low",
     parse_expression("numeric_grounding", "bench"),
@@ -55,30 +51,6 @@ RULE = WindowRule(
     min_samples=20,
     group_by=("environment",),
 )
-
-
-def scenario(rate: float, span_s: float, seed: int = 30) -> list[Row]:
-    rng = random.Random(seed)
-    rows = []
-    count = int(span_s * rate)
-    for i in range(count):
-        at = T - span_s + i / rate
-        release = NEW if at > T - 3000 and rng.random() < 0.5 else OLD
-        query_type = rng.choice(TYPES)
-        broken = release == NEW and query_type == "pricing"
-        grounded = rng.uniform(0.3, 0.7) if broken and rng.random() < 0.9 else 1.0
-        if not broken and rng.random() < 0.03:
-            grounded = 0.5
-        values = {
-            "numeric_grounding": grounded,
-            "crag_grade": "HIGH",
-            "citation_coverage": 0.9,
-            "ungrounded": False,
-            "confidence": 0.8,
-        }
-        dims = {"release": release, "model": "gpt-x", "trace_name": "rag-answer"}
-        rows.append(Row(at, values, f"t{i}", "p1", "production", query_type, dims))
-    return rows
 
 
 def timed(repeat: int, work: object) -> tuple[float, object]:
@@ -96,7 +68,7 @@ def measure(rate: float, repeat: int) -> tuple[list[str], bool]:
     with tempfile.TemporaryDirectory() as directory:
         state = State(Path(directory) / "state.sqlite")
         (regression,) = default_regression_rules()
-        state.history.put_many(scenario(rate, regression.read_s))
+        state.history.put_many(release_scenario(30, rate, regression.read_s))
         state.set_watermark(datetime.fromtimestamp(T, UTC))
         service = AlertService(
             state, Metrics(), (RULE,), (), notifier_kinds={}, delivery=None, base_url="x"

@@ -223,14 +223,14 @@ def test_a_planted_segment_leads(
 OLD, NEW = "2026.12.01", "2026.12.03-rc2"
 
 
-def release_scenario(seed: int = 3) -> list[Row]:
-    """Issue 30's scenario: two hours of answers every 2 s; release OLD until 50 minutes
-    before T, then NEW on half the traffic; on NEW, answers to pricing questions carry
-    numbers the (good, CRAG HIGH) chunks do not hold."""
+def release_scenario(seed: int = 3, rate: float = 0.5, span_s: float = 7200.0) -> list[Row]:
+    """Issue 30's scenario: `span_s` of answers, `rate` a second (two hours, one every 2 s);
+    release OLD until 50 minutes before T, then NEW on half the traffic; on NEW, answers to
+    pricing questions carry numbers the (good, CRAG HIGH) chunks do not hold."""
     rng = random.Random(seed)
     rows = []
-    for i in range(3600):
-        at = T - 7200 + i * 2
+    for i in range(int(span_s * rate)):
+        at = T - span_s + i / rate
         release = NEW if at > T - 3000 and rng.random() < 0.5 else OLD
         query_type = rng.choice(TYPES)
         broken = release == NEW and query_type == "pricing"

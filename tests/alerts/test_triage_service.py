@@ -21,9 +21,16 @@ from observer.alerts.service import AlertService
 from observer.background import Deadline
 from observer.config import AlertsSettings
 from observer.state import State
+from observer.state.rows import Row
 from observer.telemetry.metrics import Metrics
 from tests.alerts.test_triage import PROD, T, grounding_rule, planted, release_scenario, row
 from tests.fakes.receiver import Receiver
+
+
+def a_good_hour() -> list[Row]:
+    """The fix shipped: an hour of answers after T whose numbers are all in their chunks."""
+    values = {"numeric_grounding": 1.0, "crag_grade": "HIGH"}
+    return [row(900_000 + i, T + 3 * i, values, "x") for i in range(1, 1200)]
 
 
 def moment(at: float) -> datetime:
@@ -75,11 +82,7 @@ def test_a_page_carries_its_triage_and_its_resolve_the_same_layer_label(
         assert state.alerts.load()[rule.name][PROD].layer == "generation"
 
         # The fix ships: an hour of good answers resolves it, under the same labels.
-        good = [
-            row(900_000 + i, T + 3 * i, {"numeric_grounding": 1.0, "crag_grade": "HIGH"}, "x")
-            for i in range(1, 1200)
-        ]
-        state.history.put_many(good)
+        state.history.put_many(a_good_hour())
         state.set_watermark(moment(T + 3600))
         service.evaluate(moment(T + 3600))
         _, second = receiver.wait_for(2)
@@ -120,11 +123,7 @@ def test_a_route_sends_the_layer_it_names_to_its_own_notifiers(tmp_path: Path) -
             service.evaluate(moment(T))
             (request,) = eval_team.wait_for(1)
             assert request.json()[0]["labels"]["layer"] == "generation"
-            good = [
-                row(900_000 + i, T + 3 * i, {"numeric_grounding": 1.0, "crag_grade": "HIGH"}, "x")
-                for i in range(1, 1200)
-            ]
-            state.history.put_many(good)
+            state.history.put_many(a_good_hour())
             state.set_watermark(moment(T + 3600))
             service.evaluate(moment(T + 3600))
             _, resolve = eval_team.wait_for(2)  # the resolve follows the page
