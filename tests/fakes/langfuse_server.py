@@ -12,6 +12,8 @@ Routes:
   reject some scores; before server 4.59 one object -> 200 ``{"id"}``
 - ``DELETE /api/public/scores/{scoreId}`` -> 202 ``{"message": "Score deletion queued
   successfully"}``
+- ``GET /api/public/v3/scores`` -> ``{"data": [ScoreV3...], "meta": {"limit", "cursor"}}``, the
+  cursor absent on the final page (below, "Reading scores")
 - ``GET|POST /api/public/score-configs``, ``GET|PATCH /api/public/score-configs/{id}``
 - the unstable dashboards API: ``GET|POST /api/public/unstable/dashboards``,
   ``GET .../dashboards/{id}``, ``POST .../dashboards/{id}/placements``,
@@ -97,6 +99,28 @@ paths are in github:langfuse/langfuse (read at 62751446149b, v4.16.0+30).
   the same id on another day is a second score. ``live_scores()``, ``scores_by_trace()``
   and ``score_key()`` show what a dashboard would count.
 
+- Reading scores: ``GET /api/public/v3/scores`` as the v4.16 OpenAPI spec documents it
+  (``scoresV3_getManyV3``; langfuse-openapi-v4.16.yml, schemas ``GetScoresV3Response``,
+  ``ScoreV3``, ``ScoreSubjectV3``). Core fields always (id, projectId, name, value, dataType,
+  source, timestamp, environment, createdAt, updatedAt); ``fields`` adds the groups
+  ``details`` (comment, configId, metadata), ``subject`` (kind trace / observation / session /
+  experiment, id, and traceId for an observation) and ``annotation`` (authorUserId,
+  queueId); an unknown group is a 400. ``value`` is typed by ``dataType``: NUMERIC a number,
+  BOOLEAN a boolean, CATEGORICAL, TEXT and CORRECTION a string. Filters are comma lists, OR
+  within and AND across (id, name, source and dataType case-insensitive, environment,
+  configId, queueId, authorUserId, traceId, sessionId, observationId, experimentId, value,
+  valueMin, valueMax), with the spec's 400s: observationId without traceId; traceId,
+  sessionId and experimentId together; value without one dataType of NUMERIC, BOOLEAN or
+  CATEGORICAL; valueMin / valueMax without dataType NUMERIC alone. ``fromTimestamp`` is
+  inclusive, ``toTimestamp`` exclusive. ``limit`` defaults to 50, at most 100 (more: 400).
+  The cursor is base64url and absent on the final page. The spec says nothing of the order
+  or of what the cursor holds: the fake lists newest timestamp first (then id, descending)
+  and its cursor is the last row's keyset, base64url JSON ``{lastTimestamp, lastId}``. It
+  counts in the "public-api" bucket like every read. Scores posted through
+  ``POST /api/public/scores`` list with source ``API``; people's scores (annotation queues,
+  the UI: source ``ANNOTATION``, with queueId and authorUserId) are added with
+  ``add_annotation_score``.
+
 Fault injection: ``fail_next`` (any status, optional ``Retry-After``), ``reject_next_scores``
 (207 partial acceptance), ``latency_s`` (sleep before each answer) and ``stop()`` /
 ``start()`` (a real outage: the port is closed and open keep-alive connections are cut).
@@ -136,6 +160,7 @@ __all__ = [
     "INGESTION_DELAY_BOUND_S",
     "KIND",
     "PRO",
+    "SCORES_V3_MAX_LIMIT",
     "SERVICE_LIKE",
     "Behaviour",
     "FakeLangfuse",
@@ -147,6 +172,7 @@ __all__ = [
 HEALTH_PATH: Final = "/api/public/health"
 OBSERVATIONS_PATH: Final = "/api/public/v2/observations"
 SCORES_PATH: Final = "/api/public/scores"
+SCORES_V3_PATH: Final = "/api/public/v3/scores"
 SCORE_CONFIGS_PATH: Final = "/api/public/score-configs"
 DASHBOARDS_PATH: Final = "/api/public/unstable/dashboards"
 DASHBOARD_WIDGETS_PATH: Final = "/api/public/unstable/dashboard-widgets"
@@ -801,6 +827,9 @@ class FakeLangfuse(LoopbackService):
         # Every version of each observation id, oldest first, with when it becomes visible.
         self._observations: dict[str, list[tuple[datetime, _StoredObservation]]] = {}
         self._scores: dict[tuple[str, str, str], JsonDict] = {}
+        # What the server keeps beside each stored score's body (same key): source, its
+        # effective timestamp, createdAt / updatedAt, and an annotation's queue and author.
+        self._score_extras: dict[tuple[str, str, str], JsonDict] = {}
         self._score_posts: list[list[JsonDict]] = []
         self._score_deletes: list[str] = []
         self._windows: dict[str, _Window] = {}
@@ -1019,6 +1048,49 @@ class FakeLangfuse(LoopbackService):
             raise ValueError("a stored score has an id and a timestamp")
         return _score_key(score, _parse_time(raw_ts))
 
+    def add_annotation_score(
+        self,
+        *,
+        trace_id: str,
+        value: float | bool,
+        name: str = "faithful",
+        data_type: str = "BOOLEAN",
+        observation_id: str | None = None,
+        timestamp: datetime | str | None = None,
+        queue_id: str | None = "queue-1",
+        author_user_id: str | None = "user-1",
+        environment: str = DEFAULT_ENVIRONMENT,
+        comment: str | None = None,
+        score_id: str | None = None,
+    ) -> dict[str, Any]:
+        """A person's score as the UI or an annotation queue writes it: source ``ANNOTATION``,
+        with its queue and author (BOOLEAN stored as 1 / 0, as the server keeps it). Validated
+        like a posted score; same (id, name, day) replaces. Returns the stored body."""
+        when = timestamp if timestamp is not None else self.clock()
+        body: JsonDict = {
+            "id": score_id or str(uuid.uuid4()),
+            "traceId": trace_id,
+            "observationId": observation_id,
+            "name": name,
+            "value": float(value) if isinstance(value, bool) else value,
+            "dataType": data_type,
+            "timestamp": when if isinstance(when, str) else _iso_ms(when),
+            "environment": environment,
+            "comment": comment,
+        }
+        message = _score_error(body)
+        if message is not None:
+            raise ValueError(f"invalid annotation score {body!r}: {message}")
+        with self._lock:
+            self._store_score(
+                body,
+                self.clock(),
+                source="ANNOTATION",
+                queue_id=queue_id,
+                author_user_id=author_user_id,
+            )
+        return copy.deepcopy(body)
+
     @property
     def score_deletes(self) -> list[str]:
         """Score ids of every ``DELETE /api/public/scores/{id}`` answered 202, in order."""
@@ -1221,7 +1293,12 @@ class FakeLangfuse(LoopbackService):
             # and answers with sendError: plain text, no JSON, before auth.
             message = f"Body exceeded {_size_label(self.max_body_bytes)} limit"
             return _Response(413, None, raw=message.encode())
-        routes = {HEALTH_PATH: "GET", OBSERVATIONS_PATH: "GET", SCORES_PATH: "POST"}
+        routes = {
+            HEALTH_PATH: "GET",
+            OBSERVATIONS_PATH: "GET",
+            SCORES_PATH: "POST",
+            SCORES_V3_PATH: "GET",
+        }
         if path not in routes:
             return self._respond_resource(method, path, query, body, handler)
         if method not in (routes[path], "HEAD" if routes[path] == "GET" else ""):
@@ -1232,6 +1309,8 @@ class FakeLangfuse(LoopbackService):
         self._consume(_GENERAL_BUCKET)
         if path == OBSERVATIONS_PATH:
             return _Response(200, self._list_observations(query))
+        if path == SCORES_V3_PATH:
+            return _Response(200, self._list_scores_v3(query))
         return self._create_scores(body)
 
     def _consume(self, bucket: str) -> None:
@@ -1463,7 +1542,7 @@ class FakeLangfuse(LoopbackService):
             self._reject_next = 0
             accepted = scores[: len(scores) - rejected]
             for score in accepted:
-                self._scores[_score_key(score, received_at)] = copy.deepcopy(score)
+                self._store_score(score, received_at, source="API")
             self._score_posts.append(copy.deepcopy(scores))
         if rejected == 0:
             return _Response(202, {"message": "Accepted"})
@@ -1503,9 +1582,55 @@ class FakeLangfuse(LoopbackService):
         self._check_ingestion()
         score = {**copy.deepcopy(payload), "id": payload.get("id") or str(uuid.uuid4())}
         with self._lock:
-            self._scores[_score_key(score, self.clock())] = score
+            self._store_score(score, self.clock(), source="API")
             self._score_posts.append([copy.deepcopy(score)])
         return _Response(200, {"id": score["id"]})
+
+    def _store_score(
+        self,
+        score: JsonDict,
+        received_at: datetime,
+        *,
+        source: str,
+        queue_id: str | None = None,
+        author_user_id: str | None = None,
+    ) -> None:
+        """Upsert one score under its key, with what the server keeps beside it (locked)."""
+        key = _score_key(score, received_at)
+        raw_ts = score.get("timestamp")
+        when = _parse_time(raw_ts) if isinstance(raw_ts, str) else received_at
+        before = self._score_extras.get(key)
+        self._scores[key] = copy.deepcopy(score)
+        self._score_extras[key] = {
+            "source": source,
+            "timestamp": when,
+            "createdAt": before["createdAt"] if before else received_at,
+            "updatedAt": received_at,
+            "queueId": queue_id,
+            "authorUserId": author_user_id,
+        }
+
+    # ---- GET /api/public/v3/scores --------------------------------------------------
+
+    def _list_scores_v3(self, query: dict[str, list[str]]) -> JsonDict:
+        """One page of stored scores (module docstring, "Reading scores")."""
+        asked = _compile_scores_v3(query)
+        with self._lock:
+            rows = [
+                _ScoreRow(key, copy.deepcopy(body), dict(self._score_extras[key]))
+                for key, body in self._scores.items()
+            ]
+        matches = [
+            row
+            for row in rows
+            if asked.match(row) and (asked.after is None or row.sort_key < asked.after)
+        ]
+        matches.sort(key=lambda r: r.sort_key, reverse=True)
+        page = matches[: asked.limit]
+        meta: JsonDict = {"limit": asked.limit}
+        if len(matches) > asked.limit:  # absent on the final page
+            meta["cursor"] = _encode_scores_cursor(page[-1].sort_key)
+        return {"data": [row.as_v3(asked.groups) for row in page], "meta": meta}
 
     def _check_ingestion(self) -> None:
         """pages/api/public/scores/index.ts: a project over its usage threshold gets a 403
@@ -1521,6 +1646,7 @@ class FakeLangfuse(LoopbackService):
         with self._lock:
             for key in [k for k in self._scores if k[0] == score_id]:
                 del self._scores[key]
+                self._score_extras.pop(key, None)
             self._score_deletes.append(str(score_id))
         return _Response(202, {"message": "Score deletion queued successfully"})
 
@@ -1772,6 +1898,317 @@ def _score_key(score: JsonDict, received_at: datetime) -> tuple[str, str, str]:
     raw_ts = score.get("timestamp")
     when = _parse_time(raw_ts) if isinstance(raw_ts, str) else received_at
     return (str(score_id), str(score["name"]), when.astimezone(UTC).date().isoformat())
+
+
+# --------------------------------------------------------------------------------------
+# GET /api/public/v3/scores
+# --------------------------------------------------------------------------------------
+
+_SCORES_V3_PARAMS: Final = frozenset(
+    {
+        "limit",
+        "cursor",
+        "fields",
+        "id",
+        "name",
+        "source",
+        "dataType",
+        "environment",
+        "configId",
+        "queueId",
+        "authorUserId",
+        "value",
+        "valueMin",
+        "valueMax",
+        "traceId",
+        "sessionId",
+        "observationId",
+        "experimentId",
+        "fromTimestamp",
+        "toTimestamp",
+    }
+)
+_SCORE_V3_GROUPS: Final = ("details", "subject", "annotation")
+SCORES_V3_DEFAULT_LIMIT: Final = 50
+SCORES_V3_MAX_LIMIT: Final = 100
+_ScoreSortKey = tuple[int, str]
+
+
+@dataclass(frozen=True)
+class _ScoreRow:
+    key: tuple[str, str, str]
+    body: JsonDict
+    extras: JsonDict
+
+    @property
+    def data_type(self) -> str:
+        written = self.body.get("dataType")
+        if isinstance(written, str):
+            return written
+        return "CATEGORICAL" if isinstance(self.body.get("value"), str) else "NUMERIC"
+
+    @property
+    def timestamp_us(self) -> int:
+        moment: datetime = self.extras["timestamp"]
+        return _to_us(moment)
+
+    @property
+    def sort_key(self) -> _ScoreSortKey:
+        return (self.timestamp_us, self.key[0])
+
+    def filter_fields(self) -> dict[str, Any]:
+        body = self.body
+        return {
+            "id": self.key[0],
+            "name": body.get("name"),
+            "source": self.extras["source"],
+            "dataType": self.data_type,
+            "environment": body.get("environment") or DEFAULT_ENVIRONMENT,
+            "configId": body.get("configId"),
+            "queueId": self.extras.get("queueId"),
+            "authorUserId": self.extras.get("authorUserId"),
+            "traceId": body.get("traceId"),
+            "sessionId": body.get("sessionId"),
+            "observationId": body.get("observationId"),
+            "experimentId": body.get("datasetRunId"),
+        }
+
+    def typed_value(self) -> Any:
+        value: Any = self.body.get("value")
+        if self.data_type == "NUMERIC":
+            return float(value) if _is_number(value) else value
+        if self.data_type == "BOOLEAN":
+            return bool(value)
+        return str(value)
+
+    def subject(self) -> JsonDict | None:
+        body = self.body
+        if body.get("observationId"):
+            return {
+                "kind": "observation",
+                "id": body["observationId"],
+                "traceId": body.get("traceId"),
+            }
+        if body.get("traceId"):
+            return {"kind": "trace", "id": body["traceId"]}
+        if body.get("sessionId"):
+            return {"kind": "session", "id": body["sessionId"]}
+        if body.get("datasetRunId"):
+            return {"kind": "experiment", "id": body["datasetRunId"]}
+        return None
+
+    def as_v3(self, groups: Iterable[str]) -> JsonDict:
+        """The score as ``ScoreV3``: core fields, then the groups asked for."""
+        extras = self.extras
+        out: JsonDict = {
+            "id": self.key[0],
+            "projectId": DEFAULT_PROJECT_ID,
+            "name": self.body.get("name"),
+            "value": self.typed_value(),
+            "dataType": self.data_type,
+            "source": extras["source"],
+            "timestamp": _iso_ms(extras["timestamp"]),
+            "environment": self.body.get("environment") or DEFAULT_ENVIRONMENT,
+            "createdAt": _iso_ms(extras["createdAt"]),
+            "updatedAt": _iso_ms(extras["updatedAt"]),
+        }
+        wanted = set(groups)
+        if "details" in wanted:
+            out["comment"] = self.body.get("comment")
+            out["configId"] = self.body.get("configId")
+            out["metadata"] = copy.deepcopy(self.body.get("metadata"))
+        if "subject" in wanted:
+            out["subject"] = self.subject()
+        if "annotation" in wanted:
+            out["authorUserId"] = extras.get("authorUserId")
+            out["queueId"] = extras.get("queueId")
+        return out
+
+
+@dataclass(frozen=True)
+class _ScoresV3Query:
+    groups: tuple[str, ...]
+    limit: int
+    after: _ScoreSortKey | None
+    match: Callable[[_ScoreRow], bool]
+
+
+_LIST_FILTERS: Final = (
+    ("id", False),
+    ("name", False),
+    ("source", True),
+    ("dataType", True),
+    ("environment", False),
+    ("configId", False),
+    ("queueId", False),
+    ("authorUserId", False),
+    ("traceId", False),
+    ("sessionId", False),
+    ("observationId", False),
+    ("experimentId", False),
+)
+
+
+def _check_scores_v3_filters(filters: dict[str, frozenset[str]]) -> None:
+    """The spec's 400s for filters that do not go together."""
+    if "observationId" in filters and "traceId" not in filters:
+        raise _bad_request("observationId requires traceId")
+    scoped = [k for k in ("traceId", "sessionId", "experimentId") if k in filters]
+    if len(scoped) > 1 or ("sessionId" in filters and "observationId" in filters):
+        raise _bad_request(
+            "traceId, sessionId and experimentId are mutually exclusive "
+            "(and observationId goes with traceId only)"
+        )
+    types = filters.get("dataType")
+    if types is not None and not types <= _SCORE_DATA_TYPES:
+        raise _bad_request(f"dataType must be among {sorted(_SCORE_DATA_TYPES)}")
+
+
+def _compile_scores_v3(query: dict[str, list[str]]) -> _ScoresV3Query:
+    """The query of ``GET /api/public/v3/scores`` checked as the spec says, as a predicate."""
+    unknown = sorted(set(query) - _SCORES_V3_PARAMS)
+    if unknown:
+        raise _bad_request(f"Unknown query parameters: {', '.join(unknown)}")
+
+    def single(name: str) -> str | None:
+        values = query.get(name)
+        if not values:
+            return None
+        if len(values) > 1:
+            raise _bad_request(f"Query parameter {name!r} given more than once")
+        return values[0]
+
+    groups = tuple(g.strip() for g in (single("fields") or "").split(",") if g.strip())
+    bad = [g for g in groups if g not in _SCORE_V3_GROUPS]
+    if bad:
+        raise _bad_request(f"Invalid fields: {', '.join(bad)}", validGroups=list(_SCORE_V3_GROUPS))
+    raw_cursor = single("cursor")
+    filters: dict[str, frozenset[str]] = {}
+    for name, upper in _LIST_FILTERS:
+        raw = single(name)
+        if raw is not None:
+            items = (v.strip() for v in raw.split(",") if v.strip())
+            filters[name] = frozenset(v.upper() if upper else v for v in items)
+    _check_scores_v3_filters(filters)
+    types = filters.get("dataType")
+    value_match = _value_predicate(single("value"), single("valueMin"), single("valueMax"), types)
+    since = single("fromTimestamp")
+    until = single("toTimestamp")
+    from_us = _to_us(_parse_query_time("fromTimestamp", since)) if since is not None else None
+    to_us = _to_us(_parse_query_time("toTimestamp", until)) if until is not None else None
+
+    def match(row: _ScoreRow) -> bool:
+        fields = row.filter_fields()
+        if any(fields.get(name) not in wanted for name, wanted in filters.items()):
+            return False
+        moment = row.timestamp_us
+        if from_us is not None and moment < from_us:  # fromTimestamp: inclusive
+            return False
+        if to_us is not None and moment >= to_us:  # toTimestamp: exclusive
+            return False
+        return value_match(row)
+
+    return _ScoresV3Query(
+        groups=groups,
+        limit=_scores_v3_limit(single("limit")),
+        after=_decode_scores_cursor(raw_cursor) if raw_cursor else None,
+        match=match,
+    )
+
+
+def _scores_v3_limit(raw: str | None) -> int:
+    if raw is None or raw == "":
+        return SCORES_V3_DEFAULT_LIMIT
+    try:
+        limit = int(raw)
+    except ValueError as exc:
+        raise _bad_request(f"limit must be an integer, got {raw!r}") from exc
+    if limit < 1 or limit > SCORES_V3_MAX_LIMIT:
+        raise _bad_request(f"limit must be between 1 and {SCORES_V3_MAX_LIMIT}, got {limit}")
+    return limit
+
+
+def _parse_query_time(name: str, raw: str) -> datetime:
+    try:
+        return _parse_time(raw.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise _bad_request(f"{name} is not an ISO 8601 datetime: {raw!r}") from exc
+
+
+def _encode_scores_cursor(key: _ScoreSortKey) -> str:
+    """base64url (no padding) JSON of the last row's keyset."""
+    moment = _EPOCH + timedelta(microseconds=key[0])
+    payload = {
+        "lastTimestamp": moment.isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        "lastId": key[1],
+    }
+    raw = json.dumps(payload, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_scores_cursor(cursor: str) -> _ScoreSortKey:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        payload = json.loads(raw)
+        moment = _parse_time(str(payload["lastTimestamp"]).replace("Z", "+00:00"))
+        last_id = payload["lastId"]
+    except (binascii.Error, ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        raise _HttpError(400, "Invalid cursor format", error="InvalidRequestError") from exc
+    if not isinstance(last_id, str):
+        raise _HttpError(400, "Invalid cursor format", error="InvalidRequestError")
+    return (_to_us(moment), last_id)
+
+
+def _value_predicate(
+    value: str | None,
+    value_min: str | None,
+    value_max: str | None,
+    types: frozenset[str] | None,
+) -> Callable[[_ScoreRow], bool]:
+    """The ``value`` / ``valueMin`` / ``valueMax`` filters, with the spec's 400s."""
+    if value is None and value_min is None and value_max is None:
+        return lambda _row: True
+    single = next(iter(types)) if types is not None and len(types) == 1 else None
+    if value is not None and single not in ("NUMERIC", "BOOLEAN", "CATEGORICAL"):
+        raise _bad_request("value requires a single dataType of NUMERIC, BOOLEAN or CATEGORICAL")
+    if (value_min is not None or value_max is not None) and single != "NUMERIC":
+        raise _bad_request("valueMin and valueMax require dataType NUMERIC")
+
+    def number(raw: str, name: str) -> float:
+        try:
+            parsed = float(raw)
+        except ValueError:
+            parsed = math.nan
+        if not math.isfinite(parsed):
+            raise _bad_request(f"{name} must be a finite number, got {raw!r}")
+        return parsed
+
+    exact = _exact_values(value, single, number) if value is not None else None
+    low = number(value_min, "valueMin") if value_min is not None else -math.inf
+    high = number(value_max, "valueMax") if value_max is not None else math.inf
+
+    def matches(row: _ScoreRow) -> bool:
+        typed = row.typed_value()
+        if exact is not None and typed not in exact:
+            return False
+        if value_min is None and value_max is None:
+            return True
+        return _is_number(typed) and low <= typed <= high
+
+    return matches
+
+
+def _exact_values(
+    value: str, data_type: str | None, number: Callable[[str, str], float]
+) -> frozenset[Any]:
+    items = [v.strip() for v in value.split(",")]
+    if data_type == "BOOLEAN":
+        if any(v not in ("true", "false") for v in items):
+            raise _bad_request("a BOOLEAN value filter takes true or false")
+        return frozenset(v == "true" for v in items)
+    if data_type == "NUMERIC":
+        return frozenset(number(v, "value") for v in items)
+    return frozenset(items)
 
 
 def _score_error(score: Any) -> str | None:  # noqa: C901 - the server's checks, one branch each
