@@ -203,6 +203,9 @@ class ScoreEvent:
     comment: str
     timestamp: str | None
     environment: str | None
+    # Langfuse's score metadata: the judge's scores say which judge wrote them
+    # (observer.judge.identity); None on every other score.
+    metadata: dict[str, str] | None = None
 
 
 def answer_basis(record: RagRecord) -> str:

@@ -12,6 +12,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from observer.judge.agreement import Judge
+from observer.judge.identity import judge_metadata
 from observer.judge.protocol import Claim, Verdict
 from observer.model import RagRecord, ScoreEvent
 from observer.scores import catalogue, score_events_of
@@ -117,8 +119,11 @@ def _reasons(decided: Sequence[Verdict]) -> str:
     return f"not supported without asking the judge ({shown})"
 
 
-def judge_score_events(record: RagRecord, result: JudgeResult) -> list[ScoreEvent]:
-    """The judge's scores, with the same id and timestamp rules as every score."""
+def judge_score_events(
+    record: RagRecord, result: JudgeResult, judge: Judge | None = None
+) -> list[ScoreEvent]:
+    """The judge's scores, with the same id and timestamp rules as every score; with
+    `judge`, each one's metadata says which judge wrote it (observer.judge.identity)."""
     if result.error:
         return []
     by_id = {c.id: c for c in result.claims}
@@ -169,4 +174,4 @@ def judge_score_events(record: RagRecord, result: JudgeResult) -> list[ScoreEven
             else f"{len(result.claims)} claims",
         )
     )
-    return score_events_of(record, entries)
+    return score_events_of(record, entries, judge_metadata(judge) if judge else None)

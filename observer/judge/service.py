@@ -35,6 +35,7 @@ from opentelemetry import trace
 
 from observer.background import Deadline
 from observer.judge.client import JudgeClient
+from observer.judge.identity import judge_of
 from observer.judge.outcome import JudgeResult, judge_score_events
 from observer.judge.sampler import SamplerParams, decide
 from observer.judge.workers import Workers
@@ -142,6 +143,7 @@ class JudgeService:
         """`shared`: a fleet's caps and claims, counted once for every member."""
         self.tracer = tracer  # Telemetry.tracer, from the composition root
         self.client = client
+        self.judge = judge_of(client.model)  # in every judge score's metadata
         self.state = state
         self.metrics = metrics
         self.params = params
@@ -395,7 +397,7 @@ class JudgeService:
                 error=result.error[:300],
             )
             return result
-        scores = judge_score_events(record, result)
+        scores = judge_score_events(record, result, self.judge)
         try:
             self.state.enqueue(scores, basis)
             for score in scores:  # counted as the pass counts its own

@@ -34,11 +34,14 @@ def score_id(trace_id: str, name: str) -> str:
     return str(uuid.uuid5(SCORE_ID_NAMESPACE, f"{trace_id}\x1f\x1f{name}"))
 
 
-def score_events_of(record: RagRecord, entries: list[ScoreEntry]) -> list[ScoreEvent]:
+def score_events_of(
+    record: RagRecord, entries: list[ScoreEntry], metadata: dict[str, str] | None = None
+) -> list[ScoreEvent]:
     """Scores of one record: every one on the generation, with the id and timestamp rules.
 
     The timestamp is the record's, which the daemon sets to the trace's earliest root
-    (Langfuse keys a score by id, name and the day of its timestamp: both fixed)."""
+    (Langfuse keys a score by id, name and the day of its timestamp: both fixed).
+    `metadata` goes on every one of them (the judge's: which judge wrote it)."""
     return [
         ScoreEvent(
             id=score_id(record.trace_id, name),
@@ -50,6 +53,7 @@ def score_events_of(record: RagRecord, entries: list[ScoreEntry]) -> list[ScoreE
             comment=comment[:_COMMENT_MAX],
             timestamp=record.timestamp,
             environment=record.environment,
+            metadata=dict(metadata) if metadata else None,
         )
         for name, value, data_type, comment in entries
     ]

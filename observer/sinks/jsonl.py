@@ -25,6 +25,7 @@ def score_json(score: ScoreEvent) -> dict[str, object]:
         "comment": score.comment,
         "timestamp": score.timestamp,
         "environment": score.environment,
+        **({"metadata": score.metadata} if score.metadata else {}),
     }
 
 

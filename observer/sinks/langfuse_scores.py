@@ -97,6 +97,7 @@ def score_request(score: ScoreEvent, config_id: str | None = None) -> CreateScor
         timestamp=parse_time(score.timestamp),
         environment=score.environment,
         config_id=config_id,
+        metadata=score.metadata,
     )
 
 

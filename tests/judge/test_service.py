@@ -8,9 +8,12 @@ from typing import Any
 
 import pytest
 
+import observer
 from observer import app
 from observer.background import Deadline
-from observer.judge.outcome import JudgeResult
+from observer.config import JudgeSettings
+from observer.judge.identity import current_judge, judge_from_metadata, prompt_hash
+from observer.judge.outcome import JUDGE_SCORE_NAMES, JudgeResult
 from observer.model import RagRecord
 from observer.scores import score_id
 from observer.telemetry.metrics import Metrics
@@ -427,3 +430,30 @@ def test_a_fleet_count_that_cannot_be_written_costs_the_trace_none_of_its_judge_
         assert parts.state.outbox_size() > 0  # the judge's scores, queued for Langfuse
     finally:
         parts.close()
+
+
+def test_every_judge_score_says_which_judge_wrote_it(
+    servers: tuple[FakeLangfuse, OpenAIStub], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    langfuse, _ = servers
+    result, _ = run(
+        monkeypatch,
+        langfuse,
+        tmp_path / "s.sqlite",
+        OBSERVER_JUDGE__RATE="1.0",
+        OBSERVER_JUDGE__MODEL="judge-model-2026",
+    )
+    assert result.exit_code == 0, result.error
+    expected = {
+        "judge_model": "judge-model-2026",
+        "judge_prompt_hash": prompt_hash(),
+        "observer_version": observer.__version__,
+    }
+    judge_scores = [s for s in langfuse.scores if s["name"] in JUDGE_SCORE_NAMES]
+    assert len({s["traceId"] for s in judge_scores}) == SCORED
+    assert all(s["metadata"] == expected for s in judge_scores)
+    assert judge_from_metadata(judge_scores[0]["metadata"]) == current_judge(
+        JudgeSettings(model="judge-model-2026")
+    )
+    # The deterministic scores name no judge.
+    assert all("metadata" not in s for s in langfuse.scores if s["name"] == "confidence")
