@@ -182,6 +182,18 @@ class JudgeSettings(_Section):
     api_key: SecretStr | None = None
     price_prompt_per_1k: float = Field(0.0, ge=0)
     price_completion_per_1k: float = Field(0.0, ge=0)
+    human_score: str | None = Field(
+        None,
+        min_length=1,
+        description="the score people write in Langfuse (source ANNOTATION) to measure the "
+        "judge against; unset: no agreement",
+    )
+    human_threshold: float = Field(
+        0.5, ge=0.0, le=1.0, description="a NUMERIC human score below it is unfaithful"
+    )
+    faithful_at: float = Field(
+        1.0, ge=0.0, le=1.0, description="a judge faithfulness below it is unfaithful"
+    )
 
     @model_validator(mode="after")
     def _model_when_enabled(self) -> JudgeSettings:

@@ -3,8 +3,10 @@ injectable clock. Pure but for sleeping.
 
 One `RateLimiter` is the whole process's request budget for Langfuse's General
 API: the source's `GET /api/public/v2/observations`, the sink's
-`POST /api/public/scores` and `DELETE /api/public/scores/{id}`, and the score
-configs read at start all take their slot from the same instance. Langfuse
+`POST /api/public/scores` and `DELETE /api/public/scores/{id}`, the score
+configs read at start and people's annotations read for the judge's agreement
+(`GET /api/public/v3/scores`, observer.judge.annotations) all take their slot
+from the same instance. Langfuse
 Cloud counts them in one bucket per organisation (its "public-api" resource):
 30 requests a minute on Hobby, 100 on Core, 1,000 on Pro; self-hosted has no
 limit. So a Hobby project's 30 a minute are for reading and writing together.

@@ -1,0 +1,201 @@
+"""People's scores from Langfuse: the labels the judge is measured against (docs/judge.md).
+
+`AnnotationReader.read(name, start, end)` lists the scores named `name`
+(`judge.human_score`) with source `ANNOTATION` (annotation queues and the
+UI) whose timestamp is in `[start, end)`, through the SDK's v3 call
+`GET /api/public/v3/scores` (`scores.get_many`) with the field groups
+`subject` (which trace and observation) and `annotation` (queue and author).
+Pages of at most 100, every page until `meta.cursor` is absent.
+
+Each request takes its slot from the process's one request budget (the
+`RateLimiter` the source and the sink share: Langfuse Cloud counts this read
+in the same General API bucket) and goes through observer's retry policy as
+the source's reads do: a 429 settles the budget at its `X-RateLimit-Limit`
+and holds every caller for its `Retry-After`; an unreachable Langfuse (network
+errors, 5xx) is retried a bounded number of times with backoff, then raised;
+other errors (401, 400) are raised at once. A shutdown (`should_stop`) ends
+the wait for a slot with `Stopped`.
+
+A score on a session or an experiment, not a trace, is left out: it has no
+verdict of the judge to be paired with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+import structlog
+from langfuse.api.client import LangfuseAPI
+from langfuse.api.scores.types.get_scores_v3response import GetScoresV3Response
+from langfuse.api.scores.types.score_subject_v3 import (
+    ScoreSubjectV3_Observation,
+    ScoreSubjectV3_Trace,
+)
+
+from observer.errors import RateLimited, Unreachable
+from observer.judge.agreement import human_unfaithful
+from observer.langfuse_api import NO_RETRIES, translate
+from observer.retry import call_with_retries
+from observer.sources.langfuse import Stopped
+from observer.sources.ratelimit import RateLimiter
+
+log = structlog.get_logger("observer.judge.annotations")
+
+SOURCE: Final = "ANNOTATION"
+FIELDS: Final = "subject,annotation"
+PAGE_LIMIT: Final = 100  # the endpoint's maximum
+
+
+@dataclass(frozen=True, slots=True)
+class Annotation:
+    """One person's score on a trace (or an observation of it), as Langfuse typed it:
+    BOOLEAN a bool, NUMERIC a float, CATEGORICAL / TEXT / CORRECTION a str."""
+
+    score_id: str
+    trace_id: str
+    observation_id: str | None
+    name: str
+    data_type: str
+    value: bool | float | str
+    timestamp: datetime
+    queue_id: str | None
+    author_user_id: str | None
+    environment: str
+
+    def unfaithful(self, threshold: float) -> bool | None:
+        """The person's label: a BOOLEAN false, or a NUMERIC below `threshold`
+        (`judge.human_threshold`), is unfaithful; None for a label of another type."""
+        if self.data_type == "BOOLEAN" and isinstance(self.value, bool):
+            return human_unfaithful("BOOLEAN", 1.0 if self.value else 0.0, threshold)
+        if self.data_type == "NUMERIC" and isinstance(self.value, int | float):
+            return human_unfaithful("NUMERIC", float(self.value), threshold)
+        return None
+
+
+def annotation_of(score: Any) -> Annotation | None:
+    """A v3 score as an Annotation; None when it is not on a trace."""
+    subject = score.subject
+    if isinstance(subject, ScoreSubjectV3_Trace):
+        trace_id, observation_id = subject.id, None
+    elif isinstance(subject, ScoreSubjectV3_Observation) and subject.trace_id:
+        trace_id, observation_id = subject.trace_id, subject.id
+    else:
+        return None
+    return Annotation(
+        score_id=score.id,
+        trace_id=trace_id,
+        observation_id=observation_id,
+        name=score.name,
+        data_type=score.data_type,
+        value=score.value,
+        timestamp=score.timestamp,
+        queue_id=score.queue_id,
+        author_user_id=score.author_user_id,
+        environment=score.environment,
+    )
+
+
+class AnnotationReader:
+    def __init__(
+        self,
+        api: LangfuseAPI,
+        limiter: RateLimiter,
+        *,
+        page_limit: int = PAGE_LIMIT,
+        max_attempts: int = 5,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        if not 1 <= page_limit <= PAGE_LIMIT:
+            raise ValueError(f"page_limit must be 1 to {PAGE_LIMIT}")
+        self._api = api
+        self._limiter = limiter
+        self.page_limit = page_limit
+        self._max_attempts = max_attempts
+        self._should_stop = should_stop
+        self.requests = 0  # answered requests, pages included
+
+    def read(self, name: str, start: datetime, end: datetime) -> list[Annotation]:
+        """Every annotation named `name` with a timestamp in [start, end), newest first,
+        read page by page until the cursor is absent."""
+        out: list[Annotation] = []
+        skipped = 0
+        cursor: str | None = None
+        while True:
+            page = self._request(name, start, end, cursor)
+            for score in page.data:
+                annotation = annotation_of(score)
+                if annotation is None:
+                    skipped += 1
+                else:
+                    out.append(annotation)
+            cursor = page.meta.cursor
+            if not cursor:
+                break
+        log.info(
+            "annotations_read",
+            name=name,
+            annotations=len(out),
+            not_on_a_trace=skipped,
+            requests=self.requests,
+        )
+        return out
+
+    def _request(
+        self, name: str, start: datetime, end: datetime, cursor: str | None
+    ) -> GetScoresV3Response:
+        unreachable = 0
+
+        def once() -> GetScoresV3Response:
+            if not self._limiter.acquire(self._should_stop):
+                raise Stopped()
+            try:
+                page: GetScoresV3Response = self._api.scores.get_many(
+                    name=name,
+                    source=SOURCE,
+                    fields=FIELDS,
+                    limit=self.page_limit,
+                    cursor=cursor,
+                    from_timestamp=start,
+                    to_timestamp=end,
+                    request_options=NO_RETRIES,
+                )
+            except Exception as failure:
+                error = translate(failure, "reading annotations (GET /api/public/v3/scores)")
+                if isinstance(error, RateLimited):
+                    self._limiter.rate_limited(error.limit)
+                raise error from None
+            self.requests += 1
+            return page
+
+        def retryable(error: Exception) -> bool:
+            # As the source: a 429 says when to come back; an unreachable Langfuse gets
+            # `max_attempts` tries.
+            nonlocal unreachable
+            if isinstance(error, RateLimited):
+                return True
+            unreachable += isinstance(error, Unreachable)
+            return isinstance(error, Unreachable) and unreachable < self._max_attempts
+
+        def on_retry(_attempt: int, error: Exception, wait_s: float) -> None:
+            if isinstance(error, RateLimited):
+                log.warning("annotations_rate_limited", retry_after_s=round(wait_s, 1))
+            else:
+                log.warning(
+                    "annotations_request_failed", error=str(error), retry_in_s=round(wait_s, 1)
+                )
+
+        # A wait blocks the shared budget (block_for): the next try's acquire() waits it
+        # out, and so does every other request of the process.
+        return call_with_retries(
+            once,
+            attempts=self._max_attempts * 2,
+            base_s=1.0,
+            max_s=30.0,
+            retryable=retryable,
+            retry_after=lambda e: e.retry_after_s if isinstance(e, RateLimited) else None,
+            sleep=self._limiter.block_for,
+            on_retry=on_retry,
+        )
