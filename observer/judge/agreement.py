@@ -170,3 +170,49 @@ def human_unfaithful(data_type: str, value: float, threshold: float) -> bool | N
     if data_type == "NUMERIC":
         return value < threshold
     return None
+
+
+# A judge score written before scores named their judge (observer < 0.5): one judge of its own.
+UNKNOWN_JUDGE = Judge("unknown", "unknown", "unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One score on a trace: the judge's faithfulness, or a person's label, as read."""
+
+    trace_id: str
+    at: float  # the score's timestamp, unix seconds: the latest of a trace counts
+    unfaithful: bool | None  # None: a label that reads neither way (another type)
+    judge: Judge | None = None
+    project_id: str | None = None
+
+
+def pairs_of(judged: Iterable[Verdict], labelled: Iterable[Verdict]) -> list[Pair]:
+    """The traces with both a verdict of the judge and a person's label (the latest of
+    each), in trace order; labels that read neither way are left out."""
+    latest_judged = _latest(judged)
+    latest_labels = _latest(v for v in labelled if v.unfaithful is not None)
+    out: list[Pair] = []
+    for trace_id in sorted(latest_judged.keys() & latest_labels.keys()):
+        verdict, label = latest_judged[trace_id], latest_labels[trace_id]
+        if verdict.unfaithful is None or label.unfaithful is None:
+            continue
+        out.append(
+            Pair(
+                trace_id,
+                verdict.unfaithful,
+                label.unfaithful,
+                verdict.judge or UNKNOWN_JUDGE,
+                verdict.project_id or label.project_id,
+            )
+        )
+    return out
+
+
+def _latest(verdicts: Iterable[Verdict]) -> dict[str, Verdict]:
+    found: dict[str, Verdict] = {}
+    for verdict in verdicts:
+        kept = found.get(verdict.trace_id)
+        if kept is None or verdict.at > kept.at:
+            found[verdict.trace_id] = verdict
+    return found

@@ -45,7 +45,7 @@ from observer.sources.ratelimit import RateLimiter
 log = structlog.get_logger("observer.judge.annotations")
 
 SOURCE: Final = "ANNOTATION"
-FIELDS: Final = "subject,annotation"
+FIELDS: Final = "subject,annotation,details"  # details: the metadata (which judge wrote it)
 PAGE_LIMIT: Final = 100  # the endpoint's maximum
 
 
@@ -64,6 +64,8 @@ class Annotation:
     queue_id: str | None
     author_user_id: str | None
     environment: str
+    metadata: dict[str, Any] | None = None
+    project_id: str | None = None
 
     def unfaithful(self, threshold: float) -> bool | None:
         """The person's label: a BOOLEAN false, or a NUMERIC below `threshold`
@@ -95,6 +97,8 @@ def annotation_of(score: Any) -> Annotation | None:
         queue_id=score.queue_id,
         author_user_id=score.author_user_id,
         environment=score.environment,
+        metadata=getattr(score, "metadata", None),
+        project_id=getattr(score, "project_id", None),
     )
 
 
@@ -117,14 +121,23 @@ class AnnotationReader:
         self._should_stop = should_stop
         self.requests = 0  # answered requests, pages included
 
-    def read(self, name: str, start: datetime, end: datetime) -> list[Annotation]:
-        """Every annotation named `name` with a timestamp in [start, end), newest first,
-        read page by page until the cursor is absent."""
+    def read(
+        self,
+        name: str,
+        start: datetime,
+        end: datetime,
+        *,
+        source: str = SOURCE,
+        trace_ids: str | None = None,
+    ) -> list[Annotation]:
+        """Every score named `name` from `source` (people's: ANNOTATION; observer's own
+        judge scores: API) with a timestamp in [start, end), newest first, read page by
+        page until the cursor is absent."""
         out: list[Annotation] = []
         skipped = 0
         cursor: str | None = None
         while True:
-            page = self._request(name, start, end, cursor)
+            page = self._request(name, start, end, cursor, source, trace_ids)
             for score in page.data:
                 annotation = annotation_of(score)
                 if annotation is None:
@@ -144,7 +157,13 @@ class AnnotationReader:
         return out
 
     def _request(
-        self, name: str, start: datetime, end: datetime, cursor: str | None
+        self,
+        name: str,
+        start: datetime,
+        end: datetime,
+        cursor: str | None,
+        source: str,
+        trace_ids: str | None,
     ) -> GetScoresV3Response:
         unreachable = 0
 
@@ -154,7 +173,8 @@ class AnnotationReader:
             try:
                 page: GetScoresV3Response = self._api.scores.get_many(
                     name=name,
-                    source=SOURCE,
+                    source=source,
+                    trace_id=trace_ids,
                     fields=FIELDS,
                     limit=self.page_limit,
                     cursor=cursor,

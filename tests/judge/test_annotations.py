@@ -82,6 +82,7 @@ def test_every_page_is_read_until_the_cursor_is_absent(fake: FakeLangfuse, clock
     assert query["limit"] == ["100"] and set(query["fields"][0].split(",")) == {
         "subject",
         "annotation",
+        "details",
     }
     first = next(a for a in got if a.trace_id == "trace-0000")
     assert first == Annotation(
