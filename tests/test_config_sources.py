@@ -30,6 +30,7 @@ from tests.budget import scaled
         ({"OBSERVER_SOURCE__ENVIRONMENTS": "a, b"}, {"source": {"environments": ["a", "b"]}}),
         ({"OBSERVER_SOURCE__ENVIRONMENTS": '["a"]'}, {"source": {"environments": ["a"]}}),
         ({"OBSERVER_ALERTS__RULES": "[]"}, {"alerts": {"rules": []}}),
+        ({"OBSERVER_FLEET": '{"name": "a"}'}, {"fleet": {"name": "a"}}),  # an optional section
         ({"OBSERVER_CRAG__HIHG": "1"}, {}),  # unknown: named before validation
         ({"OBSERVER_CONFIG": "x.toml", "OBSERVER_JUDGE_MODEL": "m"}, {}),  # not sections
         ({"OBSERVER_HTTP_PORT": "1", "LANGFUSE_HOST": "h"}, {}),
@@ -42,6 +43,7 @@ from tests.budget import scaled
         "comma_list",
         "json_list",
         "list_of_tables",
+        "optional_section_as_json",
         "unknown_key_left_out",
         "no_section",
         "sdk_variables_elsewhere",
