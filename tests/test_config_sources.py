@@ -30,7 +30,8 @@ from tests.budget import scaled
         ({"OBSERVER_SOURCE__ENVIRONMENTS": "a, b"}, {"source": {"environments": ["a", "b"]}}),
         ({"OBSERVER_SOURCE__ENVIRONMENTS": '["a"]'}, {"source": {"environments": ["a"]}}),
         ({"OBSERVER_ALERTS__RULES": "[]"}, {"alerts": {"rules": []}}),
-        ({"OBSERVER_CRAG__HIHG": "1"}, {"crag": {"hihg": "1"}}),  # validation names it
+        ({"OBSERVER_FLEET": '{"name": "a"}'}, {"fleet": {"name": "a"}}),  # an optional section
+        ({"OBSERVER_CRAG__HIHG": "1"}, {}),  # unknown: named before validation
         ({"OBSERVER_CONFIG": "x.toml", "OBSERVER_JUDGE_MODEL": "m"}, {}),  # not sections
         ({"OBSERVER_HTTP_PORT": "1", "LANGFUSE_HOST": "h"}, {}),
     ],
@@ -42,7 +43,8 @@ from tests.budget import scaled
         "comma_list",
         "json_list",
         "list_of_tables",
-        "unknown_key_kept",
+        "optional_section_as_json",
+        "unknown_key_left_out",
         "no_section",
         "sdk_variables_elsewhere",
     ],
@@ -50,7 +52,19 @@ from tests.budget import scaled
 def test_observer_variables_as_nested_data(
     environ: dict[str, str], expected: dict[str, object]
 ) -> None:
-    assert observer_variables(Settings, environ) == expected
+    assert observer_variables(Settings, environ).values == expected
+
+
+def test_each_key_is_remembered_with_the_variable_that_set_it() -> None:
+    environ = {"OBSERVER_CRAG": '{"high": 0.7, "low": 0.1}', "observer_crag__low": "0.2"}
+    environ |= {"OBSERVER_ALERTS__RULES": '[{"name": "a"}]', "OBSERVER_CRGA__HIGH": "1"}
+    found = observer_variables(Settings, environ)
+    assert found.set_by == {
+        ("crag", "high"): "OBSERVER_CRAG",
+        ("crag", "low"): "observer_crag__low",
+        ("alerts", "rules"): "OBSERVER_ALERTS__RULES",
+    }
+    assert found.unknown == (("OBSERVER_CRGA__HIGH", "OBSERVER_CRAG__HIGH"),)
 
 
 def test_a_bad_json_variable_names_itself() -> None:

@@ -6,7 +6,8 @@ Langfuse SDK's own `LANGFUSE_*` variables, the TOML file given with `--config`
 (or `OBSERVER_CONFIG`), the defaults of docs/signals.md. The file and the
 variables are read by `observer.config.sources`, the only reader of both;
 everything is validated here at start, and a bad value is a `ConfigError` that
-names the key. Secrets are read from the environment only and never printed.
+names the key and the variable that set it; an `OBSERVER_*` variable observer does
+not read is one too. Secrets are read from the environment only and never printed.
 `Settings()` is the defaults alone; `load_settings` reads the file and the
 environment.
 """
@@ -595,11 +596,14 @@ class Settings(BaseModel):
 
 def load_settings(config_path: str | Path | None = None) -> Settings:
     """Read the config file (if any) and the environment; validate everything."""
-    data, merged, origin = read_sources(Settings, config_path)
+    sources = read_sources(Settings, config_path)
     try:
-        return Settings(**merged)
+        settings = Settings(**sources.merged)
     except ValidationError as error:
-        raise ConfigError(describe(error, origin, data)) from None
+        raise ConfigError(describe(sources, error)) from None
+    if sources.unknown:
+        raise ConfigError(describe(sources))
+    return settings
 
 
 def masked(settings: Settings) -> dict[str, Any]:

@@ -103,9 +103,11 @@ class _SignalSections(BaseModel):
 def load_signal_params(config_path: str | Path | None = None) -> SignalParams:
     """The signals' parameters from the config file (if any) and the environment; the
     other sections are not read. A bad value is a ConfigError naming the key."""
-    data, merged, origin = read_sources(_SignalSections, config_path, SIGNAL_SECTIONS)
+    sources = read_sources(_SignalSections, config_path, SIGNAL_SECTIONS)
     try:
-        sections = _SignalSections(**merged)
+        sections = _SignalSections(**sources.merged)
     except ValidationError as error:
-        raise ConfigError(describe(error, origin, data)) from None
+        raise ConfigError(describe(sources, error)) from None
+    if sources.unknown:
+        raise ConfigError(describe(sources))
     return signal_params(sections.signals, sections.crag, sections.band)

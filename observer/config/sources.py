@@ -11,6 +11,13 @@ written comma-separated. This is the part of pydantic-settings observer used,
 read here instead because importing pydantic-settings alone cost more than
 half of `observer score`'s start-up budget (docs/decisions.md).
 
+An `OBSERVER_*` variable observer does not read is an error, as an unknown key in
+the file is, named with the variable it probably meant; left alone are the ones
+others read (`NOT_OURS`), those a `secret_env` key names, and the ones Kubernetes
+sets for a Service named observer (`OBSERVER_SERVICE_HOST`, `OBSERVER_PORT_...`).
+Each value read is remembered with the variable that set it (`Sources.set_by`), so
+that a validation error names the variable, not only the key.
+
 Nothing here imports pydantic: the models are handed in by the caller, and only
 their `model_fields` are read.
 """
@@ -19,10 +26,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args, get_origin
+from types import NoneType, UnionType
+from typing import TYPE_CHECKING, Any, Union, get_args, get_origin
 
 from observer.errors import ConfigError
 
@@ -35,6 +45,24 @@ SECRET_KEYS = frozenset({("langfuse", "secret_key"), ("judge", "api_key")})
 SIGNAL_SECTIONS = frozenset({"signals", "crag", "band"})  # all `observer score` reads
 # Secrets may come from a file named by <VAR>_FILE: the Docker and Kubernetes convention.
 SECRET_VARIABLES = ("LANGFUSE_SECRET_KEY", "LANGFUSE_PUBLIC_KEY", "OPENAI_API_KEY")
+# The OBSERVER_* variables observer reads beside OBSERVER_<SECTION>[__<KEY>].
+OWN_VARIABLES = (
+    CONFIG_ENV,
+    "OBSERVER_JUDGE_BASE_URL",
+    "OBSERVER_JUDGE_MODEL",
+    "OBSERVER_HTTP_HOST",
+    "OBSERVER_HTTP_PORT",
+)
+# OBSERVER_* variables something else reads in observer's environment: not reported.
+NOT_OURS = frozenset(
+    {"OBSERVER_REQUIRE_SERVERS"}  # the test suite's switch (.ci/run): a missing server fails
+)
+# What Kubernetes puts in every pod for each Service of its namespace (service links):
+# deploy/kubernetes has Services named observer and observer-fleet.
+_SERVICE_LINK = re.compile(
+    r"OBSERVER(_[A-Z0-9_]+?)?_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?"
+    r"|PORT(_[0-9]+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)?)"
+)
 
 
 def config_path(given: str | Path | None) -> Path | None:
@@ -103,12 +131,22 @@ def with_secret_files(environ: Mapping[str, str]) -> dict[str, str]:
     return merged
 
 
+def _unwrap(annotation: Any) -> Any:
+    """`X` for `X | None` (an optional section, such as [fleet]); else `annotation`."""
+    if get_origin(annotation) in (Union, UnionType):
+        kinds = [kind for kind in get_args(annotation) if kind is not NoneType]
+        if len(kinds) == 1:
+            return kinds[0]
+    return annotation
+
+
 def _is_model(annotation: Any) -> bool:
     return isinstance(annotation, type) and hasattr(annotation, "model_fields")
 
 
 def _complex(annotation: Any) -> bool:
     """Held as JSON in a variable: a table, a list or a mapping."""
+    annotation = _unwrap(annotation)
     origin = get_origin(annotation)
     return _is_model(annotation) or origin in (list, dict) or annotation in (list, dict)
 
@@ -147,6 +185,7 @@ def _decode(variable: str, annotation: Any, value: str) -> Any:
 
 def _field(model: Any, name: str) -> Any:
     """The annotation of `model`'s field `name` (by name or alias), or None."""
+    model = _unwrap(model)
     if not _is_model(model):
         return None
     for key, info in model.model_fields.items():
@@ -166,25 +205,94 @@ def merge(low: dict[str, Any], high: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+KeyPath = tuple[str, ...]  # a key's place: ("source", "poll_interval_s")
+
+
+@dataclass(frozen=True)
+class FromEnvironment:
+    """The OBSERVER_* variables that set something, and those observer does not read."""
+
+    values: dict[str, Any]  # as nested data, the key beside a table winning
+    set_by: dict[KeyPath, str]  # each key set, with the variable that set it
+    unknown: tuple[tuple[str, str | None], ...]  # (variable, the one it probably meant)
+
+
+def _record(set_by: dict[KeyPath, str], path: KeyPath, value: Any, variable: str) -> None:
+    """`variable` set `path`: each key of a table, as tables are merged key by key."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _record(set_by, (*path, str(key)), item, variable)
+    else:
+        set_by[path] = variable
+
+
+def _known_path(model: Any, path: list[str]) -> bool:
+    """`path` names a key of `model` (any key below a mapping)."""
+    owner = model
+    for key in path:
+        owner = _unwrap(owner)
+        if owner is dict or get_origin(owner) is dict:
+            return True
+        owner = _field(owner, key)
+        if owner is None:
+            return False
+    return True
+
+
+def known_variables(model: Any) -> list[str]:
+    """Every variable observer reads for `model`'s sections: OBSERVER_<SECTION>, each
+    OBSERVER_<SECTION>__<KEY>, and OWN_VARIABLES."""
+    names = list(OWN_VARIABLES)
+    for section, info in model.model_fields.items():
+        names.append(f"{ENV_PREFIX}{section.upper()}")
+        inner = _unwrap(info.annotation)
+        if _is_model(inner):
+            names += [f"{ENV_PREFIX}{section.upper()}__{key.upper()}" for key in inner.model_fields]
+    return names
+
+
+def meant(variable: str, known: list[str]) -> str | None:
+    """The known variable `variable` is probably a misspelling of, or None."""
+    import difflib  # only on the way to an error: `observer score` starts without it
+
+    rest = variable.upper()[len(ENV_PREFIX) :]
+    close = difflib.get_close_matches(rest, [n[len(ENV_PREFIX) :] for n in known], 1, 0.75)
+    return ENV_PREFIX + close[0] if close else None
+
+
+def _not_ours(variable: str) -> bool:
+    name = variable.upper()
+    return name in NOT_OURS or name in OWN_VARIABLES or bool(_SERVICE_LINK.fullmatch(name))
+
+
 def observer_variables(
     model: Any, environ: Mapping[str, str], sections: frozenset[str] | None = None
-) -> dict[str, Any]:
-    """The OBSERVER_* variables that name a section of `model` (a pydantic model class),
-    as nested data: `OBSERVER_CRAG__HIGH=0.7` is `{"crag": {"high": "0.7"}}` and
+) -> FromEnvironment:
+    """The OBSERVER_* variables that set a key of `model` (a pydantic model class), as
+    nested data: `OBSERVER_CRAG__HIGH=0.7` is `{"crag": {"high": "0.7"}}` and
     `OBSERVER_CRAG='{"high": 0.7}'` the same table as JSON (the keys beside it win).
-    A name that is no section (OBSERVER_CONFIG) is not a setting; an unknown key in a
-    section is passed on, so that validation names it. `sections`: only these."""
+    A variable naming no key of `model` is `unknown`, with the one it probably meant,
+    unless observer reads it elsewhere or something else does (`_not_ours`).
+    `sections`: only these are read, and every other variable is left alone."""
     found: dict[str, Any] = {}
     whole: dict[str, Any] = {}
+    whole_by: dict[KeyPath, str] = {}
+    key_by: dict[KeyPath, str] = {}
+    strays: list[str] = []
     for variable, value in environ.items():
         if not variable.upper().startswith(ENV_PREFIX):
             continue
         path = variable[len(ENV_PREFIX) :].lower().split("__")
         section = path[0]
-        if (sections is not None and section not in sections) or _field(model, section) is None:
+        if sections is not None and section not in sections:
+            continue
+        if _field(model, section) is None or not _known_path(model, path):
+            if not _not_ours(variable):
+                strays.append(variable)
             continue
         if len(path) == 1:
             whole[section] = _decode(variable, _field(model, section), value)
+            _record(whole_by, (section,), whole[section], variable)
             continue
         node = found.setdefault(section, {})
         owner: Any = _field(model, section)
@@ -193,75 +301,79 @@ def observer_variables(
             child = node.get(key)
             node = node.setdefault(key, {}) if child is None or isinstance(child, dict) else {}
         node[path[-1]] = _decode(variable, _field(owner, path[-1]), value)
-    return merge(whole, found)
+        _record(key_by, tuple(path), node[path[-1]], variable)
+    known = known_variables(model) if strays else []
+    unknown = tuple((variable, meant(variable, known)) for variable in sorted(strays))
+    return FromEnvironment(merge(whole, found), {**whole_by, **key_by}, unknown)
 
 
-def sdk_variables(environ: Mapping[str, str]) -> dict[str, Any]:
+def sdk_variables(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[KeyPath, str]]:
     """The variables the Langfuse SDK and the OpenAI client read themselves (so one set
-    serves both), and the [http] pair a container sets, as sections."""
+    serves both), and the [http] pair a container sets, as sections; and each key with
+    the variable that set it (`<VAR>_FILE` for a secret read from a file)."""
     env = with_secret_files(environ)
-    langfuse: dict[str, Any] = {}
-    base_url = env.get("LANGFUSE_BASE_URL") or env.get("LANGFUSE_HOST")
-    if base_url:
-        langfuse["base_url"] = base_url
-    if env.get("LANGFUSE_PUBLIC_KEY"):
-        langfuse["public_key"] = env["LANGFUSE_PUBLIC_KEY"]
-    if env.get("LANGFUSE_SECRET_KEY"):
-        langfuse["secret_key"] = env["LANGFUSE_SECRET_KEY"]
-    judge: dict[str, Any] = {}
-    judge_url = env.get("OBSERVER_JUDGE_BASE_URL") or env.get("OPENAI_BASE_URL")
-    if judge_url:
-        judge["base_url"] = judge_url
-    if env.get("OBSERVER_JUDGE_MODEL"):
-        judge["model"] = env["OBSERVER_JUDGE_MODEL"]
-    if env.get("OPENAI_API_KEY"):
-        judge["api_key"] = env["OPENAI_API_KEY"]
+    pairs = (
+        (("langfuse", "base_url"), ("LANGFUSE_BASE_URL", "LANGFUSE_HOST")),
+        (("langfuse", "public_key"), ("LANGFUSE_PUBLIC_KEY",)),
+        (("langfuse", "secret_key"), ("LANGFUSE_SECRET_KEY",)),
+        (("judge", "base_url"), ("OBSERVER_JUDGE_BASE_URL", "OPENAI_BASE_URL")),
+        (("judge", "model"), ("OBSERVER_JUDGE_MODEL",)),
+        (("judge", "api_key"), ("OPENAI_API_KEY",)),
+        (("http", "host"), ("OBSERVER_HTTP_HOST",)),
+        (("http", "port"), ("OBSERVER_HTTP_PORT",)),
+    )
     out: dict[str, Any] = {}
-    http = {
-        key: env[name]
-        for key, name in (("host", "OBSERVER_HTTP_HOST"), ("port", "OBSERVER_HTTP_PORT"))
-        if env.get(name)
-    }
-    if http:
-        out["http"] = http
-    if langfuse:
-        out["langfuse"] = langfuse
-    if judge:
-        out["judge"] = judge
-    return out
+    set_by: dict[KeyPath, str] = {}
+    for (section, key), names in pairs:
+        name = next((name for name in names if env.get(name)), None)
+        if name is None:
+            continue
+        out.setdefault(section, {})[key] = env[name]
+        set_by[(section, key)] = name if environ.get(name) else f"{name}_FILE"
+    return out, set_by
+
+
+def _secret_env_names(data: Any) -> set[str]:
+    """The variables `secret_env` keys name, anywhere in `data`, and their `_FILE`."""
+    names: set[str] = set()
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key == "secret_env" and isinstance(value, str) and value:
+                names |= {value.upper(), f"{value}_FILE".upper()}
+            names |= _secret_env_names(value)
+    elif isinstance(data, list):
+        for item in data:
+            names |= _secret_env_names(item)
+    return names
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What the file and the environment say, before validation."""
+
+    merged: dict[str, Any]  # everything, by precedence: validation errors are located in it
+    origin: str  # "observer.toml and environment", for the first line of an error
+    set_by: dict[KeyPath, str]  # the keys variables set, with the variable
+    unknown: tuple[tuple[str, str | None], ...]  # OBSERVER_* variables observer does not read
 
 
 def read_sources(
     model: Any, given: str | Path | None, sections: frozenset[str] | None = None
-) -> tuple[dict[str, Any], dict[str, Any], str]:
-    """(the file's data, everything merged, where it came from) for `model`'s sections.
-    The file's data is kept apart: validation errors are located in it."""
+) -> Sources:
+    """The file and the environment, for `model`'s sections (`sections`: only these).
+    An unknown variable is not passed on: `describe` names it with the one it meant."""
     path = config_path(given)
     data = read_toml(path) if path is not None else {}
     origin = f"{path} and environment" if path is not None else "defaults and environment"
     environ = os.environ
-    merged = merge(data, sdk_variables(environ))
-    merged = merge(merged, observer_variables(model, environ, sections))
+    sdk, set_by = sdk_variables(environ)
+    own = observer_variables(model, environ, sections)
+    merged = merge(merge(data, sdk), own.values)
     if sections is not None:
         merged = {key: value for key, value in merged.items() if key in sections}
-    return data, merged, origin
-
-
-# Keys that are usually set through the SDKs' own variables: errors name those too.
-_SDK_VARIABLES = {
-    "langfuse.base_url": "LANGFUSE_BASE_URL",
-    "langfuse.public_key": "LANGFUSE_PUBLIC_KEY",
-    "judge.base_url": "OBSERVER_JUDGE_BASE_URL or OPENAI_BASE_URL",
-    "judge.model": "OBSERVER_JUDGE_MODEL",
-}
-
-
-def _sdk_variable(where: str) -> str:
-    """The variable that set a key: LANGFUSE_HOST when only that one is set."""
-    only_host = not os.environ.get("LANGFUSE_BASE_URL") and os.environ.get("LANGFUSE_HOST")
-    if where == "langfuse.base_url" and only_host:
-        return "LANGFUSE_HOST"
-    return _SDK_VARIABLES[where]
+    named = _secret_env_names(merged)
+    unknown = tuple(item for item in own.unknown if item[0].upper() not in named)
+    return Sources(merged, origin, {**set_by, **own.set_by}, unknown)
 
 
 def _where(loc: tuple[int | str, ...], data: dict[str, Any]) -> str:
@@ -280,19 +392,64 @@ def _where(loc: tuple[int | str, ...], data: dict[str, Any]) -> str:
     return ".".join(parts)
 
 
-def describe(error: ValidationError, origin: str, data: dict[str, Any] | None = None) -> str:
-    """A validation error as the lines a person reads: each key where it was set, and
-    what is wrong with it; never the rejected value of a secret."""
-    lines = [f"invalid configuration ({origin}):"]
-    for item in error.errors(include_url=False):
-        where = _where(item["loc"], data or {}) or "(top level)"
-        message = item["msg"]
-        if item["type"] == "extra_forbidden":
-            message = "unknown key"
-        message = message.removeprefix("Value error, ")
+def _variable(where: str, set_by: Mapping[KeyPath, str]) -> str | None:
+    """The variable that set the key at `where` (or the table or list holding it)."""
+    path = tuple(re.sub(r"\[[^\]]*\]", "", where).split("."))
+    for end in range(len(path), 0, -1):
+        if path[:end] in set_by:
+            return set_by[path[:end]]
+    return None
+
+
+# What a value must be, by pydantic's error type, where its message is not already plain.
+_SHAPES = {
+    "float_parsing": "must be a number",
+    "float_type": "must be a number",
+    "int_parsing": "must be a whole number",
+    "int_type": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "bool_parsing": "must be true or false",
+    "bool_type": "must be true or false",
+    "string_type": "must be text",
+    "list_type": "must be a list",
+    "dict_type": "must be a table",
+    "model_type": "must be a table",
+    "model_attributes_type": "must be a table",
+    "finite_number": "must be a finite number",
+}
+
+
+def _message(item: Any, secret: bool) -> str:
+    """What is wrong, as a rule the value must follow, and the value given (never a
+    secret's; only a word or a number, cut short)."""
+    if item["type"] == "extra_forbidden":
+        return "unknown key"
+    message = str(item["msg"]).removeprefix("Value error, ")
+    shape = _SHAPES.get(item["type"])
+    if shape is None and not message.startswith("Input should be "):
+        return message
+    shape = shape or "must be " + message.removeprefix("Input should be ")
+    given = item.get("input")
+    if secret or not isinstance(given, str | int | float) or isinstance(given, bool):
+        return shape
+    shown = repr(given) if len(repr(given)) <= 60 else repr(given)[:57] + "..."
+    return f"{shape}, got {shown}"
+
+
+def describe(sources: Sources, error: ValidationError | None = None) -> str:
+    """The variables observer does not read and the validation error as the lines a
+    person reads: each key with the variable that set it (the file's key alone when
+    the file did), and what is wrong with it; never the value of a secret."""
+    lines = [f"invalid configuration ({sources.origin}):"]
+    for variable, probably in sources.unknown:
+        hint = f"did you mean {probably}?" if probably else "unset it"
+        lines.append(f"  {variable}: observer reads no such variable; {hint}")
+    for item in error.errors(include_url=False) if error is not None else ():
+        where = _where(item["loc"], sources.merged) or "(top level)"
+        secret = tuple(str(part) for part in item["loc"][:2]) in SECRET_KEYS
+        message = _message(item, secret)
         if message.startswith((f"{where}.", f"{where}[")):
             where, message = message.split(": ", 1) if ": " in message else (where, message)
-        if where in _SDK_VARIABLES:
-            where = f"{where} ({_sdk_variable(where)})"
-        lines.append(f"  {where}: {message}")
+        set_by = _variable(where, sources.set_by)
+        lines.append(f"  {where} ({set_by}): {message}" if set_by else f"  {where}: {message}")
     return "\n".join(lines)
