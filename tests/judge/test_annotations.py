@@ -96,6 +96,8 @@ def test_every_page_is_read_until_the_cursor_is_absent(fake: FakeLangfuse, clock
         queue_id="q-faithfulness",
         author_user_id="u-ana",
         environment="default",
+        metadata=first.metadata,
+        project_id="fake-project",
     )
     assert first.unfaithful(0.5) is True
     assert sum(a.unfaithful(0.5) is True for a in got) == 84  # i % 3 == 0
