@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # each command imports what it needs: `observer --help` stays
     from observer import app
     from observer.alerts.service import AlertService
     from observer.config import Settings
-    from observer.records import RecordError
     from observer.sinks.jsonl import JsonlScoreSink
     from observer.sources.langfuse import LangfuseSource
 
@@ -74,6 +73,7 @@ _USER_ERRORS = (
     ("observer.app.explain", "ExplainError", EXIT_BAD_INPUT),
     ("observer.errors", "ConfigError", EXIT_BAD_INPUT),
     ("observer.state.db", "StateError", EXIT_BAD_INPUT),
+    ("observer.records", "NotRecords", EXIT_BAD_INPUT),
 )
 
 
@@ -109,6 +109,10 @@ def main() -> None:
     """Trust signals for RAG answers traced in Langfuse."""
 
 
+def _stderr_line(line: str) -> None:
+    sys.stderr.write(line + "\n")
+
+
 @main.command()
 @click.argument("source", type=click.File("rb"), default="-", metavar="[PATH|-]")
 @_config_option
@@ -122,12 +126,14 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
     Writes one JSON object per record to stdout, in input order. A line that is
     not a valid record is reported on stderr as {"line": N, "column": C,
     "error": "..."} (column only when the error has one, such as broken JSON)
-    and skipped.
+    and skipped; an error already reported is counted, and said once at the end as
+    {"error": "...", "more_lines": K, "last_line": N}. Exit 2 for a file of
+    Langfuse observations (read by `observer discover --file`).
     """
     from observer.app.score_file import score_lines, signal_params_for
     from observer.signals.output import dumps_line
     from observer.signals.summary import Summary
-    from observer.views.lines import bad_line_json
+    from observer.views.lines import BadLines
     from observer.views.summary import summary_table
 
     params = signal_params_for(config_path)
@@ -136,12 +142,11 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
     def emit(obj: dict[str, Any]) -> None:
         out.write(dumps_line(obj))
 
-    def report_error(number: int, error: RecordError) -> None:
-        sys.stderr.write(bad_line_json(number, error) + "\n")
-
+    bad_lines = BadLines(_stderr_line)
     summary = Summary()
-    score_lines(source, params, None if show_summary else emit, report_error, summary)
+    score_lines(source, params, None if show_summary else emit, bad_lines, summary)
     out.flush()
+    bad_lines.close()
     if show_summary:
         console().print(
             summary_table(summary, title=f"observer score: {getattr(source, 'name', '-')}")
@@ -608,7 +613,7 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
     from observer import app
     from observer.app.judge_file import FileJudge
     from observer.signals.output import dumps_line
-    from observer.views.lines import JudgeTally, bad_line_json, judge_json
+    from observer.views.lines import BadLines, JudgeTally, judge_json
 
     settings = _settings(config_path)
     _quiet_logging(settings)
@@ -623,17 +628,16 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
         disable=not sys.stderr.isatty(),
     )
 
-    def bad_line(number: int, error: RecordError) -> None:
-        tally.bad_lines += 1
-        sys.stderr.write(bad_line_json(number, error) + "\n")
-
+    bad_lines = BadLines(_stderr_line)
     with FileJudge(settings) as file_judge, progress:
         task = progress.add_task("judge", total=None)
-        for each in file_judge.judge(source, bad_line):
+        for each in file_judge.judge(source, bad_lines):
             tally.add(each.result)
             out.write(dumps_line(judge_json(each.signals, each.result, each.findings)))
             progress.advance(task)
     out.flush()
+    bad_lines.close()
+    tally.bad_lines = bad_lines.count
     # The output lines say it per record; this says it at once, where a person looks.
     click.echo(tally.line(), err=True)
     if tally.none_reached():
