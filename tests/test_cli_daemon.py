@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import time
@@ -212,6 +213,36 @@ def test_check_refuses_a_state_file_run_would_refuse(fake: FakeLangfuse, tmp_pat
     result = run(["check", "--state", str(bad)])
     assert result.exit_code == 2
     assert "NOT USABLE" in result.stdout and "keys accepted" in result.stdout
+
+
+def test_another_applications_database_is_refused_and_left_as_it_was(
+    fake: FakeLangfuse, tmp_path: Path
+) -> None:
+    other = tmp_path / "app.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        db.execute("INSERT INTO customers (name) VALUES ('Ada')")
+    db.close()
+    before = other.read_bytes()
+    result = run(["run", "--once", "--state", str(other)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"observer: state file {other} is not observer's: it holds other tables "
+        "(customers) and no observer schema_version; observer adds its tables to no other "
+        "database: give it a new path (--state, state.path) or its own state file"
+    )
+    assert other.read_bytes() == before  # no table added, not even WAL mode
+    assert fake.observation_requests() == 0
+    checked = run(["check", "--state", str(other)])
+    assert checked.exit_code == 2
+    assert "NOT USABLE" in checked.stdout and "not observer's" in checked.stdout
+
+
+def test_an_empty_file_becomes_a_state_file(fake: FakeLangfuse, tmp_path: Path) -> None:
+    empty = tmp_path / "s.sqlite"
+    empty.touch()
+    assert run(["run", "--once", "--state", str(empty)]).exit_code == 0
+    assert run(["run", "--once", "--state", str(empty)]).exit_code == 0  # and is observer's
 
 
 def test_base_url_without_scheme_exits_2_at_once(
