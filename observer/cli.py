@@ -254,7 +254,8 @@ def _run_once_command(parts: app.Parts, dry_run: str | None) -> NoReturn:
         extra = {} if dry_run is None else _dry_run_rows(parts, dry_run)
         title = "observer run --once" + (" --dry-run" if dry_run is not None else "")
         # With the scores on stdout, the table goes to stderr.
-        console(stderr=dry_run == "-").print(pass_table(title, outcome.passed, parts, extra))
+        table = pass_table(title, outcome.passed, parts, extra, outcome.waiting)
+        console(stderr=dry_run == "-").print(table)
     if outcome.error:
         click.echo(f"observer: {outcome.error}", err=True)
     raise SystemExit(outcome.exit_code)
@@ -350,7 +351,7 @@ def _backfill_command(
     parts: app.Parts, begin: datetime, finish: datetime, chunk_hours: float, dry_run: str | None
 ) -> NoReturn:
     from observer import app
-    from observer.views.passes import backfill_bar, pass_table
+    from observer.views.passes import backfill_bar, pass_table, window_done
 
     with backfill_bar(begin, finish) as progress, app.signals_set(parts.stop):
         outcome = app.backfill(parts, begin, finish, timedelta(hours=chunk_hours), progress.update)
@@ -358,9 +359,10 @@ def _backfill_command(
     if outcome.passed is not None:
         extra = {} if dry_run is None else _dry_run_rows(parts, dry_run)
         if stopped:
-            extra["window done"] = f"{iso(begin)} .. {iso(progress.reached)} (stopped there)"
+            extra["window done"] = window_done(begin, progress.reached, outcome.passed)
         title = "observer backfill" + (" --dry-run" if dry_run is not None else "")
-        console(stderr=dry_run == "-").print(pass_table(title, outcome.passed, parts, extra))
+        table = pass_table(title, outcome.passed, parts, extra, outcome.waiting)
+        console(stderr=dry_run == "-").print(table)
     if stopped:
         resume = f"{self_command()} backfill --from {iso(progress.reached)} --to {iso(finish)}"
         click.echo(f"observer: stopped; to go on where it stopped:\n  {resume}", err=True)
