@@ -5,8 +5,9 @@
 
 The JSON files in grafana/dashboards/ are this script's output: change the
 dashboards here, run it, and commit both (tests/deploy/test_grafana.py fails
-when they drift apart). Needs the dev extras (`pip install -e ".[dev]"`), which
-pin the SDK to the Grafana 11.6 schema.
+when they drift apart). Needs the dev extra (`.venv/bin/pip install -e ".[dev]"`),
+which pins the SDK to the Grafana 11.6 schema; without it the script says so in
+one line and exits 2.
 
 Every query uses only the metrics declared in observer/telemetry/metrics.py,
 plus the SLO's recorded ratios of deploy/prometheus/observer-slo.rules.yml.
@@ -24,13 +25,30 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from grafana_foundation_sdk.builders import common as common_builder
-from grafana_foundation_sdk.builders import dashboard as dashboard_builder
-from grafana_foundation_sdk.builders import piechart, prometheus, stat, statetimeline, timeseries
-from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models import common
-from grafana_foundation_sdk.models import dashboard as model
-from grafana_foundation_sdk.models import piechart as piechart_model
+NEEDS_SDK = (
+    "grafana/generate.py needs grafana-foundation-sdk, from observer's dev extra: "
+    '.venv/bin/pip install -e ".[dev]"'
+)
+
+try:
+    from grafana_foundation_sdk.builders import common as common_builder
+    from grafana_foundation_sdk.builders import dashboard as dashboard_builder
+    from grafana_foundation_sdk.builders import (
+        piechart,
+        prometheus,
+        stat,
+        statetimeline,
+        timeseries,
+    )
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models import common
+    from grafana_foundation_sdk.models import dashboard as model
+    from grafana_foundation_sdk.models import piechart as piechart_model
+except ModuleNotFoundError as missing:  # observer installed without the dev extra
+    if missing.name != "grafana_foundation_sdk":
+        raise
+    print(NEEDS_SDK, file=sys.stderr)
+    raise SystemExit(2) from None
 
 DASHBOARDS = Path(__file__).resolve().parent / "dashboards"
 
@@ -533,7 +551,7 @@ def answer_quality() -> dict[str, Any]:
             "release whose line leaves the others is what a page's triage names.",
             [
                 query(
-                    'sum by (release, model, flag) (rate(observer_answers_flagged_by_release_total'
+                    "sum by (release, model, flag) (rate(observer_answers_flagged_by_release_total"
                     f'{{environment=~"$environment"}}[{RATE}]))\n'
                     "/ ignoring (flag) group_left sum by (release, model) "
                     "(rate(observer_answers_by_release_total"

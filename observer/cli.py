@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # each command imports what it needs: `observer --help` stays
     from observer import app
     from observer.alerts.service import AlertService
     from observer.config import Settings
-    from observer.records import RecordError
     from observer.sinks.jsonl import JsonlScoreSink
     from observer.sources.langfuse import LangfuseSource
 
@@ -74,6 +73,7 @@ _USER_ERRORS = (
     ("observer.app.explain", "ExplainError", EXIT_BAD_INPUT),
     ("observer.errors", "ConfigError", EXIT_BAD_INPUT),
     ("observer.state.db", "StateError", EXIT_BAD_INPUT),
+    ("observer.records", "NotRecords", EXIT_BAD_INPUT),
 )
 
 
@@ -109,6 +109,10 @@ def main() -> None:
     """Trust signals for RAG answers traced in Langfuse."""
 
 
+def _stderr_line(line: str) -> None:
+    sys.stderr.write(line + "\n")
+
+
 @main.command()
 @click.argument("source", type=click.File("rb"), default="-", metavar="[PATH|-]")
 @_config_option
@@ -122,12 +126,14 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
     Writes one JSON object per record to stdout, in input order. A line that is
     not a valid record is reported on stderr as {"line": N, "column": C,
     "error": "..."} (column only when the error has one, such as broken JSON)
-    and skipped.
+    and skipped; an error already reported is counted, and said once at the end as
+    {"error": "...", "more_lines": K, "last_line": N}. Exit 2 for a file of
+    Langfuse observations (read by `observer discover --file`).
     """
     from observer.app.score_file import score_lines, signal_params_for
     from observer.signals.output import dumps_line
     from observer.signals.summary import Summary
-    from observer.views.lines import bad_line_json
+    from observer.views.lines import BadLines
     from observer.views.summary import summary_table
 
     params = signal_params_for(config_path)
@@ -136,12 +142,11 @@ def score(source: IO[bytes], config_path: str | None, strict: bool, show_summary
     def emit(obj: dict[str, Any]) -> None:
         out.write(dumps_line(obj))
 
-    def report_error(number: int, error: RecordError) -> None:
-        sys.stderr.write(bad_line_json(number, error) + "\n")
-
+    bad_lines = BadLines(_stderr_line)
     summary = Summary()
-    score_lines(source, params, None if show_summary else emit, report_error, summary)
+    score_lines(source, params, None if show_summary else emit, bad_lines, summary)
     out.flush()
+    bad_lines.close()
     if show_summary:
         console().print(
             summary_table(summary, title=f"observer score: {getattr(source, 'name', '-')}")
@@ -249,7 +254,8 @@ def _run_once_command(parts: app.Parts, dry_run: str | None) -> NoReturn:
         extra = {} if dry_run is None else _dry_run_rows(parts, dry_run)
         title = "observer run --once" + (" --dry-run" if dry_run is not None else "")
         # With the scores on stdout, the table goes to stderr.
-        console(stderr=dry_run == "-").print(pass_table(title, outcome.passed, parts, extra))
+        table = pass_table(title, outcome.passed, parts, extra, outcome.waiting)
+        console(stderr=dry_run == "-").print(table)
     if outcome.error:
         click.echo(f"observer: {outcome.error}", err=True)
     raise SystemExit(outcome.exit_code)
@@ -345,7 +351,7 @@ def _backfill_command(
     parts: app.Parts, begin: datetime, finish: datetime, chunk_hours: float, dry_run: str | None
 ) -> NoReturn:
     from observer import app
-    from observer.views.passes import backfill_bar, pass_table
+    from observer.views.passes import backfill_bar, pass_table, window_done
 
     with backfill_bar(begin, finish) as progress, app.signals_set(parts.stop):
         outcome = app.backfill(parts, begin, finish, timedelta(hours=chunk_hours), progress.update)
@@ -353,9 +359,10 @@ def _backfill_command(
     if outcome.passed is not None:
         extra = {} if dry_run is None else _dry_run_rows(parts, dry_run)
         if stopped:
-            extra["window done"] = f"{iso(begin)} .. {iso(progress.reached)} (stopped there)"
+            extra["window done"] = window_done(begin, progress.reached, outcome.passed)
         title = "observer backfill" + (" --dry-run" if dry_run is not None else "")
-        console(stderr=dry_run == "-").print(pass_table(title, outcome.passed, parts, extra))
+        table = pass_table(title, outcome.passed, parts, extra, outcome.waiting)
+        console(stderr=dry_run == "-").print(table)
     if stopped:
         resume = f"{self_command()} backfill --from {iso(progress.reached)} --to {iso(finish)}"
         click.echo(f"observer: stopped; to go on where it stopped:\n  {resume}", err=True)
@@ -608,7 +615,7 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
     from observer import app
     from observer.app.judge_file import FileJudge
     from observer.signals.output import dumps_line
-    from observer.views.lines import JudgeTally, bad_line_json, judge_json
+    from observer.views.lines import BadLines, JudgeTally, judge_json
 
     settings = _settings(config_path)
     _quiet_logging(settings)
@@ -623,17 +630,16 @@ def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
         disable=not sys.stderr.isatty(),
     )
 
-    def bad_line(number: int, error: RecordError) -> None:
-        tally.bad_lines += 1
-        sys.stderr.write(bad_line_json(number, error) + "\n")
-
+    bad_lines = BadLines(_stderr_line)
     with FileJudge(settings) as file_judge, progress:
         task = progress.add_task("judge", total=None)
-        for each in file_judge.judge(source, bad_line):
+        for each in file_judge.judge(source, bad_lines):
             tally.add(each.result)
             out.write(dumps_line(judge_json(each.signals, each.result, each.findings)))
             progress.advance(task)
     out.flush()
+    bad_lines.close()
+    tally.bad_lines = bad_lines.count
     # The output lines say it per record; this says it at once, where a person looks.
     click.echo(tally.line(), err=True)
     if tally.none_reached():

@@ -1,9 +1,17 @@
-"""RagRecord JSON at the edge: validation with errors that name the field."""
+"""RagRecord JSON at the edge: validation with errors that name the field.
+
+A file of Langfuse observations (what `observer demo` and `observer discover --file`
+read) is not a file of records: `parsed_lines` recognises one by its first line and
+raises NotRecords, which says which commands read it, instead of reporting every
+line as a record without `trace_id`, `question`, `answer` and `sources`.
+"""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -23,6 +31,14 @@ class RecordError(ValueError):
         super().__init__(message)
         self.column = column
 
+
+class NotRecords(ValueError):
+    """The input holds Langfuse observations, not RagRecords; the message says which
+    commands read observations (exit 2)."""
+
+
+# The keys of a Langfuse observation (API v2) that a RagRecord never has.
+_OBSERVATION_KEYS = frozenset({"traceId", "type", "startTime"})
 
 # The JSON parser reports positions as "at line L column C" of the text it was given.
 _POSITION = re.compile(r"\s*at line \d+ column (\d+)$")
@@ -71,17 +87,61 @@ def record_from_obj(obj: object) -> RagRecord:
         raise _describe(error) from None
 
 
+def observation_line(line: str | bytes) -> dict[str, Any] | None:
+    """The Langfuse observation a JSON line holds, or None: an observation itself
+    (`traceId`, `type`, `startTime`), or the first of a list of them, of an API page's
+    `data` or of a trace's `observations`."""
+    try:
+        obj: Any = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(obj, dict):
+        for key in ("data", "observations"):
+            if isinstance(obj.get(key), list):
+                obj = obj[key]
+                break
+    if isinstance(obj, list):
+        obj = obj[0] if obj else None
+    if isinstance(obj, dict) and obj.keys() >= _OBSERVATION_KEYS:
+        return obj
+    return None
+
+
+def _not_records(number: int, observation: dict[str, Any], name: str | None) -> NotRecords:
+    path = name if name and not name.startswith("<") and name != "-" else "FILE"
+    where = f"{name}: " if name else ""
+    return NotRecords(
+        f"{where}line {number} is a Langfuse observation (traceId, type, startTime), "
+        "not a RagRecord (trace_id, question, answer, sources).\n"
+        "  What observer makes of a file of observations:\n"
+        f"    observer discover --file {path}\n"
+        f"    observer explain {observation['traceId']} --file {path}"
+    )
+
+
 def parsed_lines(
     lines: Iterable[bytes], bad_line: Callable[[int, RecordError], None]
 ) -> Iterator[tuple[int, RagRecord]]:
     """Each record of JSON lines with its line number; blank lines are passed over, a
-    line that is not a record goes to `bad_line` with its number and is skipped."""
+    line that is not a record goes to `bad_line` with its number and is skipped.
+
+    A first line that is a Langfuse observation raises NotRecords, naming the file
+    when `lines` is one (it has a `name`); a later one is a bad line saying so."""
+    first = True
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             record = parse_record(line)
         except RecordError as error:
-            bad_line(number, error)
+            observation = observation_line(line)
+            if observation is None:
+                bad_line(number, error)
+            elif first:
+                raise _not_records(number, observation, getattr(lines, "name", None)) from None
+            else:
+                bad_line(number, RecordError("a Langfuse observation, not a RagRecord"))
+            first = False
             continue
+        first = False
         yield number, record

@@ -110,6 +110,63 @@ def test_bad_lines_reported_on_stderr_and_skipped() -> None:
     assert "expected a JSON object" in str(errors[2]["error"])
 
 
+def test_identical_errors_are_reported_once_with_a_count() -> None:
+    missing = json.dumps({"trace_id": "x", "question": "q?", "answer": "a"})
+    stdin = "\n".join([missing, GOOD_A, missing, "{not json", missing, GOOD_B]) + "\n"
+    result = run(["score"], stdin=stdin)
+    assert result.exit_code == 0
+    assert [o["trace_id"] for o in lines_of(result.stdout)] == ["a", "b"]
+    assert lines_of(result.stderr) == [
+        {"line": 1, "error": "sources: Field required"},
+        {"line": 4, "column": 2, "error": "invalid JSON: key must be a string"},
+        {"error": "sources: Field required", "more_lines": 2, "last_line": 5},
+    ]
+
+
+DEMO_TRACES = ROOT / "observer" / "data" / "demo_traces.jsonl"
+
+
+def test_a_file_of_langfuse_observations_exits_2_naming_the_commands_that_read_it() -> None:
+    result = run(["score", str(DEMO_TRACES)])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    first_trace = json.loads(DEMO_TRACES.read_text().splitlines()[0])["traceId"]
+    assert result.stderr.splitlines() == [
+        f"observer: {DEMO_TRACES}: line 1 is a Langfuse observation (traceId, type, "
+        "startTime), not a RagRecord (trace_id, question, answer, sources).",
+        "  What observer makes of a file of observations:",
+        f"    observer discover --file {DEMO_TRACES}",
+        f"    observer explain {first_trace} --file {DEMO_TRACES}",
+    ]
+    # The commands it names read that file.
+    assert run(["discover", "--file", str(DEMO_TRACES)]).exit_code == 0
+    assert run(["explain", first_trace, "--file", str(DEMO_TRACES)]).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "first_line",
+    [
+        {"id": "o1", "traceId": "t1", "type": "SPAN", "startTime": "2026-01-01T00:00:00Z"},
+        {"data": [{"id": "o1", "traceId": "t1", "type": "SPAN", "startTime": "2026-01-01"}]},
+    ],
+    ids=["observation", "api-page"],
+)
+def test_observations_on_stdin_exit_2(first_line: dict[str, object]) -> None:
+    result = run(["score"], stdin=json.dumps(first_line) + "\n" + GOOD_A + "\n")
+    assert result.exit_code == 2
+    assert "observer discover --file FILE" in result.stderr
+    assert result.stdout == ""
+
+
+def test_an_observation_after_records_is_a_bad_line_saying_so() -> None:
+    observation = {"traceId": "t1", "type": "SPAN", "startTime": "2026-01-01T00:00:00Z"}
+    result = run(["score"], stdin=f"{GOOD_A}\n{json.dumps(observation)}\n")
+    assert result.exit_code == 0
+    assert lines_of(result.stderr) == [
+        {"line": 2, "error": "a Langfuse observation, not a RagRecord"}
+    ]
+
+
 def test_strict_exits_1_when_any_line_is_bad_and_still_scores_the_rest() -> None:
     result = run(["score", "--strict"], stdin=f"{GOOD_A}\nnope\n")
     assert result.exit_code == 1

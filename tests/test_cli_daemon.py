@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -18,7 +20,12 @@ from observer.cli import main
 from observer.model import RagRecord, Signals
 from observer.signals import SignalParams
 from tests.daemon_helpers import ROOT, configure, demo_counts, demo_observations
-from tests.fakes.langfuse_server import FakeLangfuse
+from tests.fakes.langfuse_server import (
+    OBSERVATIONS_PATH,
+    SCORES_PATH,
+    FakeLangfuse,
+    RequestRecord,
+)
 from tests.fakes.openai_stub import OpenAIStub
 
 DEMO = demo_counts()
@@ -212,6 +219,36 @@ def test_check_refuses_a_state_file_run_would_refuse(fake: FakeLangfuse, tmp_pat
     result = run(["check", "--state", str(bad)])
     assert result.exit_code == 2
     assert "NOT USABLE" in result.stdout and "keys accepted" in result.stdout
+
+
+def test_another_applications_database_is_refused_and_left_as_it_was(
+    fake: FakeLangfuse, tmp_path: Path
+) -> None:
+    other = tmp_path / "app.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        db.execute("INSERT INTO customers (name) VALUES ('Ada')")
+    db.close()
+    before = other.read_bytes()
+    result = run(["run", "--once", "--state", str(other)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"observer: state file {other} is not observer's: it holds other tables "
+        "(customers) and no observer schema_version; observer adds its tables to no other "
+        "database: give it a new path (--state, state.path) or its own state file"
+    )
+    assert other.read_bytes() == before  # no table added, not even WAL mode
+    assert fake.observation_requests() == 0
+    checked = run(["check", "--state", str(other)])
+    assert checked.exit_code == 2
+    assert "NOT USABLE" in checked.stdout and "not observer's" in checked.stdout
+
+
+def test_an_empty_file_becomes_a_state_file(fake: FakeLangfuse, tmp_path: Path) -> None:
+    empty = tmp_path / "s.sqlite"
+    empty.touch()
+    assert run(["run", "--once", "--state", str(empty)]).exit_code == 0
+    assert run(["run", "--once", "--state", str(empty)]).exit_code == 0  # and is observer's
 
 
 def test_base_url_without_scheme_exits_2_at_once(
@@ -450,6 +487,111 @@ def test_a_stopped_backfill_exits_130_and_prints_the_command_that_resumes(
     )
     assert done.exit_code == 0, done.output
     assert len(fake.live_scores()) == DEMO.scores
+
+
+def table_rows(text: str) -> dict[str, str]:
+    """A printed pass table's rows, key to value, wrapped lines joined."""
+    rows: dict[str, str] = {}
+    key = ""
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("│").split("│")]
+        if len(cells) != 2:
+            continue
+        if cells[0]:
+            key = cells[0]
+            rows[key] = cells[1]
+        elif key:
+            rows[key] += " " + cells[1]
+    return rows
+
+
+def number(row: str) -> int:
+    return int(row.split()[0].replace(",", ""))
+
+
+def interrupt_at(fake: FakeLangfuse, request: int, status: int | None = None) -> None:
+    """Ctrl-C (SIGINT to this process, whose main thread runs the command) while Langfuse
+    answers the `request`th read of observations; with `status`, that read fails so (the
+    stop comes while the client waits to try it again)."""
+    reads: list[RequestRecord] = []
+
+    def on_request(record: RequestRecord) -> None:
+        if record.path != OBSERVATIONS_PATH:
+            return
+        reads.append(record)
+        if len(reads) == request - 1 and status is not None:
+            fake.fail_next(status, retry_after=30, path_prefix=OBSERVATIONS_PATH)
+        if len(reads) == request:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    fake.on_request = on_request
+
+
+DEMO_WINDOW = ["--from", "2026-11-27T00:00:00Z", "--to", "2026-11-29T00:00:00Z"]
+
+
+@pytest.mark.parametrize("status", [None, 429], ids=["between-pages", "waiting-out-a-429"])
+def test_a_backfill_stopped_mid_chunk_counts_what_the_chunk_did(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, status: int | None
+) -> None:
+    """One chunk holds the whole demo, read 20 observations a page: stopped on its fourth
+    page, the summary counts the traces and scores of the pages read, and says the chunk
+    was cut short; the resume command reads it again from its start."""
+    monkeypatch.setenv("OBSERVER_SOURCE__PAGE_LIMIT", "20")
+    state = str(tmp_path / "s.sqlite")
+    interrupt_at(fake, 4, status)
+    result = run(["backfill", *DEMO_WINDOW, "--chunk-hours", "48", "--state", state])
+    assert result.exit_code == 130, result.output
+    rows = table_rows(result.stdout)
+    queued, delivered = number(rows["scores queued"]), number(rows["scores delivered"])
+    assert 0 < number(rows["traces scored"]) < DEMO.scored
+    assert 0 < queued < DEMO.scores
+    assert "scores waiting from an earlier run" not in rows
+    left = number(rows["scores left in the outbox"]) if "scores left in the outbox" in rows else 0
+    # All of it, delivered or kept for the next run (a 429 holds the shared budget back).
+    assert delivered + left == queued and delivered == len(fake.scores)
+    assert rows["window done"] == (
+        "2026-11-27T00:00:00.000Z .. 2026-11-27T00:00:00.000Z (stopped there; the chunk "
+        "after it was cut short: what it did is counted above)"
+    )
+    assert "backfill --from 2026-11-27T00:00:00.000Z --to 2026-11-29T00:00:00.000Z" in (
+        result.stderr
+    )
+    fake.on_request = None
+    fake.clear_failures()
+    done = run(["backfill", *DEMO_WINDOW, "--chunk-hours", "48", "--state", state])
+    assert done.exit_code == 0, done.output
+    rows = table_rows(done.stdout)
+    assert number(rows["traces scored"]) == DEMO.scored - number(
+        table_rows(result.stdout)["traces scored"]
+    )
+    assert len(fake.live_scores()) == DEMO.scores and fake.duplicates() == []
+
+
+def test_scores_an_earlier_run_left_are_said_to_be_among_those_delivered(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An earlier backfill scored every trace but could not deliver: the next one, stopped,
+    scores nothing new and delivers what the outbox held, and says so."""
+    monkeypatch.setenv("OBSERVER_RUN__SHUTDOWN_GRACE_S", "0.5")
+    state = str(tmp_path / "s.sqlite")
+    fake.fail_next(503, count=10**6, path_prefix=SCORES_PATH, method="POST")
+    first = run(["backfill", *DEMO_WINDOW, "--state", state])
+    assert first.exit_code == 3, first.output
+    assert number(table_rows(first.stdout)["scores left in the outbox"]) == DEMO.scores
+    fake.clear_failures()
+    monkeypatch.setenv("OBSERVER_RUN__SHUTDOWN_GRACE_S", "5")
+    interrupt_at(fake, 2)
+    result = run(["backfill", *DEMO_WINDOW, "--state", state])
+    assert result.exit_code == 130, result.output
+    rows = table_rows(result.stdout)
+    assert number(rows["traces scored"]) == 0 and number(rows["scores queued"]) == 0
+    assert rows["scores waiting from an earlier run"] == f"{DEMO.scores:,} (in the outbox at start)"
+    assert rows["scores delivered"].endswith(" (the earlier run's included)")
+    delivered = number(rows["scores delivered"])
+    left = number(rows["scores left in the outbox"]) if "scores left in the outbox" in rows else 0
+    assert delivered > 0 and delivered + left == DEMO.scores
+    assert len(fake.live_scores()) == delivered
 
 
 def test_an_empty_stretch_of_backfill_costs_a_few_requests_not_one_a_chunk(

@@ -26,6 +26,9 @@ class OnceResult:
     passed: PassResult | None
     undelivered: int
     error: str | None = None
+    # Scores the outbox held when the command began (an earlier run's): delivered with
+    # this run's, so what it delivered is at most these and what it queued.
+    waiting: int = 0
 
 
 def run_once(
@@ -52,6 +55,7 @@ def _flush_telemetry(parts: Parts) -> None:
 
 def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None) -> OnceResult:
     grace = parts.settings.run.shutdown_grace_s
+    waiting = parts.state.outbox_size()  # an earlier run's, delivered with this one's
     if parts.judge is not None:
         parts.judge.start()
     try:
@@ -64,7 +68,7 @@ def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None)
     except RemoteError as error:
         stop_judge(parts, Deadline.within(grace))
         parts.dispatcher.flush(grace)
-        return OnceResult(exit_code(error), None, parts.state.outbox_size(), str(error))
+        return OnceResult(exit_code(error), None, parts.state.outbox_size(), str(error), waiting)
     stop_judge(parts, Deadline.within(parts.settings.judge.timeout_s * 4 + grace))
     deadline = Deadline.within(grace)
     parts.dispatcher.flush(grace)
@@ -75,8 +79,8 @@ def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None)
     left = parts.state.outbox_size()
     if left:
         code = EXIT_AUTH if parts.dispatcher.auth_failed else EXIT_UNREACHABLE
-        return OnceResult(code, result, left, undelivered_message(parts, left))
-    return OnceResult(EXIT_OK, result, 0)
+        return OnceResult(code, result, left, undelivered_message(parts, left), waiting)
+    return OnceResult(EXIT_OK, result, 0, waiting=waiting)
 
 
 def budget_held(parts: Parts) -> bool:
@@ -123,7 +127,11 @@ def backfill(
     progress: Callable[[datetime, PassResult], None] = lambda _at, _result: None,
 ) -> OnceResult:
     """The pipeline over a past window, chunk by chunk (sized by what the chunks before
-    held); the watermark is not touched."""
+    held); the watermark is not touched.
+
+    Stopped (or failed) in the middle of a chunk, the result counts what that chunk did
+    so far, and `progress` was last told the end of the chunk before it: the chunk is
+    read again from its start by the next run (what it handled is then unchanged)."""
     try:
         return _backfill(parts, start, end, chunk, progress)
     finally:
@@ -140,6 +148,7 @@ def _backfill(
     chunk: timedelta,
     progress: Callable[[datetime, PassResult], None],
 ) -> OnceResult:
+    waiting = parts.state.outbox_size()  # before the dispatcher sends any of it
     parts.dispatcher.start()
     if parts.judge is not None:
         parts.judge.start()
@@ -147,19 +156,24 @@ def _backfill(
     cursor = start
     size = chunk
     light = parts.settings.source.page_limit // 2
+    result = PassResult(start, start)  # the chunk in hand; counted as it goes
     try:
         now = parts.clock()
         while cursor < end and not parts.stop.is_set():
             chunk_end = min(end, cursor + size)
             # Read on past the chunk: the children of a trace rooted just before its end.
             read_until = chunk_end + timedelta(seconds=parts.settings.source.overlap_s)
-            result = parts.pipeline.process_window(cursor, chunk_end, now, read_until)
+            result = PassResult(cursor, chunk_end)
+            parts.pipeline.process_window(cursor, chunk_end, now, read_until, result=result)
+            if result.cut_short:
+                break  # a stop in the middle of the chunk: counted below, not done
             if result.deferred:
                 # The outbox was full: wait for room, then read the chunk again (what was
                 # recorded is unchanged the second time). Never done with a trace unscored.
                 _wait_for_outbox_room(parts)
                 continue
             totals.add(result)
+            result = PassResult(chunk_end, chunk_end)
             cursor = chunk_end
             progress(cursor, result)
             # A chunk costs a request however little it holds: after a light one the next
@@ -172,19 +186,24 @@ def _backfill(
         if cursor < end:
             raise Stopped()
     except (RemoteError, Stopped) as error:
+        # What the chunk cut short did: its traces recorded, their scores queued.
+        totals.add(result)
+        totals.cut_short = result.observations > 0
         stop_judge(parts, Deadline.within(parts.settings.run.shutdown_grace_s))
         parts.dispatcher.shutdown(Deadline.within(parts.settings.run.shutdown_grace_s))
-        if isinstance(error, Stopped):
-            return OnceResult(EXIT_OK, totals, parts.state.outbox_size(), "stopped")
-        return OnceResult(exit_code(error), totals, parts.state.outbox_size(), str(error))
+        left = parts.state.outbox_size()
+        # A stop asked for while a request was retried ends it with that request's error.
+        if isinstance(error, Stopped) or parts.stop.is_set():
+            return OnceResult(EXIT_OK, totals, left, "stopped", waiting)
+        return OnceResult(exit_code(error), totals, left, str(error), waiting)
     stop_judge(parts, Deadline.within(parts.settings.run.shutdown_grace_s))
     flushed, _ended = parts.dispatcher.shutdown(
         Deadline.within(parts.settings.run.shutdown_grace_s)
     )
     left = parts.state.outbox_size()
     if not flushed and left:
-        return OnceResult(EXIT_UNREACHABLE, totals, left, undelivered_message(parts, left))
-    return OnceResult(EXIT_OK, totals, 0)
+        return OnceResult(EXIT_UNREACHABLE, totals, left, undelivered_message(parts, left), waiting)
+    return OnceResult(EXIT_OK, totals, 0, waiting=waiting)
 
 
 def _wait_for_outbox_room(parts: Parts) -> None:

@@ -120,8 +120,9 @@ def build_judge_client(settings: Settings, telemetry: Telemetry | None = None) -
     )
 
 
-def build_notifiers(settings: Settings) -> dict[str, Notifier]:
-    """Every configured notifier, its secret from the variable it names (ConfigError if unset)."""
+def build_notifiers(settings: Settings, only: str | None = None) -> dict[str, Notifier]:
+    """Every configured notifier (or only the one named), its secret from the variable it
+    names (ConfigError if unset): a notifier not built needs no secret."""
     from observer.alerts.notifiers.alertmanager import AlertmanagerNotifier
     from observer.alerts.notifiers.pagerduty import PagerDutyNotifier
     from observer.alerts.notifiers.slack import SlackNotifier
@@ -129,6 +130,8 @@ def build_notifiers(settings: Settings) -> dict[str, Notifier]:
 
     built: dict[str, Notifier] = {}
     for n in settings.alerts.notifiers:
+        if only is not None and n.name != only:
+            continue
         secret = settings.notifier_secret(n)
         try:
             notifier: Notifier

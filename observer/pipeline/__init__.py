@@ -151,6 +151,7 @@ class PassResult:
     scores: int = 0
     hold: datetime | None = None  # oldest root the watermark must not pass
     sweep: bool = False  # a daemon pass that re-read the overlap before the watermark
+    cut_short: bool = False  # stopped before the end of its window: counts what it did
     skip_reasons: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: PassResult) -> None:
@@ -312,7 +313,13 @@ class Pipeline:
         return result
 
     def process_window(
-        self, start: datetime, end: datetime, now: datetime, read_until: datetime | None = None
+        self,
+        start: datetime,
+        end: datetime,
+        now: datetime,
+        read_until: datetime | None = None,
+        *,
+        result: PassResult | None = None,
     ) -> PassResult:
         """Handle every trace whose root starts in [start, end), with all its observations.
 
@@ -320,9 +327,16 @@ class Pipeline:
         before now (a backfill chunk) reads on past its end, so a trace rooted just
         before it keeps the children that started just after. Traces rooted at or
         after `end` are left to the next window.
+
+        Counted into `result` when given (a new PassResult otherwise), as it goes: when
+        the pass raises (a stop while the source waits, Langfuse unreachable), what it
+        did before is still counted there. A stop between pages returns the result
+        `cut_short`.
         """
         with self.tracer.start_as_current_span("observer.poll_pass") as span:
-            result = self._window(start, end, now, max(end, read_until or end))
+            if result is None:
+                result = PassResult(start, end)
+            self._window(start, end, now, max(end, read_until or end), result)
             if span.is_recording():
                 span.set_attributes(
                     {
@@ -341,9 +355,13 @@ class Pipeline:
             return result
 
     def _window(
-        self, start: datetime, end: datetime, now: datetime, read_until: datetime
+        self,
+        start: datetime,
+        end: datetime,
+        now: datetime,
+        read_until: datetime,
+        result: PassResult,
     ) -> PassResult:
-        result = PassResult(start, end)
         limit = self.traces.rules.max_observations
         with self.metrics.pass_duration.time():
             flight: dict[str, _InFlight] = {}
@@ -379,6 +397,7 @@ class Pipeline:
                 if self.should_stop():
                     # Hand back the rest: the watermark stays, the next run re-reads it.
                     result.hold = start if result.hold is None else min(result.hold, start)
+                    result.cut_short = True
                     self.notify()
                     return result
             rooted = [t for t, f in flight.items() if f.root is not None]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -19,6 +20,9 @@ from pathlib import Path
 from observer.times import iso
 
 SCHEMA_VERSION = 1
+
+# The tables a schema creates (CREATE TABLE IF NOT EXISTS name ...).
+_TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+)", re.IGNORECASE)
 
 
 class StateError(Exception):
@@ -41,6 +45,7 @@ class Database:
             self.db = sqlite3.connect(
                 str(self.path), check_same_thread=False, isolation_level=None, timeout=10
             )
+            self._refuse_a_stranger(schema)  # before anything is written to it
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(schema)
@@ -60,6 +65,32 @@ class Database:
             raise StateError(
                 f"state file {self.path} cannot be created: {error.strerror}"
             ) from None
+
+    def _refuse_a_stranger(self, schema: str) -> None:
+        """StateError when the file is another application's database: it holds a table
+        observer does not create, and no `schema_version` in a `meta` table. An empty
+        file, or one holding only observer's tables (a first open cut short), is fine."""
+        tables = {
+            str(row[0])
+            for row in self.db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        }
+        strangers = sorted(tables - set(_TABLE.findall(schema)))
+        if not strangers:
+            return
+        if "meta" in tables:
+            row = self.db.execute("SELECT 1 FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is not None:
+                return
+        shown = ", ".join(strangers[:5]) + (
+            f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""
+        )
+        raise StateError(
+            f"state file {self.path} is not observer's: it holds other tables ({shown}) "
+            "and no observer schema_version; observer adds its tables to no other "
+            "database: give it a new path (--state, state.path) or its own state file"
+        )
 
     def scalar(self, sql: str, *args: object) -> int:
         row = self.db.execute(sql, args).fetchone()

@@ -29,7 +29,13 @@ def demo_report(
                 f"this state, which wrote its scores ({out} left as it was)"
             }
         shown.append(
-            pass_table("observer demo: bundled Langfuse traces", outcome.passed, parts, extra)
+            pass_table(
+                "observer demo: bundled Langfuse traces",
+                outcome.passed,
+                parts,
+                extra,
+                outcome.waiting,
+            )
         )
     shown.append(
         summary_table(

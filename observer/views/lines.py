@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from observer.judge.outcome import JudgeResult
     from observer.records import RecordError
     from observer.resolver.core import ResolverFindings
@@ -20,6 +22,52 @@ def bad_line_json(number: int, error: RecordError) -> str:
         report["column"] = error.column
     report["error"] = str(error)
     return json.dumps(report, ensure_ascii=False)
+
+
+@dataclass
+class _Repeated:
+    more_lines: int = 0
+    last_line: int = 0
+
+
+@dataclass
+class BadLines:
+    """Reports the bad input lines of `observer score` and `observer judge`: the first
+    line with a given error as `bad_line_json`, at once; a later line with the same
+    error is counted, not written, and `close` writes one line per repeated error:
+    `{"error": ..., "more_lines": K, "last_line": N}` (K more lines had it, N the last).
+    A file of 300 records missing the same field says so in two lines, not 300."""
+
+    write: Callable[[str], None]
+    count: int = 0
+    _repeated: dict[str, _Repeated] = field(default_factory=dict)
+
+    def __call__(self, number: int, error: RecordError) -> None:
+        self.count += 1
+        message = str(error)
+        repeated = self._repeated.get(message)
+        if repeated is None:
+            self._repeated[message] = _Repeated()
+            self.write(bad_line_json(number, error))
+        else:
+            repeated.more_lines += 1
+            repeated.last_line = number
+
+    def close(self) -> None:
+        """Write the count of every error seen on more than one line (once)."""
+        for message, repeated in self._repeated.items():
+            if repeated.more_lines:
+                self.write(
+                    json.dumps(
+                        {
+                            "error": message,
+                            "more_lines": repeated.more_lines,
+                            "last_line": repeated.last_line,
+                        },
+                        ensure_ascii=False,
+                    )
+                )
+        self._repeated.clear()
 
 
 def judge_json(

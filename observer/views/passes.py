@@ -22,8 +22,15 @@ if TYPE_CHECKING:
     from observer.telemetry.metrics import Metrics
 
 
-def pass_table(title: str, result: PassResult, parts: Parts, extra: dict[str, str]) -> Table:
-    """What a pass read, scored, skipped, queued and delivered; `extra` rows at the end."""
+def pass_table(
+    title: str, result: PassResult, parts: Parts, extra: dict[str, str], waiting: int = 0
+) -> Table:
+    """What a pass read, scored, skipped, queued and delivered; `extra` rows at the end.
+
+    `waiting`: the scores the outbox held when the command began (an earlier run's),
+    delivered with this run's. The rows add up: delivered is at most queued (the
+    judge's too) and waiting, and what is not delivered is left in the outbox or
+    was refused."""
     from rich.table import Table
 
     table = Table(title=title, show_header=False)
@@ -60,15 +67,23 @@ def pass_table(title: str, result: PassResult, parts: Parts, extra: dict[str, st
             for n in JUDGE_SCORE_NAMES
         )
         table.add_row("judge scores queued", f"{int(judge_scores):,}")
-    # Delivered counts the judge's scores, and any the outbox held from an earlier run.
+    if waiting:
+        table.add_row("scores waiting from an earlier run", f"{waiting:,} (in the outbox at start)")
+    # Delivered counts the judge's scores, and those the outbox held from an earlier run.
     delivered = int(metrics.value("observer_scores_pushed_total"))
-    note = " (the judge's included)" if parts.judge is not None else ""
+    notes = ["the judge's included"] if parts.judge is not None else []
+    if waiting:
+        notes.append("the earlier run's included")
+    note = f" ({'; '.join(notes)})" if notes else ""
     table.add_row("scores delivered", f"{delivered:,}{note}")
     dropped = sum(
         parts.metrics.value("observer_scores_dropped_total", reason=r) for r in ("rejected",)
     )
     if dropped:
         table.add_row("scores refused by Langfuse", f"{int(dropped):,}")
+    left = parts.state.outbox_size()
+    if left:
+        table.add_row("scores left in the outbox", f"{left:,} (the next run delivers them)")
     if parts.budget is not None:
         from observer.app.once import budget_held
 
@@ -82,6 +97,14 @@ def pass_table(title: str, result: PassResult, parts: Parts, extra: dict[str, st
     for key, value in extra.items():
         table.add_row(key, value)
     return table
+
+
+def window_done(begin: datetime, reached: datetime, result: PassResult) -> str:
+    """A stopped backfill's row: how far it got, and whether the chunk after was cut
+    short (what it did is in the counts; the backfill that goes on reads it again)."""
+    cut = "; the chunk after it was cut short: what it did is counted above"
+    cut = cut if result.cut_short else ""
+    return f"{iso(begin)} .. {iso(reached)} (stopped there{cut})"
 
 
 def dry_run_rows(written: int, target: str) -> dict[str, str]:

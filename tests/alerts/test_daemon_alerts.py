@@ -274,6 +274,9 @@ url = "http://127.0.0.1:9"
     missing = cli.invoke(main, ["alerts", "test", "--config", str(config)])
     assert missing.exit_code == 2
     assert "HOOK_SECRET is not set" in missing.output
+    unknown = cli.invoke(main, ["alerts", "test", "--config", str(config), "--notifier", "nope"])
+    assert unknown.exit_code == 2
+    assert "no notifier named 'nope' (configured: hook, dead)" in unknown.output
 
 
 RELEASE_RULE = """

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -54,6 +55,17 @@ def generator() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_without_the_dev_extra_the_generator_says_which_extra_in_one_line() -> None:
+    """`python -S`: no site-packages, as after `pip install -e .` without `[dev]`."""
+    result = run([sys.executable, "-S", str(GRAFANA / "generate.py"), "--check"])
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        "grafana/generate.py needs grafana-foundation-sdk, from observer's dev extra: "
+        '.venv/bin/pip install -e ".[dev]"\n'
+    )
 
 
 def board(name: str) -> dict[str, Any]:

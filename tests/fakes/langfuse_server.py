@@ -837,6 +837,9 @@ class FakeLangfuse(LoopbackService):
         self._fail_rules: list[_FailRule] = []
         self._reject_next: int = 0
         self._in_flight = 0
+        # Told each request as it is answered, before the answer leaves: a test acts at a
+        # moment of the client's work (a signal in the middle of a pass).
+        self.on_request: Callable[[RequestRecord], None] | None = None
         self.dashboards_api = True
         self._score_configs: dict[str, JsonDict] = {}
         self._widgets: dict[str, JsonDict] = {}
@@ -1254,6 +1257,8 @@ class FakeLangfuse(LoopbackService):
         )
         with self._lock:
             self._requests.append(record)
+        if self.on_request is not None:
+            self.on_request(record)
 
     def _take_failure(self, method: str, path: str) -> _Response | None:
         with self._lock:

@@ -124,6 +124,38 @@ def test_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
         State(tmp_path / "nope" / "s.sqlite")
 
 
+def test_a_database_with_other_tables_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        db.execute("CREATE TABLE orders (id INTEGER)")
+    db.close()
+    with pytest.raises(StateError, match=r"not observer's: it holds other tables \(orders\)"):
+        State(path)
+
+
+def test_observers_own_tables_without_a_version_open(tmp_path: Path) -> None:
+    """A first open cut short between creating the tables and writing the version."""
+    path = tmp_path / "s.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE traces (trace_id TEXT PRIMARY KEY, fingerprint TEXT NOT NULL,"
+            " root_start TEXT NOT NULL, seen_at TEXT NOT NULL)"
+        )
+    db.close()
+    State(path).close()
+
+
+def test_a_state_file_with_a_table_this_version_does_not_know_opens(tmp_path: Path) -> None:
+    """observer's own file (its schema_version says so), with a table added by another version."""
+    path = tmp_path / "s.sqlite"
+    State(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE later_feature (x INTEGER)")
+    db.close()
+    State(path).close()
+
+
 def test_unreadable_file_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite"
     path.write_bytes(b"this is not a database" * 100)

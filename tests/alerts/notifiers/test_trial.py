@@ -168,6 +168,24 @@ def test_test_notifiers_says_what_each_received(receiver: Receiver, tmp_path: Pa
     assert one.sent.startswith("sent (a TEST")
 
 
+@pytest.mark.usefixtures("quick")
+def test_one_notifier_is_tested_with_its_own_secret_alone(
+    monkeypatch: pytest.MonkeyPatch, receiver: Receiver, tmp_path: Path
+) -> None:
+    """PD_KEY and SLACK_URL unset: testing the webhook does not ask for them."""
+    monkeypatch.setenv("HOOK_SECRET", HOOK_SECRET)
+    path = config(tmp_path, receiver)
+    result = CliRunner().invoke(
+        main, ["alerts", "test", "--config", str(path), "--notifier", "hook"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "hook: sent, resolved\n"
+    assert [r.path for r in receiver.requests] == ["/hook", "/hook"]
+    every = CliRunner().invoke(main, ["alerts", "test", "--config", str(path)])
+    assert every.exit_code == 2  # all of them: each secret is needed
+    assert "PD_KEY is not set" in every.output
+
+
 @pytest.mark.usefixtures("quick", "secrets")
 def test_a_failed_resolve_is_a_failure_that_says_the_alert_is_open(
     receiver: Receiver, tmp_path: Path
