@@ -596,11 +596,62 @@ def _demo_report(
     raise SystemExit(outcome.exit_code)
 
 
-@main.command()
+class _JudgeCommands(click.Group):
+    """`observer judge FILE` judges a file (the command `file`); `observer judge agreement`
+    compares the judge with people: a first word that names no command is the file's."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
+            args = ["file", *args]
+        return super().parse_args(ctx, args)
+
+
+@main.group(cls=_JudgeCommands)
+def judge() -> None:
+    """The LLM judge: judge a file of records, or compare it with people's labels.
+
+    `observer judge FILE` is `observer judge file FILE`.
+    """
+
+
+@judge.command("agreement")
+@click.option(
+    "--since", default="7d", show_default=True, help="Labels made this long ago up to now."
+)
+@click.option("--json", "as_json", is_flag=True, help="As JSON.")
+@_config_option
+def judge_agreement_command(since: str, as_json: bool, config_path: str | None) -> None:
+    """How far the judge agrees with the people who label answers in Langfuse.
+
+    Pairs people's scores named judge.human_score (source ANNOTATION) with the
+    judge's faithfulness scores on the same traces: pairs, Cohen's kappa,
+    precision and recall on unfaithful answers, the disagreements with their
+    Langfuse links, per judge model and prompt. A figure with nothing to
+    compute it from is null, never 0 or 1.
+    """
+    from observer.app.judge_agreement import judge_agreement
+    from observer.views.judge import agreement_lines
+
+    settings = _settings(config_path)
+    _quiet_logging(settings)
+    try:
+        window = parse_duration(since)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--since") from None
+    end = datetime.now(UTC)
+    found, link = judge_agreement(settings, end - window, end)
+    if as_json:
+        click.echo(json.dumps(found.as_dict(link), indent=2))
+        return
+    for line in agreement_lines(found, link):
+        click.echo(line)
+
+
+@judge.command("file")
 @click.argument("source", type=click.File("rb"), default="-", metavar="[PATH|-]")
 @_config_option
 @click.option("--strict", is_flag=True, help="Exit 1 when any line was bad or could not be judged.")
-def judge(source: IO[bytes], config_path: str | None, strict: bool) -> None:
+def judge_file(source: IO[bytes], config_path: str | None, strict: bool) -> None:
     """Judge RagRecord JSON lines offline with the configured LLM (every line, no sampling).
 
     Writes `observer score`'s object plus claims, verdicts, faithfulness,

@@ -124,7 +124,13 @@ def unknown_subcommand(words: list[str]) -> str | None:
     command = main.commands.get(words[0])
     if command is None:
         return f"no subcommand {words[0]!r} (there are {sorted(main.commands)})"
-    if isinstance(command, click.Group) and (len(words) < 2 or words[1] not in command.commands):
+    # A group with a default command (`observer judge FILE` is `observer judge file FILE`).
+    default = isinstance(command, click.Group) and "file" in command.commands
+    if (
+        isinstance(command, click.Group)
+        and not default
+        and (len(words) < 2 or words[1] not in command.commands)
+    ):
         return f"{words[0]!r} needs one of {sorted(command.commands)}"
     return None
 

@@ -1,0 +1,38 @@
+"""`observer judge agreement` as plain lines: the figures, then per judge, then the
+disagreements with their links (one a line, never wrapped)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from observer.judge.agreement import Agreement, Pair
+
+
+def _figure(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def figures(found: Agreement) -> str:
+    return (
+        f"pairs {found.pairs}  kappa {_figure(found.kappa)}  "
+        f"precision {_figure(found.precision)}  recall {_figure(found.recall)}"
+    )
+
+
+def agreement_lines(found: Agreement, link: Callable[[Pair], str | None]) -> list[str]:
+    if found.pairs == 0:
+        return [
+            "no answer both judged and labelled in the window: nothing to compare (pairs 0, "
+            "kappa n/a)"
+        ]
+    lines = [f"judge against people: {figures(found)}  (unfaithful is the positive class)"]
+    for key, each in sorted(found.by_judge.items()):
+        lines.append(f"  {key}: {figures(each)}")
+    if found.disagreements:
+        lines.append(f"disagreements ({len(found.disagreements)}):")
+        for pair in found.disagreements:
+            judge = "unfaithful" if pair.judge_unfaithful else "faithful"
+            person = "unfaithful" if pair.human_unfaithful else "faithful"
+            where = link(pair) or pair.trace_id
+            lines.append(f"  judge {judge}, people {person}: {where}")
+    return lines
