@@ -578,7 +578,7 @@ def _demo_report(
 
     shown = console()
     for each in demo_report(parts, outcome, _written(parts), out, state_path):
-        shown.print(each)
+        shown.print(each, soft_wrap=isinstance(each, str))  # a pipe gets each command whole
     if serve and outcome.exit_code == app.EXIT_OK:
         app.serve_until_stopped(
             parts,
@@ -768,7 +768,8 @@ def alerts_backtest(
     """Replay the rules over the stored history: when each would have fired and resolved.
 
     The same engine as the daemon, from a clean state; nothing is sent. Try a
-    rule here before anyone is paged by it.
+    rule here before anyone is paged by it. Not on a terminal, the columns are
+    plain and never wrap.
     """
     from observer import app
     from observer.views import alerts as view
@@ -787,14 +788,19 @@ def alerts_backtest(
         span = service.state.history.span()
         results = app.backtest(service, begin, finish, step_s, rule)
         regressions = app.backtest_regressions(service, begin, finish, step_s, rule)
+    held = "the state file holds no signal history yet: nothing to replay"
+    if span is not None:
+        held = f"history held: {view.when(span[0])} .. {view.when(span[1])}"
+    after = [*view.backtest_triage(results), *view.regression_lines(regressions)]
+    if not sys.stdout.isatty():  # plain columns, never wrapped, as `alerts status`
+        for line in [held, *view.backtest_plain(results, begin, finish), *after]:
+            click.echo(line)
+        return
     shown = console()
-    if span is None:
-        shown.print("the state file holds no signal history yet: nothing to replay")
-    else:
-        shown.print(f"history held: {view.when(span[0])} .. {view.when(span[1])}")
+    shown.print(held)
     for table in view.backtest_tables(results, begin, finish):
         shown.print(table)
-    for line in [*view.backtest_triage(results), *view.regression_lines(regressions)]:
+    for line in after:
         shown.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
