@@ -259,9 +259,54 @@ def test_backfill_scores_a_past_window_with_progress(fake: FakeLangfuse, tmp_pat
         ]
     )
     assert result.exit_code == 0, result.output
-    assert "backfill" in result.stderr  # the progress bar
+    # Off a terminal (CliRunner's stderr is not one), no bar and no last frame of it.
+    assert "━" not in result.stderr and " eta " not in result.stderr
     assert len(fake.scores) == DEMO.scores
     assert fake.duplicates() == []
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def test_backfill_on_a_terminal_draws_its_bar_below_the_log_lines(
+    fake: FakeLangfuse, tmp_path: Path
+) -> None:
+    """The log line the demo's older-SDK traces raise (slow_ingestion_detected, info)
+    starts a line of its own, the bar drawn again under it: never glued to the bar."""
+    import pty
+
+    primary, secondary = pty.openpty()
+    env = {**os.environ, "COLUMNS": "200", "OBSERVER_LOG__LEVEL": "info"}
+    window = ["--from", "2026-11-27T00:00:00Z", "--to", "2026-11-29T00:00:00Z"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "observer", "backfill", *window, "--chunk-hours", "1",
+         "--state", str(tmp_path / "s.sqlite")],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=secondary,
+    ) as process:  # fmt: skip
+        os.close(secondary)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # the other end closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert process.wait(timeout=120) == 0
+    os.close(primary)
+    text = seen.decode("utf-8", "replace")
+    assert "backfill" in text and "━" in text  # the bar, on a terminal
+    logged = [
+        re.split(r"[\r\n]", ANSI.sub("", before))[-1]
+        for before in text.split("slow_ingestion_detected")[:-1]
+    ]
+    assert logged  # the line was logged, while the bar was drawn
+    # What precedes the event on its line is the log line's own start, no bar.
+    assert all(re.fullmatch(r"\S+Z \[info\s*\] ", line) for line in logged), logged
 
 
 @pytest.mark.parametrize(

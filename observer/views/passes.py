@@ -148,7 +148,10 @@ class BackfillProgress:
 
 @contextmanager
 def backfill_bar(begin: datetime, finish: datetime) -> Iterator[BackfillProgress]:
-    """A bar on stderr over the window's time, with an ETA and traces and scores so far."""
+    """On a terminal, a bar on stderr over the window's time, with an ETA and traces and
+    scores so far; the log lines go above it (observer.telemetry.logging writes to the
+    current `sys.stderr`, which the bar's console holds while it is drawn). Elsewhere,
+    nothing: no bar, no last frame in a log file."""
     from rich.progress import (
         BarColumn,
         Progress,
@@ -167,6 +170,7 @@ def backfill_bar(begin: datetime, finish: datetime) -> Iterator[BackfillProgress
         TimeRemainingColumn(),
         TextColumn("{task.fields[note]}"),
         console=console(stderr=True),
+        disable=not sys.stderr.isatty(),
     ) as bar:
         task = bar.add_task("backfill", total=(finish - begin).total_seconds(), note="")
         seen = {"scored": 0, "traces": 0}
