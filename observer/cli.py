@@ -28,6 +28,7 @@ import click
 from observer import __version__
 from observer.times import iso, parse_duration, parse_time
 from observer.views.console import closed_pipe_exit, console, self_command
+from observer.views.words import counted
 
 if TYPE_CHECKING:  # each command imports what it needs: `observer --help` stays quick
     from observer import app
@@ -712,7 +713,8 @@ def alerts_status(config_path: str | None, state_path: str | None, as_json: bool
         return
     cells = view.status_cells(rows)
     footer = (
-        f"{len(service.rules)} window rules, {len(service.trace_rules)} trace rules; "
+        f"{counted(len(service.rules), 'window rule')}, "
+        f"{counted(len(service.trace_rules), 'trace rule')}; "
         f"windows end at the watermark {ends or '(none)'}"
     )
     changed = view.status_triage(triages, service.rules)

@@ -439,7 +439,7 @@ def test_judge_command_says_what_it_judged_on_stderr(
     assert result.exit_code == 0, result.output
     summary = result.stderr.strip().splitlines()[-1]
     assert summary.startswith("observer judge: 5 records, 5 judged, ")
-    assert summary.endswith(" tokens, 1 bad lines") and " 0 tokens" not in summary
+    assert summary.endswith(" tokens, 1 bad line") and " 0 tokens" not in summary
 
 
 @pytest.mark.parametrize("command", ["score", "judge"])

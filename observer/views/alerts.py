@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from observer.alerts.notifiers._text import triage_text
 from observer.state.rows import Triage
 from observer.times import iso
+from observer.views.words import counted
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -45,7 +46,7 @@ def status_rows(
         if s.samples == 0:
             state += " (no data)"
         elif s.samples < item.rule.min_samples:
-            state += f" (under {item.rule.min_samples} samples)"
+            state += f" (under {counted(item.rule.min_samples, 'sample')})"
         rows.append(
             {
                 "rule": item.rule.name,

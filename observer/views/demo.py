@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from observer.views.console import self_command
 from observer.views.passes import pass_table
+from observer.views.words import counted
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -24,7 +25,7 @@ def demo_report(
     shown: list[RenderableType] = []
     if outcome.passed is not None:
         if written:
-            extra = {"scores written to": f"{out} ({written:,} scores)"}
+            extra = {"scores written to": f"{out} ({counted(written, 'score')})"}
         else:
             extra = {
                 "scores written": "none: every trace is unchanged since the last run on "
@@ -37,7 +38,7 @@ def demo_report(
     shown.append(
         summary_table(
             parts.summary,
-            title=f"signals of the {records:,} answer trace{'' if records == 1 else 's'} read",
+            title=f"signals of the {counted(records, 'answer trace')} read",
         )
     )
     since = outcome.passed.start if outcome.passed is not None else None

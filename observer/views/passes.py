@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from observer.times import iso
 from observer.views.console import console
+from observer.views.words import counted
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -74,7 +75,7 @@ def pass_table(title: str, result: PassResult, parts: Parts, extra: dict[str, st
 
         left = parts.state.outbox_size()
         held = (
-            f"; held delivery back: {left:,} scores left in the outbox"
+            f"; held delivery back: {counted(left, 'score')} left in the outbox"
             if left and budget_held(parts)
             else ""
         )
@@ -88,7 +89,7 @@ def dry_run_rows(written: int, target: str) -> dict[str, str]:
     """The dry run's row: how many scores went where, and that nothing else did."""
     where = "stdout" if target == "-" else target
     return {
-        "dry run": f"{written:,} scores written to {where}; nothing pushed to Langfuse, "
+        "dry run": f"{counted(written, 'score')} written to {where}; nothing pushed to Langfuse, "
         "the state file untouched"
     }
 
@@ -110,8 +111,9 @@ def progress_line(title: str, metrics: Metrics) -> Iterator[None]:
         queued = metrics.total("observer_scores_enqueued_total")
         delivered = metrics.value("observer_scores_pushed_total")
         return (
-            f"{pages:,.0f} pages, {observations:,.0f} observations, {traces:,.0f} traces, "
-            f"{queued:,.0f} scores queued, {delivered:,.0f} delivered"
+            f"{counted(pages, 'page')}, {counted(observations, 'observation')}, "
+            f"{counted(traces, 'trace')}, {counted(queued, 'score')} queued, "
+            f"{delivered:,.0f} delivered"
         )
 
     done = threading.Event()
@@ -182,7 +184,7 @@ def backfill_bar(begin: datetime, finish: datetime) -> Iterator[BackfillProgress
             bar.update(
                 task,
                 completed=(at - begin).total_seconds(),
-                note=f"{seen['traces']:,} traces, {seen['scored']:,} scored",
+                note=f"{counted(seen['traces'], 'trace')}, {seen['scored']:,} scored",
             )
 
         progress = BackfillProgress(begin, update)
