@@ -110,7 +110,7 @@ def main() -> None:
     """Trust signals for RAG answers traced in Langfuse."""
 
 
-@main.command()
+@main.command(short_help="Compute the signals of RagRecord JSON lines.")
 @click.argument("source", type=click.File("rb"), default="-", metavar="[PATH|-]")
 @_config_option
 @click.option("--strict", is_flag=True, help="Exit 1 when any input line is not a valid record.")
@@ -188,7 +188,7 @@ def _logging(settings: Settings) -> None:
     configure_logging(settings.log.format, settings.log.level, log_content=settings.log.log_content)
 
 
-@main.command()
+@main.command(short_help="Run the daemon (--once: one pass, then exit).")
 @_config_option
 @_state_option
 @click.option("--once", is_flag=True, help="One pass up to now, push, flush, exit.")
@@ -291,7 +291,7 @@ def _moment(value: str) -> datetime:
     return moment
 
 
-@main.command()
+@main.command(short_help="Score the traces of a past window.")
 @click.option("--from", "start", required=True, help="ISO-8601 start (inclusive).")
 @click.option("--to", "end", default=None, help="ISO-8601 end (exclusive; default now).")
 @click.option(
@@ -366,7 +366,7 @@ def _backfill_command(
     raise SystemExit(outcome.exit_code)
 
 
-@main.command()
+@main.command(short_help="Check the config, Langfuse and the keys; what will be read.")
 @_config_option
 @_state_option
 def check(config_path: str | None, state_path: str | None) -> None:
@@ -420,7 +420,7 @@ _FILE_OPTION = click.option(
 _JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 
 
-@main.command("explain")
+@main.command("explain", short_help="What observer makes of one trace, and why, rule by rule.")
 @click.argument("trace_id")
 @_FILE_OPTION
 @click.option(
@@ -463,7 +463,7 @@ def explain_command(
         click.echo("\n".join(explanation_lines(explained)))
 
 
-@main.command("discover")
+@main.command("discover", short_help="How observer reads recent traces, per trace name.")
 @click.option(
     "--since",
     default=None,
@@ -532,7 +532,7 @@ def _quiet_logging(settings: Settings) -> None:
     configure_logging(settings.log.format, "warning")
 
 
-@main.command()
+@main.command(short_help="The daemon on bundled traces: no Langfuse account needed.")
 @click.option(
     "--out",
     type=click.Path(dir_okay=False),
@@ -590,7 +590,7 @@ def _demo_report(
     raise SystemExit(outcome.exit_code)
 
 
-@main.command()
+@main.command(short_help="Judge RagRecord JSON lines offline with the LLM.")
 @click.argument("source", type=click.File("rb"), default="-", metavar="[PATH|-]")
 @_config_option
 @click.option("--strict", is_flag=True, help="Exit 1 when any line was bad or could not be judged.")
@@ -662,7 +662,7 @@ def config_show(config_path: str | None) -> None:
     click.echo(tomli_w.dumps(masked(settings)), nl=False)
 
 
-@main.group()
+@main.group(short_help="Alert rules: their state, test alerts, backtests.")
 def alerts() -> None:
     """Alert rules: their state, a test through each notifier, and backtests."""
 
@@ -678,7 +678,7 @@ def _alert_service(
     return app.open_alerts(settings, Path(state_path or settings.state.path))
 
 
-@alerts.command("status")
+@alerts.command("status", short_help="Every rule and group: value, samples, state.")
 @_config_option
 @_state_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -750,7 +750,7 @@ def alerts_test(config_path: str | None, name: str | None) -> None:
         raise SystemExit(1)
 
 
-@alerts.command("backtest")
+@alerts.command("backtest", short_help="Replay the rules over the stored history.")
 @click.option("--from", "start", required=True, help="ISO-8601 start.")
 @click.option("--to", "end", default=None, help="ISO-8601 end (default now).")
 @click.option("--rule", default=None, help="Only this window rule (default: all).")
@@ -806,12 +806,12 @@ def alerts_backtest(
         shown.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
-@main.group()
+@main.group(short_help="The fleet of `observer run` on Redis.")
 def fleet() -> None:
     """The fleet of `observer run` on Redis ([fleet], docs/operating.md#running-a-fleet)."""
 
 
-@fleet.command("status")
+@fleet.command("status", short_help="Members, reader, stream length, pending, watermark.")
 @_config_option
 @click.option("--json", "as_json", is_flag=True, help="As JSON.")
 def fleet_status_command(config_path: str | None, as_json: bool) -> None:
@@ -834,7 +834,7 @@ def fleet_status_command(config_path: str | None, as_json: bool) -> None:
     console().print(two_columns("observer fleet status", status_rows(found)))
 
 
-@fleet.command("dead")
+@fleet.command("dead", short_help="Entries that failed fleet.max_deliveries times.")
 @_config_option
 @click.option("--replay", is_flag=True, help="Put every dead entry back into the stream.")
 @click.option("--limit", default=100, show_default=True, help="Entries shown (or replayed).")
@@ -878,7 +878,9 @@ def fleet_dead_command(config_path: str | None, replay: bool, limit: int, as_jso
         click.echo("`observer fleet dead --replay` puts them back into the stream")
 
 
-@main.command("init-langfuse")
+@main.command(
+    "init-langfuse", short_help="Create observer's score configs and dashboard in Langfuse."
+)
 @_config_option
 def init_langfuse_command(config_path: str | None) -> None:
     """Create observer's score configs and its Langfuse dashboard (safe to run again).

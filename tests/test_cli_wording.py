@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -13,6 +15,31 @@ from observer import app
 from observer.cli import main
 from observer.state import State
 from observer.views.words import counted
+
+
+def groups() -> list[tuple[list[str], click.Group]]:
+    found: list[tuple[list[str], click.Group]] = [([], main)]
+    for name, command in sorted(main.commands.items()):
+        if isinstance(command, click.Group):
+            found.append(([name], command))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("path", "group"), groups(), ids=[" ".join(path) or "observer" for path, _ in groups()]
+)
+def test_help_gives_each_command_a_whole_line(
+    path: list[str], group: click.Group, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    result = CliRunner().invoke(main, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    listed = result.stdout.split("\nCommands:\n", 1)[1].splitlines()
+    assert [line.split()[0] for line in listed] == sorted(group.commands)  # one line each
+    for line in listed:
+        assert not line.endswith("..."), line
+        assert len(line) <= 80, line
+        assert re.fullmatch(r"  \S+\s+\S.*", line), line
 
 
 @pytest.mark.parametrize(
