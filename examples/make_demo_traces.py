@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build observer/data/demo_traces.jsonl from examples/records.jsonl.
+"""Build observer/data/demo_traces.jsonl and demo_traffic.jsonl from examples/records.jsonl.
 
     python examples/make_demo_traces.py
 
@@ -27,8 +27,17 @@ Ids are OTel-style hex derived from the record's trace_id:
 The record's observation_id is, conceptually, the "answer" generation's id.
 The root keeps the record's timestamp as its startTime; children start 100-900
 ms later. A few extra traces (keys `demo-*`, same id scheme) cover what the
-observer must skip or handle specially. Deterministic: same input, same bytes.
-Standard library only.
+observer must skip or handle specially.
+
+demo_traffic.jsonl lays out an hour of production traffic made of copies of the
+answers above, dense enough for the default alert rules to decide (20 to 50
+answers of one environment and query type in a 15- or 30-minute window): one
+line a copy, `{"at": startTime of its root, "of": traceId it copies}`, in time
+order. `observer demo` makes each copy when it reads the file (ids of its own,
+times moved to `at`: observer.app.demo_run), so the package holds the hour in
+kilobytes. TRAFFIC_FROM and the lines above it say what the hour holds.
+
+Deterministic: same input, same bytes. Standard library only.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 RECORDS = REPO / "examples" / "records.jsonl"
 OUT = REPO / "observer" / "data" / "demo_traces.jsonl"
+TRAFFIC_OUT = REPO / "observer" / "data" / "demo_traffic.jsonl"
 
 PROJECT_ID = "proj-kb-assistant"
 TRACE_NAME = "rag-query"
@@ -785,6 +795,50 @@ def demo_traces() -> dict[str, list[Obs]]:
     }
 
 
+# --- the evening's traffic: copies of the answers, laid densely ------------------
+
+# 20 production answers a minute from 22:40 to 23:40 (the records, round-robin, the
+# ungrounded ones left out): the main query types reach 50 answers in 15 minutes. From
+# 23:00 to 23:12 one policy answer in three is one of the ungrounded policy answers
+# (stated without the citations their sources would give): `ungrounded_rate_high` fires
+# for production/policy, and resolves once that stretch has left its 15-minute window.
+TRAFFIC_FROM = "2026-11-28T22:40:00.000Z"
+TRAFFIC_MINUTES = 60
+TRAFFIC_PER_MINUTE = 20
+BAD_MINUTES = (20, 32)  # from, to: minutes into the hour
+# The records observer finds ungrounded (its `ungrounded` score is 1 on these five of the
+# 77 answers above). The bad stretch replays the three that are production policy answers.
+UNGROUNDED = ("tr-en-016", "tr-en-035", "tr-en-037", "tr-zh-013", "tr-zh-037")
+BAD_POLICY = ("tr-en-016", "tr-en-037", "tr-zh-013")
+
+
+def traffic(records: list[dict[str, Json]]) -> list[dict[str, str]]:
+    """The copies, in time order: where each root starts, and the traceId it copies."""
+    by_id = {str(r["trace_id"]): r for r in records}
+    good = sorted(
+        (
+            r
+            for r in records
+            if r.get("environment") == "production" and r["trace_id"] not in UNGROUNDED
+        ),
+        key=lambda r: _sha(f"{r['trace_id']}#traffic"),
+    )
+    start = _parse_time(TRAFFIC_FROM)
+    spacing_ms = 60_000 // TRAFFIC_PER_MINUTE
+    copies: list[dict[str, str]] = []
+    policy = 0
+    for n in range(TRAFFIC_MINUTES * TRAFFIC_PER_MINUTE):
+        record = good[n % len(good)]
+        if record.get("query_type") == "policy":
+            policy += 1
+            bad = BAD_MINUTES[0] <= n // TRAFFIC_PER_MINUTE < BAD_MINUTES[1]
+            if bad and policy % 3 == 0:
+                record = by_id[BAD_POLICY[(policy // 3) % len(BAD_POLICY)]]
+        at = _ms(start, n * spacing_ms + _pick(f"copy-{n}", "at", 0, spacing_ms - 1))
+        copies.append({"at": _iso(at), "of": trace_hex(str(record["trace_id"]))})
+    return copies
+
+
 # --- main ----------------------------------------------------------------------
 
 
@@ -830,6 +884,11 @@ def main() -> int:
         f"wrote {len(observations)} observations in {traces} traces to {OUT.relative_to(REPO)}",
         file=sys.stderr,
     )
+    copies = traffic(records)
+    with TRAFFIC_OUT.open("w", encoding="utf-8", newline="\n") as out:
+        for copy in copies:
+            out.write(json.dumps(copy) + "\n")
+    print(f"wrote {len(copies)} copies to {TRAFFIC_OUT.relative_to(REPO)}", file=sys.stderr)
     return 0
 
 

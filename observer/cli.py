@@ -28,6 +28,7 @@ import click
 from observer import __version__
 from observer.times import iso, parse_duration, parse_time
 from observer.views.console import closed_pipe_exit, console, self_command
+from observer.views.words import counted
 
 if TYPE_CHECKING:  # each command imports what it needs: `observer --help` stays quick
     from observer import app
@@ -113,7 +114,7 @@ def _stderr_line(line: str) -> None:
     sys.stderr.write(line + "\n")
 
 
-@main.command()
+@main.command(short_help="Compute the signals of RagRecord JSON lines.")
 @click.argument("source", type=click.File("rb"), default="-", metavar="[PATH|-]")
 @_config_option
 @click.option("--strict", is_flag=True, help="Exit 1 when any input line is not a valid record.")
@@ -192,7 +193,7 @@ def _logging(settings: Settings) -> None:
     configure_logging(settings.log.format, settings.log.level, log_content=settings.log.log_content)
 
 
-@main.command()
+@main.command(short_help="Run the daemon (--once: one pass, then exit).")
 @_config_option
 @_state_option
 @click.option("--once", is_flag=True, help="One pass up to now, push, flush, exit.")
@@ -296,7 +297,7 @@ def _moment(value: str) -> datetime:
     return moment
 
 
-@main.command()
+@main.command(short_help="Score the traces of a past window.")
 @click.option("--from", "start", required=True, help="ISO-8601 start (inclusive).")
 @click.option("--to", "end", default=None, help="ISO-8601 end (exclusive; default now).")
 @click.option(
@@ -372,7 +373,7 @@ def _backfill_command(
     raise SystemExit(outcome.exit_code)
 
 
-@main.command()
+@main.command(short_help="Check the config, Langfuse and the keys; what will be read.")
 @_config_option
 @_state_option
 def check(config_path: str | None, state_path: str | None) -> None:
@@ -426,7 +427,7 @@ _FILE_OPTION = click.option(
 _JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 
 
-@main.command("explain")
+@main.command("explain", short_help="What observer makes of one trace, and why, rule by rule.")
 @click.argument("trace_id")
 @_FILE_OPTION
 @click.option(
@@ -469,7 +470,7 @@ def explain_command(
         click.echo("\n".join(explanation_lines(explained)))
 
 
-@main.command("discover")
+@main.command("discover", short_help="How observer reads recent traces, per trace name.")
 @click.option(
     "--since",
     default=None,
@@ -538,7 +539,7 @@ def _quiet_logging(settings: Settings) -> None:
     configure_logging(settings.log.format, "warning")
 
 
-@main.command()
+@main.command(short_help="The daemon on bundled traces: no Langfuse account needed.")
 @click.option(
     "--out",
     type=click.Path(dir_okay=False),
@@ -585,7 +586,7 @@ def _demo_report(
 
     shown = console()
     for each in demo_report(parts, outcome, _written(parts), out, state_path):
-        shown.print(each)
+        shown.print(each, soft_wrap=isinstance(each, str))  # a pipe gets each command whole
     if serve and outcome.exit_code == app.EXIT_OK:
         app.serve_until_stopped(
             parts,
@@ -606,7 +607,7 @@ class _JudgeCommands(click.Group):
         return super().parse_args(ctx, args)
 
 
-@main.group(cls=_JudgeCommands)
+@main.group(cls=_JudgeCommands, short_help="Judge records offline, or compare with people.")
 def judge() -> None:
     """The LLM judge: judge a file of records, or compare it with people's labels.
 
@@ -614,7 +615,7 @@ def judge() -> None:
     """
 
 
-@judge.command("agreement")
+@judge.command("agreement", short_help="The judge against people's labels in Langfuse.")
 @click.option(
     "--since", default="7d", show_default=True, help="Labels made this long ago up to now."
 )
@@ -647,7 +648,7 @@ def judge_agreement_command(since: str, as_json: bool, config_path: str | None) 
         click.echo(line)
 
 
-@judge.command("file")
+@judge.command("file", short_help="Judge RagRecord JSON lines offline with the LLM.")
 @click.argument("source", type=click.File("rb"), default="-", metavar="[PATH|-]")
 @_config_option
 @click.option("--strict", is_flag=True, help="Exit 1 when any line was bad or could not be judged.")
@@ -718,7 +719,7 @@ def config_show(config_path: str | None) -> None:
     click.echo(tomli_w.dumps(masked(settings)), nl=False)
 
 
-@main.group()
+@main.group(short_help="Alert rules: their state, test alerts, backtests.")
 def alerts() -> None:
     """Alert rules: their state, a test through each notifier, and backtests."""
 
@@ -734,7 +735,7 @@ def _alert_service(
     return app.open_alerts(settings, Path(state_path or settings.state.path))
 
 
-@alerts.command("status")
+@alerts.command("status", short_help="Every rule and group: value, samples, state.")
 @_config_option
 @_state_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -769,7 +770,8 @@ def alerts_status(config_path: str | None, state_path: str | None, as_json: bool
         return
     cells = view.status_cells(rows)
     footer = (
-        f"{len(service.rules)} window rules, {len(service.trace_rules)} trace rules; "
+        f"{counted(len(service.rules), 'window rule')}, "
+        f"{counted(len(service.trace_rules), 'trace rule')}; "
         f"windows end at the watermark {ends or '(none)'}"
     )
     changed = view.status_triage(triages, service.rules)
@@ -805,7 +807,7 @@ def alerts_test(config_path: str | None, name: str | None) -> None:
         raise SystemExit(1)
 
 
-@alerts.command("backtest")
+@alerts.command("backtest", short_help="Replay the rules over the stored history.")
 @click.option("--from", "start", required=True, help="ISO-8601 start.")
 @click.option("--to", "end", default=None, help="ISO-8601 end (default now).")
 @click.option("--rule", default=None, help="Only this window rule (default: all).")
@@ -825,7 +827,8 @@ def alerts_backtest(
     """Replay the rules over the stored history: when each would have fired and resolved.
 
     The same engine as the daemon, from a clean state; nothing is sent. Try a
-    rule here before anyone is paged by it.
+    rule here before anyone is paged by it. Not on a terminal, the columns are
+    plain and never wrap.
     """
     from observer import app
     from observer.views import alerts as view
@@ -844,23 +847,28 @@ def alerts_backtest(
         span = service.state.history.span()
         results = app.backtest(service, begin, finish, step_s, rule)
         regressions = app.backtest_regressions(service, begin, finish, step_s, rule)
+    held = "the state file holds no signal history yet: nothing to replay"
+    if span is not None:
+        held = f"history held: {view.when(span[0])} .. {view.when(span[1])}"
+    after = [*view.backtest_triage(results), *view.regression_lines(regressions)]
+    if not sys.stdout.isatty():  # plain columns, never wrapped, as `alerts status`
+        for line in [held, *view.backtest_plain(results, begin, finish), *after]:
+            click.echo(line)
+        return
     shown = console()
-    if span is None:
-        shown.print("the state file holds no signal history yet: nothing to replay")
-    else:
-        shown.print(f"history held: {view.when(span[0])} .. {view.when(span[1])}")
+    shown.print(held)
     for table in view.backtest_tables(results, begin, finish):
         shown.print(table)
-    for line in [*view.backtest_triage(results), *view.regression_lines(regressions)]:
+    for line in after:
         shown.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
-@main.group()
+@main.group(short_help="The fleet of `observer run` on Redis.")
 def fleet() -> None:
     """The fleet of `observer run` on Redis ([fleet], docs/operating.md#running-a-fleet)."""
 
 
-@fleet.command("status")
+@fleet.command("status", short_help="Members, reader, stream length, pending, watermark.")
 @_config_option
 @click.option("--json", "as_json", is_flag=True, help="As JSON.")
 def fleet_status_command(config_path: str | None, as_json: bool) -> None:
@@ -883,7 +891,7 @@ def fleet_status_command(config_path: str | None, as_json: bool) -> None:
     console().print(two_columns("observer fleet status", status_rows(found)))
 
 
-@fleet.command("dead")
+@fleet.command("dead", short_help="Entries that failed fleet.max_deliveries times.")
 @_config_option
 @click.option("--replay", is_flag=True, help="Put every dead entry back into the stream.")
 @click.option("--limit", default=100, show_default=True, help="Entries shown (or replayed).")
@@ -927,7 +935,9 @@ def fleet_dead_command(config_path: str | None, replay: bool, limit: int, as_jso
         click.echo("`observer fleet dead --replay` puts them back into the stream")
 
 
-@main.command("init-langfuse")
+@main.command(
+    "init-langfuse", short_help="Create observer's score configs and dashboard in Langfuse."
+)
 @_config_option
 def init_langfuse_command(config_path: str | None) -> None:
     """Create observer's score configs and its Langfuse dashboard (safe to run again).

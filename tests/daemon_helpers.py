@@ -35,8 +35,9 @@ class DemoCounts:
     scores: int
 
 
-def demo_counts() -> DemoCounts:
-    """Map and score every demo trace without the daemon, so tests follow the demo as it grows."""
+def demo_counts(read: list[dict[str, Any]] | None = None) -> DemoCounts:
+    """Map and score every bundled trace (or every trace `read`: the demo's,
+    app.demo_observations()) without the daemon, so tests follow the demo as it grows."""
     from observer.mapping.convention import Skip, map_trace
     from observer.scores import score_events
     from observer.signals import compute
@@ -44,7 +45,7 @@ def demo_counts() -> DemoCounts:
     settings = Settings()
     rules, params = settings.mapping_rules(), settings.signal_params()
     by_trace: dict[str, list[dict[str, Any]]] = {}
-    for observation in demo_observations():
+    for observation in demo_observations() if read is None else read:
         by_trace.setdefault(observation["traceId"], []).append(observation)
     scored = scores = 0
     for trace_id, observations in by_trace.items():

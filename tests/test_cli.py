@@ -198,7 +198,7 @@ def test_summary_prints_a_table_instead_of_json() -> None:
     assert not out.lstrip().startswith("{")
     assert "records scored" in out and "│ 3 " in out
     assert "bad lines (skipped)" in out
-    assert "ghost references" in out and "1 in 1 (33%) records" in out
+    assert "ghost references" in out and "1 in 1 (33%) record " in out
     assert "ungrounded answers" in out and "1 (33%)" in out
     assert "HIGH 2 (67%)" in out
 

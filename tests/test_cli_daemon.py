@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from observer import app
 from observer.cli import main
 from observer.model import RagRecord, Signals
 from observer.signals import SignalParams
@@ -29,6 +30,8 @@ from tests.fakes.langfuse_server import (
 from tests.fakes.openai_stub import OpenAIStub
 
 DEMO = demo_counts()
+# What `observer demo` reads: the bundled traces and the hour of copies of them.
+DEMO_RUN = demo_counts(app.demo_observations())
 
 
 def run(args: list[str]) -> Result:
@@ -50,10 +53,10 @@ def test_demo_needs_no_account_and_writes_the_scores(
     out = tmp_path / "scores.jsonl"
     result = run(["demo", "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert f"traces scored                     │ {DEMO.scored}" in result.stdout
+    assert f"traces scored                     │ {DEMO_RUN.scored:,}" in result.stdout
     assert "no_generation" in result.stdout and "own_trace" in result.stdout
     scores = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(scores) == DEMO.scores
+    assert len(scores) == DEMO_RUN.scores
     assert {s["name"] for s in scores} >= {"confidence", "crag_grade", "ungrounded"}
     assert len({s["id"] for s in scores}) == len(scores)
     assert "observer check" in result.stdout and "run --once" in result.stdout  # what next
@@ -69,7 +72,10 @@ def test_the_demo_keeps_its_state_where_the_next_commands_look(
     result = run(["demo"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "observer-demo.sqlite").exists()
-    assert "alerts status --state observer-demo.sqlite" in " ".join(result.stdout.split())
+    assert any(
+        line.endswith(" alerts status --state observer-demo.sqlite")
+        for line in result.stdout.splitlines()
+    )
     status = run(["alerts", "status", "--state", "observer-demo.sqlite"])
     assert status.exit_code == 0, status.output
     assert "ungrounded_rate_high" in status.stdout
@@ -88,10 +94,90 @@ def test_demo_rerun_on_one_state_reports_every_trace_unchanged(tmp_path: Path) -
     assert run(["demo", "--out", str(out), "--state", str(state)]).exit_code == 0
     again = run(["demo", "--out", str(out), "--state", str(state)])
     assert again.exit_code == 0
-    assert f"traces unchanged (nothing pushed) │ {DEMO.scored}" in again.stdout
-    assert f"signals of the {DEMO.scored} answer traces read" in again.stdout
+    assert f"traces unchanged (nothing pushed) │ {DEMO_RUN.scored:,}" in again.stdout
+    assert f"signals of the {DEMO_RUN.scored:,} answer traces read" in again.stdout
     assert "none: every trace is unchanged" in again.stdout
-    assert len(out.read_text().splitlines()) == DEMO.scores  # the first run's file is kept
+    assert len(out.read_text().splitlines()) == DEMO_RUN.scores  # the first run's file is kept
+
+
+def test_the_demo_files_are_what_their_generator_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regenerated with examples/make_demo_traces.py, never edited by hand."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_demo", ROOT / "examples/make_demo_traces.py"
+    )
+    assert spec is not None and spec.loader is not None
+    make = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "make_demo", make)  # its dataclasses look themselves up
+    spec.loader.exec_module(make)
+    records = [json.loads(line) for line in make.RECORDS.read_text("utf-8").splitlines() if line]
+    written = "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in make.build(records))
+    assert app.demo_traces_path().read_text("utf-8") == written
+    copies = "".join(json.dumps(c) + "\n" for c in make.traffic(records))
+    assert (ROOT / "observer/data/demo_traffic.jsonl").read_text("utf-8") == copies
+
+
+RUN_POLICY_GROUP = "environment=production, query_type=policy"
+
+
+def readme_demo_commands() -> list[list[str]]:
+    """The README's commands on the demo's state, as arguments of observer."""
+    readme = (ROOT / "README.md").read_text()
+    return [
+        line.split("#")[0].split()[1:]
+        for line in readme.splitlines()
+        if line.startswith(".venv/bin/observer alerts ") and "observer-demo.sqlite" in line
+    ]
+
+
+def test_the_demo_shows_alerting_and_its_commands_reach_a_pipe_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dense enough for the default rules to decide at the demo's end, with an ungrounded
+    stretch that fires and resolves in the README's backtest; piped (CliRunner's stdout is
+    not a terminal), every line is whole and the tables are plain columns."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "80")
+    result = run(["demo"])
+    assert result.exit_code == 0, result.output
+    suggested = [
+        line.rsplit(" alerts ", 1)[1].split()
+        for line in result.stdout.splitlines()
+        if " alerts " in line and "--state observer-demo.sqlite" in line
+    ]
+    assert suggested == [
+        ["status", "--state", "observer-demo.sqlite"],
+        ["backtest", "--state", "observer-demo.sqlite", "--from", "2026-11-28T00:00:00Z",
+         "--rule", "ungrounded_rate_high"],
+    ]  # fmt: skip
+    readme = {args[1]: args for args in readme_demo_commands()}
+    status_args, backtest_args = readme["status"], readme["backtest"]
+
+    status = run(status_args)
+    assert status.exit_code == 0, status.output
+    assert "│" not in status.stdout
+    rows = [re.split(r"\s{2,}", line) for line in status.stdout.splitlines()]
+    policy = next(row for row in rows if row[:2] == ["ungrounded_rate_high", RUN_POLICY_GROUP])
+    assert policy[4] == "ok" and int(policy[3]) >= 50  # enough samples: it decides
+    deciding = {row[0] for row in rows if len(row) > 4 and row[4] in ("ok", "firing")}
+    assert {"ungrounded_rate_high", "low_band_rate_high", "crag_low_rate_high"} <= deciding
+    assert "windows end at the watermark 2026-11-28T23:" in status.stdout
+
+    for args in (backtest_args, ["alerts", *suggested[1]]):
+        backtest = run(args)
+        assert backtest.exit_code == 0, backtest.output
+        lines = backtest.stdout.splitlines()
+        assert "│" not in backtest.stdout and "┃" not in backtest.stdout
+        assert lines[2].split() == ["rule", "fired", "resolved", "notifications", "firing",
+                                    "at", "the", "end"]  # fmt: skip
+        assert lines[3].split() == ["ungrounded_rate_high", "1", "1", "2", "0"]
+        timeline = [line.split() for line in lines if line.startswith("2026-11-28T")]
+        assert [(t[1], t[2:4], t[4]) for t in timeline] == [
+            ("ungrounded_rate_high", ["environment=production,", "query_type=policy"], "firing"),
+            ("ungrounded_rate_high", ["environment=production,", "query_type=policy"], "resolved"),
+        ]
+        assert timeline[0][0] < timeline[1][0]
 
 
 @pytest.mark.parametrize("command", [["demo"], ["score", "examples/records.jsonl"], ["--help"]])
@@ -180,9 +266,54 @@ def test_backfill_scores_a_past_window_with_progress(fake: FakeLangfuse, tmp_pat
         ]
     )
     assert result.exit_code == 0, result.output
-    assert "backfill" in result.stderr  # the progress bar
+    # Off a terminal (CliRunner's stderr is not one), no bar and no last frame of it.
+    assert "━" not in result.stderr and " eta " not in result.stderr
     assert len(fake.scores) == DEMO.scores
     assert fake.duplicates() == []
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def test_backfill_on_a_terminal_draws_its_bar_below_the_log_lines(
+    fake: FakeLangfuse, tmp_path: Path
+) -> None:
+    """The log line the demo's older-SDK traces raise (slow_ingestion_detected, info)
+    starts a line of its own, the bar drawn again under it: never glued to the bar."""
+    import pty
+
+    primary, secondary = pty.openpty()
+    env = {**os.environ, "COLUMNS": "200", "OBSERVER_LOG__LEVEL": "info"}
+    window = ["--from", "2026-11-27T00:00:00Z", "--to", "2026-11-29T00:00:00Z"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "observer", "backfill", *window, "--chunk-hours", "1",
+         "--state", str(tmp_path / "s.sqlite")],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=secondary,
+    ) as process:  # fmt: skip
+        os.close(secondary)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # the other end closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert process.wait(timeout=120) == 0
+    os.close(primary)
+    text = seen.decode("utf-8", "replace")
+    assert "backfill" in text and "━" in text  # the bar, on a terminal
+    logged = [
+        re.split(r"[\r\n]", ANSI.sub("", before))[-1]
+        for before in text.split("slow_ingestion_detected")[:-1]
+    ]
+    assert logged  # the line was logged, while the bar was drawn
+    # What precedes the event on its line is the log line's own start, no bar.
+    assert all(re.fullmatch(r"\S+Z \[info\s*\] ", line) for line in logged), logged
 
 
 @pytest.mark.parametrize(
@@ -345,7 +476,7 @@ def test_judge_command_says_what_it_judged_on_stderr(
     assert result.exit_code == 0, result.output
     summary = result.stderr.strip().splitlines()[-1]
     assert summary.startswith("observer judge: 5 records, 5 judged, ")
-    assert summary.endswith(" tokens, 1 bad lines") and " 0 tokens" not in summary
+    assert summary.endswith(" tokens, 1 bad line") and " 0 tokens" not in summary
 
 
 @pytest.mark.parametrize("command", ["score", "judge"])

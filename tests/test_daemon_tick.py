@@ -37,7 +37,7 @@ def replayed(
         OBSERVER_SOURCE__LOOKBACK_S=str(20 * 365 * 86400),
         OBSERVER_HTTP__ENABLED="false",
     )
-    replay = ReplaySource(app.demo_traces_path())
+    replay = ReplaySource.from_file(app.demo_traces_path())
     _, latest = replay.time_range()
     now = latest + timedelta(seconds=settings.source.settle_s + 60)
     out = tmp_path / "scores.jsonl"

@@ -428,9 +428,7 @@ def test_check_without_skips_gives_no_hint(monkeypatch: pytest.MonkeyPatch, tmp_
         monkeypatch.setenv("COLUMNS", "400")
         result = run(["check", "--state", str(tmp_path / "s.sqlite")])
     assert result.exit_code == 0, result.output
-    assert re.search(
-        r"traces read\s+│ 1 traces in the last hour, 1 answers, 1 scored", result.stdout
-    )
+    assert re.search(r"traces read\s+│ 1 trace in the last hour, 1 answer, 1 scored", result.stdout)
     assert "observer discover" not in result.stdout
 
 

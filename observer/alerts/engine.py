@@ -369,17 +369,23 @@ MAX_CATCH_UP_S = 24 * 3600.0
 
 
 def evaluation_points(
-    last: float | None, target: float, step_s: float, lead_s: float
+    last: float | None,
+    target: float,
+    step_s: float,
+    lead_s: float,
+    max_catch_up_s: float | None = MAX_CATCH_UP_S,
 ) -> list[float]:
     """When to evaluate a rule to bring it from `last` up to `target`, `step_s` apart.
 
     Points are aligned to multiples of `step_s` (replicas and backtests agree)
-    and end at `target` itself. A first evaluation (or one after a long gap)
-    starts `lead_s` before the target, so that a `for` can elapse in event time.
+    and end at `target` itself. A first evaluation (or one after a gap longer
+    than `max_catch_up_s`; None: no gap is too long, a backtest's window) starts
+    `lead_s` before the target, so that a `for` can elapse in event time.
     """
     if last is not None and target <= last:
         return []
-    start = target - lead_s if last is None or target - last > MAX_CATCH_UP_S else last
+    too_long = max_catch_up_s is not None and last is not None and target - last > max_catch_up_s
+    start = target - lead_s if last is None or too_long else last
     points: list[float] = []
     moment = (math.floor(start / step_s) + 1) * step_s
     while moment < target:

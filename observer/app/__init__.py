@@ -6,7 +6,7 @@
     alerts    rules over a state file (status, backtest), test alerts
     once      `run --once` and `backfill`
     daemon    the loop until SIGTERM/SIGINT, and its shutdown in the grace
-    demo_run  the pipeline over the bundled traces, and serving its port
+    demo_run  the pipeline over the bundled traces and an hour of copies, and serving its port
 
 Exit codes of the commands built here: 0 done; 2 bad configuration or state
 file; 3 Langfuse unreachable (or scores still undelivered at exit, kept in
@@ -39,7 +39,12 @@ if TYPE_CHECKING:
         recent_answers,
     )
     from observer.app.daemon import run_daemon, signals_set
-    from observer.app.demo_run import demo, demo_traces_path, serve_until_stopped
+    from observer.app.demo_run import (
+        demo,
+        demo_observations,
+        demo_traces_path,
+        serve_until_stopped,
+    )
     from observer.app.exits import EXIT_AUTH, EXIT_CONFIG, EXIT_OK, EXIT_UNREACHABLE, exit_code
     from observer.app.once import (
         MAX_BACKFILL_CHUNK,
@@ -86,6 +91,7 @@ _HOMES = {
     "run_daemon": "observer.app.daemon",
     "signals_set": "observer.app.daemon",
     "demo": "observer.app.demo_run",
+    "demo_observations": "observer.app.demo_run",
     "demo_traces_path": "observer.app.demo_run",
     "serve_until_stopped": "observer.app.demo_run",
     "EXIT_AUTH": "observer.app.exits",
@@ -151,6 +157,7 @@ __all__ = [
     "check_resolver",
     "check_state",
     "demo",
+    "demo_observations",
     "demo_traces_path",
     "exit_code",
     "ingestion_row",

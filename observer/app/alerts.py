@@ -63,7 +63,7 @@ def backtest(
     longest = max((max(r.window_s, lookback_s(r)) for r in chosen), default=0.0)
     read = row_keys({key for r in chosen for key in triage_keys(r)})
     rows = alerts.state.history.rows(start.timestamp() - longest, end.timestamp(), read)
-    points = evaluation_points(start.timestamp(), end.timestamp(), step_s, 0.0)
+    points = evaluation_points(start.timestamp(), end.timestamp(), step_s, 0.0, None)
     results = []
     for rule_ in chosen:
         events = replay(rule_, rows, {}, points, alerts.max_groups).events
@@ -88,7 +88,7 @@ def backtest_regressions(
     """The release-regression rules replayed over the stored history, as the daemon would."""
     chosen = [r for r in alerts.regressions if rule is None or r.name == rule]
     out: list[RegressionBacktest] = []
-    points = evaluation_points(start.timestamp(), end.timestamp(), step_s, 0.0)
+    points = evaluation_points(start.timestamp(), end.timestamp(), step_s, 0.0, None)
     for each in chosen:
         rows = alerts.state.history.rows(
             start.timestamp() - each.read_s, end.timestamp(), each.keys(), samples=False

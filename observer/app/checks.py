@@ -69,7 +69,9 @@ def check_state(path: Path) -> str:
     finally:
         state.close()
     at = iso(watermark) if watermark is not None else "none yet"
-    return f"usable: watermark {at}, {traces:,} traces known, {outbox:,} scores in the outbox"
+    known = f"{traces:,} {'trace' if traces == 1 else 'traces'} known"
+    held = f"{outbox:,} {'score' if outbox == 1 else 'scores'} in the outbox"
+    return f"usable: watermark {at}, {known}, {held}"
 
 
 def check_resolver(

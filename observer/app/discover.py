@@ -85,6 +85,8 @@ FIXABLE = frozenset(
 PARTS = ("question", "answer", "sources")
 
 _COUNT = re.compile(r"\b\d+ ")
+# The mapping's `1 document` is counted with its `3 documents`.
+_ONE_DOCUMENT = re.compile(r"\b1 ((?:OpenInference )?document)\b")
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 
@@ -108,7 +110,7 @@ def is_answer(result: Explained) -> bool:
 
 def rule_of(step: Step) -> str:
     """A step's rule as a per-name summary counts it: counts of things dropped."""
-    return _COUNT.sub("N ", step.rule)
+    return _COUNT.sub("N ", _ONE_DOCUMENT.sub(r"N \1s", step.rule))
 
 
 def observation_of(step: Step) -> str:

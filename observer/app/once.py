@@ -95,7 +95,7 @@ def budget_held(parts: Parts) -> bool:
 def undelivered_message(parts: Parts, left: int) -> str:
     """What happened to the scores still in the outbox: the request budget held them
     back, they were refused, or not sent in time."""
-    kept = f"{left:,} scores kept in the outbox for the next run"
+    kept = f"{left:,} {'score' if left == 1 else 'scores'} kept in the outbox for the next run"
     if parts.budget is not None and budget_held(parts):
         refused = (
             f" (last push: {parts.dispatcher.last_error})" if parts.dispatcher.last_error else ""

@@ -726,13 +726,15 @@ def _rules_pick(
             return malformed  # an earlier step's documents, not what the model saw
         if lists:
             items, where = lists[0]
-            _note(trail, "sources", f"{where}: {len(items)} documents", observation)
+            noun = "document" if len(items) == 1 else "documents"
+            _note(trail, "sources", f"{where}: {len(items)} {noun}", observation)
             return tuple(_source(item, rules) for item in items)
         if documents:
+            noun = "document" if len(documents) == 1 else "documents"
             _note(
                 trail,
                 "sources",
-                f"metadata retrieval.documents.*: {len(documents)} OpenInference documents",
+                f"metadata retrieval.documents.*: {len(documents)} OpenInference {noun}",
                 observation,
             )
             return documents

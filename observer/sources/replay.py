@@ -1,8 +1,9 @@
-"""Observations replayed from a JSONL file (one observation per line): the demo's source."""
+"""Observations replayed from memory or a JSONL file (one observation per line): the
+demo's source."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -12,21 +13,26 @@ import orjson
 from observer.times import parse_time
 
 
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The observations of a JSONL file, one a line."""
+    return [orjson.loads(line) for line in Path(path).read_bytes().splitlines() if line.strip()]
+
+
 class ReplaySource:
-    def __init__(self, path: str | Path, page_limit: int = 1000) -> None:
-        self.path = Path(path)
+    def __init__(self, observations: Iterable[dict[str, Any]], page_limit: int = 1000) -> None:
         self.page_limit = page_limit
-        observations = [
-            orjson.loads(line) for line in self.path.read_bytes().splitlines() if line.strip()
-        ]
         self._observations = sorted(
             (o for o in observations if parse_time(o.get("startTime")) is not None),
             key=lambda o: (parse_time(o["startTime"]), o.get("id", "")),
             reverse=True,
         )
 
+    @classmethod
+    def from_file(cls, path: str | Path, page_limit: int = 1000) -> ReplaySource:
+        return cls(read_jsonl(path), page_limit)
+
     def time_range(self) -> tuple[datetime, datetime]:
-        """Earliest and latest startTime in the file."""
+        """Earliest and latest startTime of the observations."""
         times = [parse_time(o["startTime"]) for o in self._observations]
         present = [t for t in times if t is not None]
         return min(present), max(present)

@@ -37,6 +37,18 @@ CONTENT_KEYS = frozenset(
 CHATTY = ("httpx", "httpcore", "openai", "apscheduler", "urllib3", "slack_sdk")
 
 
+class _CurrentStderrFile:
+    """A file that writes to whatever `sys.stderr` is at the time: structlog's lines go
+    where the standard library's go, through a progress bar's console when one is drawn
+    (rich puts them above the bar), and to the stream a test swapped in."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to whatever `sys.stderr` is when a record is emitted (tests swap it)."""
 
@@ -143,7 +155,7 @@ def configure_logging(
     structlog.configure(
         processors=[*terminal_filter, *shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderrFile()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     # The standard library's loggers: same processors, same renderer, same stream.

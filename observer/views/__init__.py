@@ -9,6 +9,7 @@
     alerts   `alerts status` (plain columns or a table) and `alerts backtest`
     explain  `explain`'s explanation, as JSON or as lines for a terminal
     discover `discover`'s report (lines or JSON), and the rows `check` prints of it
+    words    counted nouns: `1 trace`, `2 traces`
 
 Nothing here reads Langfuse, the state file or the configuration: the commands in
 `observer.cli` hand it what the core (`observer.app`) returned. Each module imports

@@ -1,5 +1,6 @@
 """`alerts status` (a row per rule and group; plain columns off a terminal, a table on
-one, or JSON) and `alerts backtest` (a summary per rule and a timeline)."""
+one, or JSON) and `alerts backtest` (a summary per rule and a timeline; plain columns
+off a terminal too)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from observer.alerts.notifiers._text import triage_text
 from observer.state.rows import Triage
 from observer.times import iso
+from observer.views.words import counted
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -44,7 +46,7 @@ def status_rows(
         if s.samples == 0:
             state += " (no data)"
         elif s.samples < item.rule.min_samples:
-            state += f" (under {item.rule.min_samples} samples)"
+            state += f" (under {counted(item.rule.min_samples, 'sample')})"
         rows.append(
             {
                 "rule": item.rule.name,
@@ -122,10 +124,10 @@ def status_cells(rows: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
     ]
 
 
-def plain_columns(cells: Sequence[tuple[str, ...]]) -> list[str]:
+def plain_columns(cells: Sequence[tuple[str, ...]], header: tuple[str, ...] = HEADER) -> list[str]:
     """For grep and scripts: aligned columns, one row a line, never wrapped."""
-    lines = [HEADER, *cells]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(HEADER))]
+    lines = [header, *cells]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return [
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         for line in lines
@@ -143,31 +145,35 @@ def status_table(cells: Sequence[tuple[str, ...]]) -> RenderableType:
     return table
 
 
-def backtest_tables(
-    results: Sequence[Backtest], begin: datetime, finish: datetime
-) -> list[RenderableType]:
-    """The summary per rule, then (when anything would have been sent) the timeline."""
-    from rich.table import Table
+BACKTEST_HEADER = ("rule", "fired", "resolved", "notifications", "firing at the end")
+TIMELINE_HEADER = ("at", "rule", "group", "event", "severity", "value", "samples")
 
-    summary = Table(title=f"observer alerts backtest {iso(begin)} .. {iso(finish)}")
-    for column in ("rule", "fired", "resolved", "notifications", "firing at the end"):
-        summary.add_column(column)
+
+def backtest_title(begin: datetime, finish: datetime) -> str:
+    return f"observer alerts backtest {iso(begin)} .. {iso(finish)}"
+
+
+def backtest_cells(
+    results: Sequence[Backtest],
+) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """The summary per rule (BACKTEST_HEADER), and what would have been notified, in time
+    order (TIMELINE_HEADER), as text."""
+    summary: list[tuple[str, ...]] = []
     for result in results:
         fired = sum(1 for e in result.events if e.transition in ("firing", "no_data"))
         resolved = sum(1 for e in result.events if e.transition == "resolved")
-        summary.add_row(
-            result.rule.name,
-            str(fired),
-            str(resolved),
-            str(result.notifications),
-            str(fired - resolved),
+        summary.append(
+            (
+                result.rule.name,
+                str(fired),
+                str(resolved),
+                str(result.notifications),
+                str(fired - resolved),
+            )
         )
-    timeline = Table(title="what would have been notified")
-    for column in ("at", "rule", "group", "event", "severity", "value", "samples"):
-        timeline.add_column(column, overflow="fold")
     events = sorted((e for r in results for e in r.events if e.notify), key=lambda e: e.at)
-    for event in events:
-        timeline.add_row(
+    timeline: list[tuple[str, ...]] = [
+        (
             when(event.at),
             event.rule,
             group_text(event.group),
@@ -176,7 +182,41 @@ def backtest_tables(
             "-" if event.value is None else f"{event.value:.4g}",
             str(event.samples),
         )
-    return [summary, timeline] if events else [summary]
+        for event in events
+    ]
+    return summary, timeline
+
+
+def backtest_tables(
+    results: Sequence[Backtest], begin: datetime, finish: datetime
+) -> list[RenderableType]:
+    """On a terminal: the summary per rule, then (when anything would have been sent) the
+    timeline."""
+    from rich.table import Table
+
+    summary, timeline = backtest_cells(results)
+    tables: list[RenderableType] = []
+    for title, header, cells in (
+        (backtest_title(begin, finish), BACKTEST_HEADER, summary),
+        ("what would have been notified", TIMELINE_HEADER, timeline),
+    ):
+        if cells or not tables:
+            table = Table(title=title)
+            for column in header:
+                table.add_column(column, overflow="fold")
+            for line in cells:
+                table.add_row(*line)
+            tables.append(table)
+    return tables
+
+
+def backtest_plain(results: Sequence[Backtest], begin: datetime, finish: datetime) -> list[str]:
+    """Off a terminal: the same as plain columns, one row a line, never wrapped."""
+    summary, timeline = backtest_cells(results)
+    lines = [backtest_title(begin, finish), *plain_columns(summary, BACKTEST_HEADER)]
+    if timeline:
+        lines += ["", "what would have been notified", *plain_columns(timeline, TIMELINE_HEADER)]
+    return lines
 
 
 def regression_lines(results: Sequence[RegressionBacktest]) -> list[str]:

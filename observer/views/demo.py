@@ -6,8 +6,11 @@ from typing import TYPE_CHECKING
 
 from observer.views.console import self_command
 from observer.views.passes import pass_table
+from observer.views.words import counted
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from rich.console import RenderableType
 
     from observer.app import OnceResult, Parts
@@ -22,7 +25,7 @@ def demo_report(
     shown: list[RenderableType] = []
     if outcome.passed is not None:
         if written:
-            extra = {"scores written to": f"{out} ({written:,} scores)"}
+            extra = {"scores written to": f"{out} ({counted(written, 'score')})"}
         else:
             extra = {
                 "scores written": "none: every trace is unchanged since the last run on "
@@ -37,25 +40,42 @@ def demo_report(
                 outcome.waiting,
             )
         )
+    records = parts.summary.records
     shown.append(
         summary_table(
-            parts.summary, title=f"signals of the {parts.summary.records} answer traces read"
+            parts.summary,
+            title=f"signals of the {counted(records, 'answer trace')} read",
         )
     )
-    shown.append(next_steps(out, state))
+    since = outcome.passed.start if outcome.passed is not None else None
+    shown.append(next_steps(out, state, since))
     return shown
 
 
-def next_steps(out: str, state: str) -> str:
-    """Where to look next, with observer named as this process was started."""
+def next_steps(out: str, state: str, since: datetime | None = None) -> str:
+    """Where to look next, with observer named as this process was started; a command a
+    line, to be printed unwrapped (`soft_wrap`) so that a pipe gets each one whole.
+    `since`: where the demo's history starts, for the backtest."""
     observer = self_command()
+    commands = [
+        ("the scores Langfuse would get:", f"head -3 {out}"),
+        ("the alerts on the demo's history:", f"{observer} alerts status --state {state}"),
+    ]
+    if since is not None:
+        commands.append(
+            (
+                "when they would have fired:",
+                f"{observer} alerts backtest --state {state} "
+                f"--from {since:%Y-%m-%d}T00:00:00Z --rule ungrounded_rate_high",
+            )
+        )
+    commands.append(("score records of your own:", f"{observer} score FILE.jsonl --summary"))
+    width = max(len(label) for label, _ in commands)
     return "\n".join(
         [
             "",
             "[bold]Next[/bold]",
-            f"  the scores Langfuse would get:  head -3 {out}",
-            f"  the alerts on the demo's history: {observer} alerts status --state {state}",
-            f"  score records of your own:      {observer} score FILE.jsonl --summary",
+            *(f"  {label:<{width}} {command}" for label, command in commands),
             "  then your own Langfuse:",
             "    export LANGFUSE_PUBLIC_KEY=pk-lf-... LANGFUSE_SECRET_KEY=sk-lf-...",
             "    export LANGFUSE_BASE_URL=https://cloud.langfuse.com",

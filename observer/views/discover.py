@@ -8,6 +8,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from observer.app.discover import PARTS
+from observer.views.words import counted
 
 if TYPE_CHECKING:
     from observer.app.checks import RecentSample
@@ -38,13 +39,15 @@ def discovery_lines(discovery: Discovery, window: str) -> list[str]:
     """The discovery for a person reading a terminal."""
     d = discovery
     lines = [
-        f"observer discover: {d.traces} traces ({window}), {d.answers} answers, "
+        f"observer discover: {counted(d.traces, 'trace')} ({window}), "
+        f"{counted(d.answers, 'answer')}, "
         f"{d.scored} scored"
         + (f", {sum(d.skips.values())} skipped ({_reasons(d.skips)})" if d.skips else "")
     ]
     if d.partial:
         lines.append(
-            f"  {d.partial} traces left out: their root observation was not in the window read"
+            f"  {counted(d.partial, 'trace')} left out: their root observation was not in the "
+            "window read"
         )
     if d.hook:
         lines.append("  mapping.hook builds the records: the default convention is not used")
@@ -61,20 +64,21 @@ def _report_lines(report: NameReport) -> list[str]:
     """One trace name's block: its counts, where each part was found, what to do."""
     lines = [
         "",
-        f"{report.name}: {report.traces} traces, {report.answers} answers, "
+        f"{report.name}: {counted(report.traces, 'trace')}, "
+        f"{counted(report.answers, 'answer')}, "
         f"{report.scored} scored"
         + (f", {report.skipped} skipped ({_reasons(report.skips)})" if report.skips else ""),
     ]
     for part in PARTS:
-        counted = report.found.get(part)
-        for rank, (rule, count) in enumerate((counted or Counter()).most_common(2)):
+        found = report.found.get(part)
+        for rank, (rule, count) in enumerate((found or Counter()).most_common(2)):
             label = part if rank == 0 else ""
             at = report.found_at[(part, rule)]
             source = at.most_common(1)[0][0]
             others = f" and {len(at) - 1} more" if len(at) > 1 else ""
             lines.append(f"  {label:<9} {rule}  [{count}/{report.traces}, from {source}{others}]")
-        if counted and len(counted) > 2:
-            lines.append(f"  {'':<9} ... and {len(counted) - 2} other rules")
+        if found and len(found) > 2:
+            lines.append(f"  {'':<9} ... and {counted(len(found) - 2, 'other rule')}")
     if report.checks:
         lines.append(f"  checked   {checks_text(report.checks)}")
     for proposal in report.proposals:
@@ -93,11 +97,11 @@ def _suggestion_lines(suggestion: Suggestion, traces: int) -> list[str]:
     lines = [
         "",
         f"suggested [mapping], tried on this sample: scored {suggestion.scored_before} -> "
-        f"{suggestion.scored_after} of {traces} traces",
+        f"{suggestion.scored_after} of {counted(traces, 'trace')}",
     ]
     if suggestion.lost:
         lines.append(
-            f"  careful: {len(suggestion.lost)} traces scored before no longer would: "
+            f"  careful: {counted(len(suggestion.lost), 'trace')} scored before no longer would: "
             + ", ".join(suggestion.lost[:5])
         )
     lines += [
@@ -164,7 +168,8 @@ def check_rows(discovery: Discovery, window: str) -> list[tuple[str, str]]:
     rows = [
         (
             "traces read",
-            f"{d.traces:,} traces in {window}, {d.answers:,} answers, {d.scored:,} scored",
+            f"{counted(d.traces, 'trace')} in {window}, {counted(d.answers, 'answer')}, "
+            f"{d.scored:,} scored",
         )
     ]
     if d.skips:
@@ -176,7 +181,8 @@ def check_rows(discovery: Discovery, window: str) -> list[tuple[str, str]]:
         rows.append(
             (
                 "hint",
-                f"{d.answers_skipped:,} of {d.answers:,} answers skipped: run `observer discover` "
+                f"{d.answers_skipped:,} of {counted(d.answers, 'answer')} skipped: "
+                "run `observer discover` "
                 "to see why, and the [mapping] that reads them",
             )
         )

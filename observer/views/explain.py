@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from observer.signals.output import signals_json
+from observer.views.words import counted
 
 if TYPE_CHECKING:
     from observer.app.explain import Explanation
@@ -140,7 +141,8 @@ def explanation_lines(explanation: Explanation, *, text_chars: int = 160) -> lis
     """The explanation for a person reading a terminal: rules, record, signals, scores."""
     skip = explanation.skip
     outcome = f"SKIPPED {skip.reason}" if skip is not None else "scored"
-    lines = [f"trace {explanation.trace_id}: {explanation.observations} observations, {outcome}"]
+    observations = counted(explanation.observations, "observation")
+    lines = [f"trace {explanation.trace_id}: {observations}, {outcome}"]
     lines += ["", "how observer read it (rule by rule)"]
     for step in explanation.steps:
         if step.part == "skip":

@@ -7,6 +7,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from observer.views.words import counted
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -124,13 +126,14 @@ class JudgeTally:
             self.errors[result.error.split(":", 1)[0]] += 1
 
     def line(self) -> str:
-        summary = f"observer judge: {self.judged + self.failed} records, {self.judged} judged"
+        records = counted(self.judged + self.failed, "record")
+        summary = f"observer judge: {records}, {self.judged} judged"
         if self.failed:
             reasons = ", ".join(f"{reason} {count}" for reason, count in self.errors.most_common())
             summary += f", {self.failed} not judged ({reasons})"
-        summary += f", {self.tokens:,} tokens"
+        summary += f", {counted(self.tokens, 'token')}"
         if self.bad_lines:
-            summary += f", {self.bad_lines} bad lines"
+            summary += f", {counted(self.bad_lines, 'bad line')}"
         return summary
 
     def none_reached(self) -> bool:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from observer.times import iso
 from observer.views.console import console
+from observer.views.words import counted
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -89,7 +90,7 @@ def pass_table(
 
         left = parts.state.outbox_size()
         held = (
-            f"; held delivery back: {left:,} scores left in the outbox"
+            f"; held delivery back: {counted(left, 'score')} left in the outbox"
             if left and budget_held(parts)
             else ""
         )
@@ -111,7 +112,7 @@ def dry_run_rows(written: int, target: str) -> dict[str, str]:
     """The dry run's row: how many scores went where, and that nothing else did."""
     where = "stdout" if target == "-" else target
     return {
-        "dry run": f"{written:,} scores written to {where}; nothing pushed to Langfuse, "
+        "dry run": f"{counted(written, 'score')} written to {where}; nothing pushed to Langfuse, "
         "the state file untouched"
     }
 
@@ -133,8 +134,9 @@ def progress_line(title: str, metrics: Metrics) -> Iterator[None]:
         queued = metrics.total("observer_scores_enqueued_total")
         delivered = metrics.value("observer_scores_pushed_total")
         return (
-            f"{pages:,.0f} pages, {observations:,.0f} observations, {traces:,.0f} traces, "
-            f"{queued:,.0f} scores queued, {delivered:,.0f} delivered"
+            f"{counted(pages, 'page')}, {counted(observations, 'observation')}, "
+            f"{counted(traces, 'trace')}, {counted(queued, 'score')} queued, "
+            f"{delivered:,.0f} delivered"
         )
 
     done = threading.Event()
@@ -171,7 +173,10 @@ class BackfillProgress:
 
 @contextmanager
 def backfill_bar(begin: datetime, finish: datetime) -> Iterator[BackfillProgress]:
-    """A bar on stderr over the window's time, with an ETA and traces and scores so far."""
+    """On a terminal, a bar on stderr over the window's time, with an ETA and traces and
+    scores so far; the log lines go above it (observer.telemetry.logging writes to the
+    current `sys.stderr`, which the bar's console holds while it is drawn). Elsewhere,
+    nothing: no bar, no last frame in a log file."""
     from rich.progress import (
         BarColumn,
         Progress,
@@ -190,6 +195,7 @@ def backfill_bar(begin: datetime, finish: datetime) -> Iterator[BackfillProgress
         TimeRemainingColumn(),
         TextColumn("{task.fields[note]}"),
         console=console(stderr=True),
+        disable=not sys.stderr.isatty(),
     ) as bar:
         task = bar.add_task("backfill", total=(finish - begin).total_seconds(), note="")
         seen = {"scored": 0, "traces": 0}
@@ -201,7 +207,7 @@ def backfill_bar(begin: datetime, finish: datetime) -> Iterator[BackfillProgress
             bar.update(
                 task,
                 completed=(at - begin).total_seconds(),
-                note=f"{seen['traces']:,} traces, {seen['scored']:,} scored",
+                note=f"{counted(seen['traces'], 'trace')}, {seen['scored']:,} scored",
             )
 
         progress = BackfillProgress(begin, update)

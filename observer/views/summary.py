@@ -6,6 +6,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from observer.model import Band, Grade
+from observer.views.words import counted
 
 if TYPE_CHECKING:  # rich is loaded only to draw the table
     from rich.table import Table
@@ -15,6 +16,10 @@ if TYPE_CHECKING:  # rich is loaded only to draw the table
 
 def _share(count: int, total: int) -> str:
     return f"{count} ({count / total:.0%})" if total else str(count)
+
+
+def _records(count: int) -> str:
+    return "record" if count == 1 else "records"
 
 
 def _mix(counter: Counter[str], order: list[str], total: int) -> str:
@@ -33,7 +38,8 @@ def summary_table(summary: Summary, title: str = "observer score") -> Table:
     if summary.bad_lines:
         table.add_row("bad lines (skipped)", str(summary.bad_lines))
     mean_cov = (
-        f"{summary.coverage_sum / summary.coverage_n:.3f} over {summary.coverage_n} records"
+        f"{summary.coverage_sum / summary.coverage_n:.3f} over "
+        f"{counted(summary.coverage_n, 'record')}"
         if summary.coverage_n
         else "n/a (no substantive sentences)"
     )
@@ -52,18 +58,19 @@ def summary_table(summary: Summary, title: str = "observer score") -> Table:
         table.add_row("over-cited answers", _share(summary.over_cited_records, n))
     table.add_row(
         "ghost references",
-        f"{summary.ghost_refs} in {_share(summary.ghost_records, n)} records",
+        f"{summary.ghost_refs} in {_share(summary.ghost_records, n)} "
+        f"{_records(summary.ghost_records)}",
     )
     table.add_row(
         "unsupported numbers",
-        f"{summary.unsupported_numbers} of {summary.numbers} numbers, "
-        f"in {_share(summary.unsupported_records, n)} records",
+        f"{summary.unsupported_numbers} of {counted(summary.numbers, 'number')}, "
+        f"in {_share(summary.unsupported_records, n)} {_records(summary.unsupported_records)}",
     )
     if summary.concentration_n:
         table.add_row(
             "mean citation concentration",
             f"{summary.concentration_sum / summary.concentration_n:.3f} over "
-            f"{summary.concentration_n} records; "
+            f"{counted(summary.concentration_n, 'record')}; "
             f"{summary.single_doc_records} on one document",
         )
     if summary.grade_mismatches:

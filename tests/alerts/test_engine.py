@@ -768,6 +768,15 @@ def test_a_gap_of_a_day_is_replayed_minute_by_minute() -> None:
     assert points[0] == T0 + STEP and points[-1] == T0 + MAX_CATCH_UP_S
 
 
+def test_a_backtest_window_longer_than_a_day_is_replayed_step_by_step() -> None:
+    """A daemon back from a long gap leads in to its target; a backtest (no catch-up
+    limit) replays every step of its window, however long."""
+    assert evaluation_points(T0, T0 + 14 * 86400, STEP, 0.0) == [T0 + 14 * 86400]
+    points = evaluation_points(T0, T0 + 14 * 86400, STEP, 0.0, None)
+    assert len(points) == 14 * 24 * 60
+    assert points[0] == T0 + STEP and points[-1] == T0 + 14 * 86400
+
+
 @given(
     last=st.none() | st.integers(0, 10**6).map(lambda s: T0 + s),
     ahead=st.integers(-1000, 3 * 86400),

@@ -360,7 +360,7 @@ def test_explain_names_the_observation_and_rule_behind_each_part() -> None:
     by_part = {step.part: step for step in explained.steps}
     assert (by_part["sources"].name, by_part["sources"].rule) == (
         "ranker",
-        "output.documents: 1 documents",
+        "output.documents: 1 document",
     )
     assert (by_part["answer"].observation_id, by_part["question"].rule) == ("gen", "input.question")
     assert explained.result == map_trace("t1", observations, RULES)
