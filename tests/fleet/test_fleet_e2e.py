@@ -177,13 +177,13 @@ def _run(fleet: Fleet, client: redis.Redis, server: RedisServer, fake: FakeLangf
             and client.xlen("{e2e}:traces") == 0  # acknowledged entries are deleted
             and len(client.keys("{e2e}:seen:*")) >= demo_counts().traces
         ),
-        timeout_s=120,
+        timeout_s=240,  # against a hang; three members and the fake share 2 busy cores
     )
     # What the judge took is judged and its scores delivered before the members stop.
     wait_for(
         "the judge's scores delivered",
         lambda: _judged(fake) >= len(client.keys("{e2e}:judge:trace:*")),
-        timeout_s=60,
+        timeout_s=180,
     )
 
 
