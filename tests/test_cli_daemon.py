@@ -149,7 +149,7 @@ def test_the_demo_shows_alerting_and_its_commands_reach_a_pipe_whole(
     assert suggested == [
         ["status", "--state", "observer-demo.sqlite"],
         ["backtest", "--state", "observer-demo.sqlite", "--from", "2026-11-28T00:00:00Z",
-         "--rule", "ungrounded_rate_high"],
+         "--to", "2026-11-29T00:00:00Z", "--rule", "ungrounded_rate_high"],
     ]  # fmt: skip
     readme = {args[1]: args for args in readme_demo_commands()}
     status_args, backtest_args = readme["status"], readme["backtest"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from observer.views.console import self_command
@@ -66,7 +67,8 @@ def next_steps(out: str, state: str, since: datetime | None = None) -> str:
             (
                 "when they would have fired:",
                 f"{observer} alerts backtest --state {state} "
-                f"--from {since:%Y-%m-%d}T00:00:00Z --rule ungrounded_rate_high",
+                f"--from {since:%Y-%m-%d}T00:00:00Z --to {since + timedelta(days=1):%Y-%m-%d}"
+                "T00:00:00Z --rule ungrounded_rate_high",
             )
         )
     commands.append(("score records of your own:", f"{observer} score FILE.jsonl --summary"))
