@@ -36,7 +36,8 @@ def triage_brief(triage: Triage) -> str:
     if triage.layer is not None:
         parts.append(triage.layer)
     if triage.onset is not None:
-        parts.append(f"since {_moment(triage.onset).strftime('%H:%MZ')}")
+        earlier = " or earlier" if triage.onset_open else ""
+        parts.append(f"since {_moment(triage.onset).strftime('%H:%MZ')}{earlier}")
     return "; ".join(parts)
 
 

@@ -117,12 +117,14 @@ def triage(
     segments = rank(rule, window, bad, [d for d in dimensions if d not in fixed])
     lead_rows = _inside(window, segments[0].where) if segments else window
     layer, shares = blame(rule, [(v, r) for v, r in lead_rows if is_bad(rule, v)])
+    began, open_start = onset(rule, history, at)
     return Triage(
         samples=len(window),
         bad=sum(bad),
         bad_when=bad_when(rule),
         segments=segments,
-        onset=onset(rule, history, at),
+        onset=began,
+        onset_open=open_start,
         layer=layer,
         layer_shares=shares,
         examples=worst(rule, lead_rows)[:MAX_EXAMPLES],
@@ -299,29 +301,35 @@ def crossed(rule: WindowRule, values: Sequence[float]) -> bool:
     return rule.breaches(value, line)
 
 
-def onset(rule: WindowRule, history: Sequence[Sample], at: float) -> float | None:
+def onset(rule: WindowRule, history: Sequence[Sample], at: float) -> tuple[float | None, bool]:
     """When the change began: in the earliest of the run of crossed windows that ends at
-    `at`, the split of the bad share into a before and an after that fits best."""
+    `at`, the split of the bad share into a before and an after that fits best; and
+    whether the run reached back to where the history read starts (the window before it
+    held too few samples to say, or the lookback ended): then the change began then or
+    earlier."""
     if not history:
-        return None
+        return None, False
     times = [r.at for _, r in history]
     step = max(60.0, rule.window_s / 10)
     first: float | None = None
     end = at
     earliest = at - lookback_s(rule)
     values = [v for v, _ in history]
+    open_start = True  # until a window is found that had not crossed, with enough samples
     while end - rule.window_s >= earliest - step:
         low_i = bisect.bisect_right(times, end - rule.window_s)
-        if not crossed(rule, values[low_i : bisect.bisect_right(times, end)]):
+        window = values[low_i : bisect.bisect_right(times, end)]
+        if not crossed(rule, window):
+            open_start = len(window) < rule.min_samples
             break
         first = end
         end -= step
     if first is None:
-        return None
+        return None, False
     bad = [is_bad(rule, v) for v, _ in history]
     # The change began inside the first crossed window (the one before it had not crossed).
     low, high = first - rule.window_s - step, first
-    return change_point(times, bad, low, high)
+    return change_point(times, bad, low, high), open_start
 
 
 def change_point(times: Sequence[float], bad: Sequence[bool], low: float, high: float) -> float:

@@ -126,6 +126,7 @@ class Triage:
     bad_when: str = ""  # what makes one sample bad: `numeric_grounding < 0.95`
     segments: tuple[Segment, ...] = ()
     onset: float | None = None  # unix seconds
+    onset_open: bool = False  # the history read starts there: the change began then or before
     layer: str | None = None
     layer_shares: tuple[tuple[str, float], ...] = ()
     examples: tuple[Example, ...] = ()
@@ -141,6 +142,7 @@ class Triage:
             "bad_when": self.bad_when,
             "segments": [s.as_dict() for s in self.segments],
             "onset": self.onset,
+            "onset_open": self.onset_open,
             "layer": self.layer,
             "layer_shares": dict(self.layer_shares),
             "examples": [e.trace_id for e in self.examples],
@@ -167,6 +169,7 @@ class Triage:
             bad_when=str(data.get("bad_when", "")),
             segments=segments,
             onset=data.get("onset"),
+            onset_open=bool(data.get("onset_open", False)),
             layer=data.get("layer"),
             layer_shares=tuple((str(k), float(v)) for k, v in data.get("layer_shares", ())),
             examples=tuple(Example(**e) for e in data.get("examples", ())),

@@ -70,6 +70,7 @@ def test_a_drop_confined_to_one_query_type_is_found_with_its_onset_and_layer() -
     assert lead.share > 0.8
     assert lead.value is not None and lead.rest_value is not None and lead.value < lead.rest_value
     assert found.onset is not None and abs(found.onset - (T - 3000)) < 180
+    assert not found.onset_open
     assert found.layer == "generation"
     assert found.examples and all(e.trace_id.startswith("t") for e in found.examples)
     examples = {e.trace_id for e in found.examples}
@@ -281,3 +282,12 @@ def test_no_release_is_flagged_when_the_new_one_is_as_good() -> None:
     ]  # fmt: skip
     (rule,) = default_regression_rules()
     assert compare(rule, rows, T) == []
+
+
+def test_a_change_older_than_the_history_read_says_it_began_then_or_earlier() -> None:
+    """The history starts after the change began (observer started late, or the state
+    file is new): the onset is where the history starts, and says so."""
+    rows = [r for r in planted() if r.at > T - 1500]
+    found = triage(grounding_rule(), PROD, rows, T)
+    assert found.onset is not None and found.onset_open
+    assert found.onset <= T - 1500 + 120

@@ -115,8 +115,11 @@ def triage_text(triage: Triage, aggregate: str | None) -> list[str]:
         others = [s for s in triage.segments[1:] if s.where[0] not in lead.where]
         lines.extend(f"Also: {segment_text(aggregate, s)}." for s in others[:2])
     if triage.onset is not None:
+        began = iso(datetime.fromtimestamp(triage.onset, UTC))
         lines.append(
-            f"Since: {iso(datetime.fromtimestamp(triage.onset, UTC))} (when the change began)."
+            f"Since: {began} or earlier (the history read begins there)."
+            if triage.onset_open
+            else f"Since: {began} (when the change began)."
         )
     if triage.layer is not None:
         share = dict(triage.layer_shares).get(triage.layer, 0.0)

@@ -9,7 +9,7 @@ Body (every key always present, `null` when the notification has no value):
 `triage` (a firing window alert; docs/alerts.md#triage) is an object:
 `{samples, bad, bad_when, segments: [{where: {dimension: value}, samples, bad,
 bad_rate, rest_bad_rate, value, rest_value, share_of_bad, excess}], onset,
-onset_at, layer, layer_shares: {layer: share}, examples: [trace_id]}`.
+onset_open, onset_at, layer, layer_shares: {layer: share}, examples: [trace_id]}`.
 
 Headers: `webhook-id` (the notification's id: the same on every retry, so a
 receiver can drop duplicates), `webhook-timestamp` (unix seconds of this
