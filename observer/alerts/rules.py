@@ -62,6 +62,9 @@ SIGNALS: Mapping[str, SignalInfo] = {
     # false on every scored trace's row (docs/alerts.md#mapping-drift-skip_rate_high).
     "skipped": SignalInfo(Kind.FLAG, detail="skip_reason"),
     "lag_s": SignalInfo(Kind.NUMBER, pipeline=True),
+    # The judge against people, read hourly (docs/judge.md): kappa only over >= 30 pairs.
+    "judge_kappa": SignalInfo(Kind.NUMBER, pipeline=True),
+    "judge_pairs": SignalInfo(Kind.NUMBER, pipeline=True),
     "scores_dropped": SignalInfo(Kind.NUMBER, pipeline=True),
 }
 
@@ -383,6 +386,8 @@ def default_window_rules() -> tuple[WindowRule, ...]:
         ),
         _window("pipeline_lag_high", "lag_s", "max", ">", 600, 300, 300, 1),
         _window("judge_error_rate_high", "judge_error", "rate", ">", 0.20, 0.10, 1800, 10),
+        # Read hourly: the last read within two hours decides; kappa only over >= 30 pairs.
+        _window("judge_agreement_low", "judge_kappa", "min", "<", 0.4, None, 7200, 1, for_s=0),
         _window("scores_dropped", "scores_dropped", "count", ">", 0, None, 900, 1, for_s=0),
         _window("stale_citation_rate", "stale_citations > 0", "rate", ">", 0.05, 0.02, 1800, 50),
         # Refusing a fifth of the questions is a knowledge base that lacks them or a retrieval

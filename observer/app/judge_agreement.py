@@ -29,14 +29,34 @@ def judge_agreement(
     settings: Settings, start: datetime, end: datetime
 ) -> tuple[Agreement, Callable[[Pair], str | None]]:
     """The agreement over the labels made in [start, end), and how to link a pair."""
-    name = settings.judge.human_score
-    if not name:
+    name = human_score(settings)
+    reader = AnnotationReader(build_api(settings), RateLimiter(settings.source.requests_per_minute))
+    base = settings.langfuse.base_url.rstrip("/")
+
+    def link(pair: Pair) -> str | None:
+        if not pair.project_id:
+            return None
+        return f"{base}/project/{pair.project_id}/traces/{pair.trace_id}"
+
+    return read_agreement(reader, settings, name, start, end), link
+
+
+def human_score(settings: Settings) -> str:
+    """The score people write, or a ConfigError saying what to set."""
+    if not settings.judge.human_score:
         raise ConfigError(
             "judge.human_score is not set: name the score people write in Langfuse "
             "(an annotation queue's BOOLEAN or NUMERIC score), e.g. "
             "OBSERVER_JUDGE__HUMAN_SCORE=faithful"
         )
-    reader = AnnotationReader(build_api(settings), RateLimiter(settings.source.requests_per_minute))
+    return settings.judge.human_score
+
+
+def read_agreement(
+    reader: AnnotationReader, settings: Settings, name: str, start: datetime, end: datetime
+) -> Agreement:
+    """People's labels named `name` made in [start, end), the judge's verdicts on their
+    traces, paired (the command's and the daemon's hourly refresh's one read)."""
     labels = reader.read(name, start, end)
     traces = sorted({a.trace_id for a in labels})
     judged: list[Annotation] = []
@@ -62,11 +82,4 @@ def judge_agreement(
         Verdict(a.trace_id, a.timestamp.timestamp(), a.unfaithful(threshold), None, a.project_id)
         for a in labels
     ]
-    base = settings.langfuse.base_url.rstrip("/")
-
-    def link(pair: Pair) -> str | None:
-        if not pair.project_id:
-            return None
-        return f"{base}/project/{pair.project_id}/traces/{pair.trace_id}"
-
-    return agreement(pairs_of(verdicts, people)), link
+    return agreement(pairs_of(verdicts, people))

@@ -15,7 +15,7 @@ import redis
 import structlog
 from langfuse.api.client import LangfuseAPI
 
-from observer import langfuse_api
+from observer import background, langfuse_api
 from observer.alerts.delivery import Delivery
 from observer.alerts.evaluator import AlertEvaluator
 from observer.alerts.notifiers import Notifier, NotifyError
@@ -288,6 +288,8 @@ class Parts:
     close_resolver: Callable[[], None] = field(default=lambda: None, repr=False)
     # The request budget reads and score posts share (None: no Langfuse client built).
     budget: RateLimiter | None = None
+    # The judge against people, read hourly (a daemon with judge.human_score set).
+    agreement: background.Worker | None = None
 
     def __enter__(self) -> Parts:
         return self
@@ -586,6 +588,40 @@ def _build(
         clock=clock,
         close_resolver=close_resolver,
         budget=limiter,
+        agreement=_agreement(settings, mode, api, limiter, metrics, state, stop),
+    )
+
+
+def _agreement(
+    settings: Settings,
+    mode: Mode,
+    api: LangfuseAPI | None,
+    limiter: RateLimiter,
+    metrics: Metrics,
+    state: State,
+    stop: threading.Event,
+) -> background.Worker | None:
+    """The hourly agreement read, for a daemon reading Langfuse with judge.human_score."""
+    name = settings.judge.human_score
+    if mode == "once" or api is None or not name:
+        return None
+    from observer.app.judge_agreement import read_agreement
+    from observer.judge.agreement_refresh import AgreementRefresh
+    from observer.judge.annotations import AnnotationReader
+
+    reader = AnnotationReader(api, limiter, should_stop=stop.is_set)
+    refresh = AgreementRefresh(
+        lambda start, end: read_agreement(reader, settings, name, start, end),
+        metrics,
+        state.history.add_samples,
+    )
+    # Woken every minute; the step itself reads once an hour.
+    return background.Worker(
+        "observer-judge-agreement",
+        refresh.step,
+        interval_s=60.0,
+        crash_event="judge_agreement_failed",
+        stopping=stop,
     )
 
 

@@ -14,6 +14,7 @@ answer or trace id is ever a label.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -379,6 +380,19 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.judge_agreement = Gauge(
+            "observer_judge_agreement",
+            "The judge against people's labels (judge.human_score), the last hour's read over "
+            "its window: kappa, precision, recall on unfaithful answers (NaN: nothing to "
+            "compute it from)",
+            ["measure"],
+            registry=r,
+        )
+        self.judge_pairs = Gauge(
+            "observer_judge_pairs",
+            "Answers both judged and labelled by people in the agreement's window",
+            registry=r,
+        )
         self.judge_pending = Gauge(
             "observer_judge_pending_samples",
             "Samples queued for the judge (kept in the state file across restarts)",
@@ -551,6 +565,14 @@ class Metrics:
             self.answers_by_release.remove(*series)
             for flag in RELEASE_FLAGS:
                 self.answers_flagged_by_release.remove(*series, flag)
+
+    def set_judge_agreement(
+        self, kappa: float | None, precision: float | None, recall: float | None, pairs: int
+    ) -> None:
+        """The agreement's last read; a figure with nothing to compute it from is NaN."""
+        for measure, value in (("kappa", kappa), ("precision", precision), ("recall", recall)):
+            self.judge_agreement.labels(measure=measure).set(math.nan if value is None else value)
+        self.judge_pairs.set(pairs)
 
     def observe_answer(self, record: RagRecord, signals: Signals) -> None:
         """One newly scored answer into the quality metrics."""
