@@ -575,6 +575,18 @@ def answer_quality() -> dict[str, Any]:
     ]
     judge: list[PanelBuilder] = [
         graph(
+            "Judge agreement with people",
+            "The judge against people's labels in Langfuse (judge.human_score), read hourly "
+            "over the last 7 days: Cohen's kappa, precision and recall on unfaithful answers "
+            "(observer_judge_agreement). Line: observer's judge_agreement_low rule pages "
+            "below a kappa of 0.4 (over at least 30 pairs). No line: no labels yet.",
+            [query("observer_judge_agreement", "{{measure}}")],
+            ratio=True,
+            thresholds=steps(RED, (0.4, GREEN)),
+            width=24,
+            height=7,
+        ),
+        graph(
             "Faithfulness by query type (judged answers)",
             f"Mean judge faithfulness over {JUDGE_WINDOW}, the window of observer's "
             f"faithfulness_low rule: it pages below {FAITHFULNESS_PAGE:.2f} (the red line) "
