@@ -78,6 +78,7 @@ class Daemon:
             parts.judge.start()
         if parts.agreement is not None:
             parts.agreement.start()
+            parts.agreement.wake()  # the first read at start, then hourly
 
     def tick(self) -> None:
         """One poll: the traces settled since the watermark scored, the pass recorded."""

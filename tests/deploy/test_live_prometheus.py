@@ -136,6 +136,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         env.update(
             OBSERVER_CONFIG=str(observer_config),
             OBSERVER_JUDGE__ENABLED="true",
+            # The judge's agreement with people is read (none labelled: its series exist).
+            OBSERVER_JUDGE__HUMAN_SCORE="faithful",
             OBSERVER_JUDGE__RATE="1.0",
             OBSERVER_JUDGE_MODEL="stub-judge",
             OBSERVER_JUDGE_BASE_URL=stub.url + "/v1",
