@@ -215,7 +215,14 @@ class WindowRule:
         return f"{self.aggregate}({self.expression}) {self.op} {self.threshold:g}"
 
 
-LAYERS: tuple[str, ...] = ("retrieval", "generation", "index", "abstention")
+LAYERS: tuple[str, ...] = ("retrieval", "generation", "index", "abstention", "judge")
+# Signals the LLM judge writes: alerts on them are held while the judge is unhealthy.
+JUDGE_SIGNALS: frozenset[str] = frozenset(
+    {"faithfulness", "citation_accuracy", "critical_unsupported"}
+)
+# The rules that say the judge is unhealthy; their alerts carry the layer `judge` (the
+# eval owner's route), and while one fires the alerts on JUDGE_SIGNALS are held.
+JUDGE_HEALTH_RULES: frozenset[str] = frozenset({"judge_error_rate_high", "judge_agreement_low"})
 
 
 @dataclass(frozen=True, slots=True)

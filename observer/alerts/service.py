@@ -60,7 +60,14 @@ from observer.alerts.regression import (
     with_examples,
 )
 from observer.alerts.regression import step as regression_step
-from observer.alerts.rules import Route, TraceRule, WindowRule, row_keys
+from observer.alerts.rules import (
+    JUDGE_HEALTH_RULES,
+    JUDGE_SIGNALS,
+    Route,
+    TraceRule,
+    WindowRule,
+    row_keys,
+)
 from observer.alerts.triage import keys as triage_keys
 from observer.alerts.triage import lookback_s, triage
 from observer.alerts.windows import slide
@@ -232,6 +239,7 @@ class AlertService:
         self._forgot = False
         self.shared = shared
         self.routes = tuple(routes)
+        self._judge_unhealthy = False  # a judge-health rule fires: judge alerts are held
         self.regressions = tuple(regressions)
         # The last triage of each firing group: Alertmanager's re-posts carry it too.
         self._triages: dict[tuple[str, GroupKey], Triage] = {}
@@ -288,6 +296,14 @@ class AlertService:
         if row is not None:
             self.check_trace(row)
 
+    def judge_unhealthy(self, stored: Mapping[str, Mapping[GroupKey, AlertState]]) -> bool:
+        """A rule on the judge's health (its error rate, its agreement with people) fires."""
+        return any(
+            state.status == "firing"
+            for name in JUDGE_HEALTH_RULES
+            for state in stored.get(name, {}).values()
+        )
+
     def check_trace(self, row: Row) -> None:
         if row.trace_id is None:
             return
@@ -295,6 +311,12 @@ class AlertService:
         now = self.clock()
         for rule in self.trace_rules:
             if not rule.matches(row.values, labels):
+                continue
+            if rule.expression.signal in JUDGE_SIGNALS and self.judge_unhealthy(
+                self.state.alerts.load()
+            ):
+                # The judge that flagged it is not trusted now: nobody is paged for it.
+                log.warning("trace_alert_held", rule=rule.name, trace_id=row.trace_id)
                 continue
             hour = hour_of(now)
             cap = rule.max_per_hour
@@ -446,9 +468,11 @@ class AlertService:
                 kept = {r.name for r in self.rules} | {r.name for r in self.regressions}
                 self.state.alerts.forget_other_rules(kept)
                 self._forgot = True
-            plans = self.plans(
-                self.state.alerts.load(), self.state.alerts.progress(), now, max_points
-            )
+            stored = self.state.alerts.load()
+            self._judge_unhealthy = self.judge_unhealthy(stored)
+            plans = self.plans(stored, self.state.alerts.progress(), now, max_points)
+            # The judge's health first: the judge's own alerts are held or told by it.
+            plans.sort(key=lambda p: p.rule.name not in JUDGE_HEALTH_RULES)
             happened: list[AlertEvent] = []
             done = left = 0
             reached: list[float] = []
@@ -474,13 +498,28 @@ class AlertService:
     def _commit(self, each: Plan, result: Evaluation, now: datetime, rows: RowReader) -> None:
         rule = each.rule
         outgoing: list[Outgoing] = []
-        # Each group's layer label, from firing to resolved (Alertmanager's identity of it).
+        # Each group's layer label, from firing to resolved (Alertmanager's identity of it),
+        # and whether it is held (fired while the judge was unhealthy, nobody told yet).
         layers = {group: state.layer for group, state in each.states.items()}
+        held = {group: state.held for group, state in each.states.items()}
         for event in result.events:
-            outgoing.extend(self._announce(rule, event, now, rows, layers))
+            outgoing.extend(self._announce(rule, event, now, rows, layers, held))
         for group, state in list(result.states.items()):
-            if state.status == "firing" and state.layer != layers.get(group):
-                result.states[group] = replace(state, layer=layers.get(group))
+            if state.status == "firing" and (
+                state.layer != layers.get(group) or state.held != held.get(group, False)
+            ):
+                state = result.states[group] = replace(
+                    state, layer=layers.get(group), held=held.get(group, False)
+                )
+            if state.status == "firing" and state.held and not self._judge_unhealthy:
+                outgoing.extend(self._release(rule, group, state, result, now, rows))
+                result.states[group] = replace(state, held=False)
+        if rule.name in JUDGE_HEALTH_RULES:
+            self._judge_unhealthy = any(
+                s.status == "firing" for s in result.states.values()
+            ) or self.judge_unhealthy(
+                {n: s for n, s in self.state.alerts.load().items() if n != rule.name}
+            )
         if each.left == 0:  # caught up: re-post what fires to Alertmanager
             notified = {e.group for e in result.events if e.notify}
             outgoing.extend(self._refresh(rule, result, notified, now, rows))
@@ -623,10 +662,28 @@ class AlertService:
         now: datetime,
         rows: RowReader,
         layers: dict[GroupKey, str | None],
+        held: dict[GroupKey, bool] | None = None,
     ) -> list[Outgoing]:
-        """The notifications of one event; `layers` (each group's layer label) updated."""
+        """The notifications of one event; `layers` (each group's layer label) and `held`
+        (fired while the judge was unhealthy) updated."""
         if not event.notify:
             return []
+        held = held if held is not None else {}
+        if rule.expression.signal in JUDGE_SIGNALS and not rule.pipeline:
+            if event.transition == "resolved" and held.get(event.group):
+                held[event.group] = False  # nobody was told it fired: nothing to resolve
+                log.warning("alert_held_cleared", rule=rule.name, group=dict(event.group))
+                return []
+            if self._judge_unhealthy and event.transition != "resolved":
+                held[event.group] = True
+                log.warning(
+                    "alert_held",
+                    rule=rule.name,
+                    group=dict(event.group),
+                    transition=event.transition,
+                    reason="the judge is unhealthy (judge_error_rate_high or judge_agreement_low)",
+                )
+                return []
         log.warning(
             f"alert_{event.transition}",
             rule=rule.name,
@@ -657,7 +714,10 @@ class AlertService:
         if event.transition in ("firing", "renotified", "escalated", "deescalated"):
             found = self.triage_of(rule, event, rows)
             if event.transition == "firing":
-                layer = layers[event.group] = found.layer if found is not None else None
+                layer = found.layer if found is not None else None
+                if rule.name in JUDGE_HEALTH_RULES:
+                    layer = "judge"  # the eval owner's route, not the RAG on-call's
+                layers[event.group] = layer
         else:  # resolved, or a no-data alert: the breach's label is closed with it
             layers[event.group] = None
         notification = window_notification(
@@ -666,6 +726,41 @@ class AlertService:
         # The resolve goes where the page went: the layer is kept from firing to resolved.
         out.extend(self._outgoing(self.routed(rule, layer), notification))
         return out
+
+    def _release(
+        self,
+        rule: WindowRule,
+        group: GroupKey,
+        state: AlertState,
+        result: Evaluation,
+        now: datetime,
+        rows: RowReader,
+    ) -> list[Outgoing]:
+        """A held alert still firing once the judge is healthy again: told now."""
+        event = AlertEvent(
+            rule=rule.name,
+            group=group,
+            transition="firing",
+            at=state.evaluated_at or now.timestamp(),
+            severity=state.severity or "page",
+            previous_severity=None,
+            value=state.value,
+            samples=state.samples,
+            since=state.since or now.timestamp(),
+            examples=result.examples.get(group, ()),
+            top=result.tops.get(group),
+        )
+        log.warning("alert_released", rule=rule.name, group=dict(group))
+        found = self.triage_of(rule, event, rows)
+        notification = window_notification(
+            rule, event, self.base_url, now, triage=found, layer=state.layer
+        )
+        notification = replace(
+            notification,
+            description=notification.description
+            + " It was held while the judge was unhealthy; the judge is healthy again.",
+        )
+        return self._outgoing(self.routed(rule, state.layer), notification)
 
     def _refresh(
         self,
@@ -677,7 +772,7 @@ class AlertService:
     ) -> list[Outgoing]:
         out: list[Outgoing] = []
         for group, state in result.states.items():
-            if state.status != "firing" or group in notified:
+            if state.status != "firing" or group in notified or state.held:
                 continue
             names = [
                 n

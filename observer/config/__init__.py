@@ -234,8 +234,8 @@ class TraceRuleSettings(_Section):
 
 
 class RouteSettings(_Section):
-    layer: Literal["retrieval", "generation", "index", "abstention"] = Field(
-        description="the layer a firing alert's triage blames"
+    layer: Literal["retrieval", "generation", "index", "abstention", "judge"] = Field(
+        description="the layer a firing alert's triage blames (judge: the judge's own health)"
     )
     notify: list[str] = Field(min_length=1, description="notifier names, instead of the rule's")
     rules: list[str] = Field(default_factory=list, description="only these rules (empty: all)")

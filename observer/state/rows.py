@@ -84,6 +84,8 @@ class AlertState:
     # The layer the firing alert's triage blamed when it began: Alertmanager knows the alert
     # by its labels, `layer` among them, so it stays the same until the alert resolves.
     layer: str | None = None
+    # Firing while the judge was unhealthy, nobody told yet (docs/judge.md#a-drifting-judge).
+    held: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,198 @@
+"""A drifting judge holds its pages (docs/judge.md#a-drifting-judge): while
+judge_error_rate_high fires, faithfulness_low is held (nobody paged for it), the judge's
+own alert goes to the `judge` route (the eval owner); once the judge is healthy again,
+what still fires is told."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from observer.alerts.delivery import Delivery
+from observer.alerts.notifiers.webhook import WebhookNotifier
+from observer.alerts.rules import Route, default_window_rules
+from observer.alerts.service import AlertService
+from observer.background import Deadline
+from observer.state import State
+from observer.state.rows import Row
+from observer.telemetry.metrics import Metrics
+from tests.fakes.receiver import Receiver
+
+T = 1_800_000_000.0
+RULES = {r.name: r for r in default_window_rules()}
+
+
+def moment(at: float) -> datetime:
+    return datetime.fromtimestamp(at, UTC)
+
+
+def judged(
+    start: float, end: float, *, errors: bool, faithfulness: float, prefix: str
+) -> list[Row]:
+    """A judged answer every 20 s: a judge error, or its faithfulness."""
+    rows = []
+    at, i = start, 0
+    while at < end:
+        values: dict[str, Any] = (
+            {"judge_error": True} if errors and i % 2 == 0 else
+            {"judge_error": False, "faithfulness": faithfulness}
+        )  # fmt: skip
+        rows.append(Row(at, values, f"{prefix}{i}", "p1", "production", "billing"))
+        at += 20
+        i += 1
+    return rows
+
+
+@pytest.fixture
+def receivers() -> Iterator[tuple[Receiver, Receiver]]:
+    with Receiver() as oncall, Receiver() as evals:
+        yield oncall, evals
+
+
+def bodies(receiver: Receiver) -> list[dict[str, Any]]:
+    return [r.json() for r in receiver.requests]
+
+
+def test_a_failing_judge_holds_faithfulness_low_and_tells_the_eval_owner(
+    tmp_path: Path, receivers: tuple[Receiver, Receiver]
+) -> None:
+    oncall, evals = receivers
+    state = State(tmp_path / "state.sqlite")
+    metrics = Metrics()
+    delivery = Delivery(
+        {
+            "oncall": WebhookNotifier("oncall", oncall.url),
+            "evals": WebhookNotifier("evals", evals.url),
+        },
+        metrics,
+        state.alerts,
+        base_s=0.01,
+        max_backoff_s=0.02,
+    )
+    rules = tuple(
+        dataclasses.replace(RULES[name], notify=("oncall",))
+        for name in ("judge_error_rate_high", "faithfulness_low")
+    )
+    service = AlertService(
+        state,
+        metrics,
+        rules,
+        (),
+        notifier_kinds={"oncall": "webhook", "evals": "webhook"},
+        delivery=delivery,
+        base_url="https://langfuse.example.com",
+        routes=(Route("judge", ("evals",)),),
+    )
+    try:
+        # An hour of a judge failing half the time, its other verdicts low.
+        state.history.put_many(judged(T - 3600, T, errors=True, faithfulness=0.5, prefix="a"))
+        state.set_watermark(moment(T))
+        service.evaluate(moment(T))
+        (told,) = evals.wait_for(1)
+        assert told.json()["rule"] == "judge_error_rate_high"
+        assert told.json()["layer"] == "judge" and told.json()["state"] == "firing"
+        assert oncall.requests == []  # faithfulness_low fired, and is held
+        held = state.alerts.load()["faithfulness_low"]
+        assert all(s.status == "firing" and s.held for s in held.values())
+
+        # The judge recovers; its verdicts are still low: faithfulness_low is told now.
+        state.history.put_many(judged(T, T + 3600, errors=False, faithfulness=0.5, prefix="b"))
+        state.set_watermark(moment(T + 3600))
+        service.evaluate(moment(T + 3600))
+        (page,) = oncall.wait_for(1)
+        assert page.json()["rule"] == "faithfulness_low" and page.json()["state"] == "firing"
+        assert "held while the judge was unhealthy" in page.json()["description"]
+        # The judge's own alert lowers to a warning, then resolves, on its route.
+        *_, resolve = evals.wait_for(3)
+        assert (resolve.json()["rule"], resolve.json()["state"]) == (
+            "judge_error_rate_high",
+            "resolved",
+        )
+        assert all(b["layer"] == "judge" for b in bodies(evals))
+    finally:
+        delivery.shutdown(Deadline.within(5))
+        state.close()
+
+
+def test_a_held_alert_that_ends_before_the_judge_recovers_is_never_told(
+    tmp_path: Path, receivers: tuple[Receiver, Receiver]
+) -> None:
+    oncall, _ = receivers
+    state = State(tmp_path / "state.sqlite")
+    metrics = Metrics()
+    delivery = Delivery(
+        {"oncall": WebhookNotifier("oncall", oncall.url)},
+        metrics,
+        state.alerts,
+        base_s=0.01,
+        max_backoff_s=0.02,
+    )
+    rules = (RULES["judge_error_rate_high"], RULES["faithfulness_low"])
+    service = AlertService(
+        state,
+        metrics,
+        rules,
+        (),
+        notifier_kinds={"oncall": "webhook"},
+        delivery=delivery,
+        base_url="https://langfuse.example.com",
+    )
+    try:
+        state.history.put_many(judged(T - 3600, T, errors=True, faithfulness=0.5, prefix="a"))
+        state.set_watermark(moment(T))
+        service.evaluate(moment(T))
+        # Still failing, but the answers it can judge are faithful now.
+        state.history.put_many(judged(T, T + 3600, errors=True, faithfulness=1.0, prefix="b"))
+        state.set_watermark(moment(T + 3600))
+        service.evaluate(moment(T + 3600))
+        oncall.wait_for(1)
+        told = [b["rule"] for b in bodies(oncall)]
+        assert "faithfulness_low" not in told  # held, then over: nobody paged, no resolve
+        assert "judge_error_rate_high" in told
+    finally:
+        delivery.shutdown(Deadline.within(5))
+        state.close()
+
+
+def test_critical_claim_unsupported_is_held_while_the_judge_is_unhealthy(
+    tmp_path: Path, receivers: tuple[Receiver, Receiver]
+) -> None:
+    from observer.alerts.rules import default_trace_rules
+    from observer.state.rows import AlertState
+
+    oncall, _ = receivers
+    state = State(tmp_path / "state.sqlite")
+    metrics = Metrics()
+    delivery = Delivery(
+        {"oncall": WebhookNotifier("oncall", oncall.url)},
+        metrics,
+        state.alerts,
+        base_s=0.01,
+        max_backoff_s=0.02,
+    )
+    service = AlertService(
+        state,
+        metrics,
+        (RULES["judge_error_rate_high"],),
+        default_trace_rules(),
+        notifier_kinds={"oncall": "webhook"},
+        delivery=delivery,
+        base_url="https://langfuse.example.com",
+    )
+    group = (("environment", "production"), ("query_type", "billing"))
+    try:
+        state.alerts.commit("judge_error_rate_high", {group: AlertState(status="firing")}, T)
+        service.check_trace(Row(T, {"critical_unsupported": True}, "held-1", "p1"))
+        assert state.alerts.waiting() == 0 and oncall.requests == []
+        state.alerts.commit("judge_error_rate_high", {}, T + 60)  # the judge is healthy
+        service.check_trace(Row(T + 60, {"critical_unsupported": True}, "told-1", "p1"))
+        (request,) = oncall.wait_for(1)
+        assert request.json()["rule"] == "critical_claim_unsupported"
+    finally:
+        delivery.shutdown(Deadline.within(5))
+        state.close()
