@@ -47,6 +47,8 @@ def status_rows(
             state += " (no data)"
         elif s.samples < item.rule.min_samples:
             state += f" (under {counted(item.rule.min_samples, 'sample')})"
+        if s.status == "firing" and s.held:
+            state += " (held: the judge is unhealthy)"
         rows.append(
             {
                 "rule": item.rule.name,

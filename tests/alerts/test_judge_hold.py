@@ -196,3 +196,14 @@ def test_critical_claim_unsupported_is_held_while_the_judge_is_unhealthy(
     finally:
         delivery.shutdown(Deadline.within(5))
         state.close()
+
+
+def test_alerts_status_says_an_alert_is_held() -> None:
+    from observer.alerts.service import RuleStatus
+    from observer.state.rows import AlertState
+    from observer.views.alerts import status_rows
+
+    held = AlertState(status="firing", severity="page", samples=90, value=0.5, held=True)
+    rule = RULES["faithfulness_low"]
+    (row,) = status_rows([RuleStatus(rule, (("environment", "production"),), held, T)], [rule])
+    assert row["state"] == "firing (held: the judge is unhealthy)"
