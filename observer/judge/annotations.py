@@ -35,11 +35,9 @@ from langfuse.api.scores.types.score_subject_v3 import (
     ScoreSubjectV3_Trace,
 )
 
-from observer.errors import RateLimited, Unreachable
 from observer.judge.agreement import human_unfaithful
-from observer.langfuse_api import NO_RETRIES, translate
-from observer.retry import call_with_retries
-from observer.sources.langfuse import Stopped
+from observer.langfuse_api import NO_RETRIES
+from observer.sources.langfuse import budgeted_read
 from observer.sources.ratelimit import RateLimiter
 
 log = structlog.get_logger("observer.judge.annotations")
@@ -165,57 +163,26 @@ class AnnotationReader:
         source: str,
         trace_ids: str | None,
     ) -> GetScoresV3Response:
-        unreachable = 0
-
-        def once() -> GetScoresV3Response:
-            if not self._limiter.acquire(self._should_stop):
-                raise Stopped()
-            try:
-                page: GetScoresV3Response = self._api.scores.get_many(
-                    name=name,
-                    source=source,
-                    trace_id=trace_ids,
-                    fields=FIELDS,
-                    limit=self.page_limit,
-                    cursor=cursor,
-                    from_timestamp=start,
-                    to_timestamp=end,
-                    request_options=NO_RETRIES,
-                )
-            except Exception as failure:
-                error = translate(failure, "reading annotations (GET /api/public/v3/scores)")
-                if isinstance(error, RateLimited):
-                    self._limiter.rate_limited(error.limit)
-                raise error from None
+        def call() -> GetScoresV3Response:
+            page: GetScoresV3Response = self._api.scores.get_many(
+                name=name,
+                source=source,
+                trace_id=trace_ids,
+                fields=FIELDS,
+                limit=self.page_limit,
+                cursor=cursor,
+                from_timestamp=start,
+                to_timestamp=end,
+                request_options=NO_RETRIES,
+            )
             self.requests += 1
             return page
 
-        def retryable(error: Exception) -> bool:
-            # As the source: a 429 says when to come back; an unreachable Langfuse gets
-            # `max_attempts` tries.
-            nonlocal unreachable
-            if isinstance(error, RateLimited):
-                return True
-            unreachable += isinstance(error, Unreachable)
-            return isinstance(error, Unreachable) and unreachable < self._max_attempts
-
-        def on_retry(_attempt: int, error: Exception, wait_s: float) -> None:
-            if isinstance(error, RateLimited):
-                log.warning("annotations_rate_limited", retry_after_s=round(wait_s, 1))
-            else:
-                log.warning(
-                    "annotations_request_failed", error=str(error), retry_in_s=round(wait_s, 1)
-                )
-
-        # A wait blocks the shared budget (block_for): the next try's acquire() waits it
-        # out, and so does every other request of the process.
-        return call_with_retries(
-            once,
-            attempts=self._max_attempts * 2,
-            base_s=1.0,
-            max_s=30.0,
-            retryable=retryable,
-            retry_after=lambda e: e.retry_after_s if isinstance(e, RateLimited) else None,
-            sleep=self._limiter.block_for,
-            on_retry=on_retry,
+        return budgeted_read(
+            call,
+            self._limiter,
+            what="reading annotations (GET /api/public/v3/scores)",
+            event="annotations",
+            max_attempts=self._max_attempts,
+            should_stop=self._should_stop,
         )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from langfuse.api.client import LangfuseAPI
@@ -31,6 +31,7 @@ from observer.sources.ratelimit import RateLimiter
 from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.source")
+T = TypeVar("T")
 
 FIELDS = "core,basic,time,io,metadata,model,prompt,trace_context"
 
@@ -76,6 +77,66 @@ _RESULTS = {
 
 class Stopped(Exception):
     """Reading stopped because the daemon is shutting down."""
+
+
+def budgeted_read(
+    call: Callable[[], T],
+    limiter: RateLimiter,
+    *,
+    what: str,
+    event: str,
+    max_attempts: int,
+    should_stop: Callable[[], bool],
+    on_error: Callable[[Exception], None] = lambda _error: None,
+) -> T:
+    """One read of Langfuse's General API within the process's request budget, on
+    observer's retry policy: a slot taken first (`Stopped` when the daemon stops while
+    waiting for it); a 429 settles the budget at its `X-RateLimit-Limit` and is retried
+    after its `Retry-After`; an unreachable Langfuse gets `max_attempts` tries with
+    backoff; any other error is raised at once. `on_error` sees every translated error;
+    `{event}_rate_limited` and `{event}_request_failed` are logged before a retry."""
+    unreachable = 0
+
+    def once() -> T:
+        if not limiter.acquire(should_stop):
+            raise Stopped()
+        try:
+            return call()
+        except Exception as failure:
+            error = translate(failure, what)
+            if isinstance(error, RateLimited):
+                # The budget settles at the server's limit; the retry's wait below
+                # (block_for) holds it for Retry-After.
+                limiter.rate_limited(error.limit)
+            on_error(error)
+            raise error from None
+
+    def retryable(error: Exception) -> bool:
+        # A 429 says when to come back: twice the tries an unreachable Langfuse gets.
+        nonlocal unreachable
+        if isinstance(error, RateLimited):
+            return True
+        unreachable += isinstance(error, Unreachable)
+        return isinstance(error, Unreachable) and unreachable < max_attempts
+
+    def on_retry(_attempt: int, error: Exception, wait_s: float) -> None:
+        if isinstance(error, RateLimited):
+            log.warning(f"{event}_rate_limited", retry_after_s=round(wait_s, 1))
+        else:
+            log.warning(f"{event}_request_failed", error=str(error), retry_in_s=round(wait_s, 1))
+
+    # A wait blocks the rate limiter: every request of this process waits, and the
+    # next try's acquire() is where it is waited out (a shutdown cuts it short).
+    return call_with_retries(
+        once,
+        attempts=max_attempts * 2,
+        base_s=1.0,
+        max_s=30.0,
+        retryable=retryable,
+        retry_after=lambda e: e.retry_after_s if isinstance(e, RateLimited) else None,
+        sleep=limiter.block_for,
+        on_retry=on_retry,
+    )
 
 
 class LangfuseSource:
@@ -139,61 +200,32 @@ class LangfuseSource:
         fields: str = FIELDS,
         trace_id: str | None = None,
     ) -> Any:
-        unreachable = 0
-
-        def once() -> Any:
-            if not self._limiter.acquire(self._should_stop):
-                raise Stopped()
+        def call() -> Any:
             sent = self.clock.local_now()
-            try:
-                raw = self._api.observations.with_raw_response.get_many(
-                    fields=fields,
-                    expand_metadata=self.expand_metadata or None,
-                    limit=limit or self.page_limit,
-                    cursor=cursor,
-                    environment=self.environments or None,
-                    from_start_time=start,
-                    to_start_time=end,
-                    trace_id=trace_id,
-                    request_options=NO_RETRIES,
-                )
-            except Exception as failure:
-                error = translate(failure, "reading observations")
-                if isinstance(error, RateLimited):
-                    # The budget settles at the server's limit; the retry's wait below
-                    # (block_for) holds it for Retry-After.
-                    self._limiter.rate_limited(error.limit)
-                self._metrics.source_requests.labels(
-                    result=_RESULTS.get(type(error), "error")
-                ).inc()
-                raise error from None
+            raw = self._api.observations.with_raw_response.get_many(
+                fields=fields,
+                expand_metadata=self.expand_metadata or None,
+                limit=limit or self.page_limit,
+                cursor=cursor,
+                environment=self.environments or None,
+                from_start_time=start,
+                to_start_time=end,
+                trace_id=trace_id,
+                request_options=NO_RETRIES,
+            )
             self.clock.observe(raw.headers.get("date"), sent, self.clock.local_now())
             self._metrics.source_requests.labels(result="ok").inc()
             return raw.data
 
-        def retryable(error: Exception) -> bool:
-            # A 429 says when to come back: twice the tries an unreachable Langfuse gets.
-            nonlocal unreachable
-            if isinstance(error, RateLimited):
-                return True
-            unreachable += isinstance(error, Unreachable)
-            return isinstance(error, Unreachable) and unreachable < self._max_attempts
+        def failed(error: Exception) -> None:
+            self._metrics.source_requests.labels(result=_RESULTS.get(type(error), "error")).inc()
 
-        def on_retry(_attempt: int, error: Exception, wait_s: float) -> None:
-            if isinstance(error, RateLimited):
-                log.warning("source_rate_limited", retry_after_s=round(wait_s, 1))
-            else:
-                log.warning("source_request_failed", error=str(error), retry_in_s=round(wait_s, 1))
-
-        # A wait blocks the rate limiter: every request of this process waits, and the
-        # next try's acquire() is where it is waited out (a shutdown cuts it short).
-        return call_with_retries(
-            once,
-            attempts=self._max_attempts * 2,
-            base_s=1.0,
-            max_s=30.0,
-            retryable=retryable,
-            retry_after=lambda e: e.retry_after_s if isinstance(e, RateLimited) else None,
-            sleep=self._limiter.block_for,
-            on_retry=on_retry,
+        return budgeted_read(
+            call,
+            self._limiter,
+            what="reading observations",
+            event="source",
+            max_attempts=self._max_attempts,
+            should_stop=self._should_stop,
+            on_error=failed,
         )
