@@ -196,6 +196,26 @@ def clusters(plans: Sequence[Plan]) -> list[tuple[float, float, list[Plan]]]:
     return out
 
 
+def still_firing(
+    rule: WindowRule, group: GroupKey, state: AlertState, result: Evaluation, now: datetime
+) -> AlertEvent:
+    """A group that fires, as the event of its firing (no-data, when that is why): what an
+    Alertmanager re-post and a released held alert tell."""
+    return AlertEvent(
+        rule=rule.name,
+        group=group,
+        transition="no_data" if state.no_data_firing else "firing",
+        at=state.evaluated_at or now.timestamp(),
+        severity=state.severity or "page",
+        previous_severity=None,
+        value=state.value,
+        samples=state.samples,
+        since=state.since or now.timestamp(),
+        examples=result.examples.get(group, ()),
+        top=result.tops.get(group),
+    )
+
+
 class AlertService:
     def __init__(
         self,
@@ -514,12 +534,6 @@ class AlertService:
             if state.status == "firing" and state.held and not self._judge_unhealthy:
                 outgoing.extend(self._release(rule, group, state, result, now, rows))
                 result.states[group] = replace(state, held=False)
-        if rule.name in JUDGE_HEALTH_RULES:
-            self._judge_unhealthy = any(
-                s.status == "firing" for s in result.states.values()
-            ) or self.judge_unhealthy(
-                {n: s for n, s in self.state.alerts.load().items() if n != rule.name}
-            )
         if each.left == 0:  # caught up: re-post what fires to Alertmanager
             notified = {e.group for e in result.events if e.notify}
             outgoing.extend(self._refresh(rule, result, notified, now, rows))
@@ -529,6 +543,8 @@ class AlertService:
         dropped = self.state.alerts.commit(
             rule.name, result.states, each.points[-1], outgoing, self.max_queued
         )
+        if rule.name in JUDGE_HEALTH_RULES:  # the rules after it hold or tell by it
+            self._judge_unhealthy = self.judge_unhealthy(self.state.alerts.load())
         self._count_dropped(dropped, outgoing)
         self._observe(rule, result)
         self._wake(outgoing)
@@ -737,19 +753,7 @@ class AlertService:
         rows: RowReader,
     ) -> list[Outgoing]:
         """A held alert still firing once the judge is healthy again: told now."""
-        event = AlertEvent(
-            rule=rule.name,
-            group=group,
-            transition="firing",
-            at=state.evaluated_at or now.timestamp(),
-            severity=state.severity or "page",
-            previous_severity=None,
-            value=state.value,
-            samples=state.samples,
-            since=state.since or now.timestamp(),
-            examples=result.examples.get(group, ()),
-            top=result.tops.get(group),
-        )
+        event = still_firing(rule, group, state, result, now)
         log.warning("alert_released", rule=rule.name, group=dict(group))
         found = self.triage_of(rule, event, rows)
         notification = window_notification(
@@ -781,19 +785,7 @@ class AlertService:
             ]
             if not names:
                 continue
-            event = AlertEvent(
-                rule=rule.name,
-                group=group,
-                transition="no_data" if state.no_data_firing else "firing",
-                at=state.evaluated_at or now.timestamp(),
-                severity=state.severity or "page",
-                previous_severity=None,
-                value=state.value,
-                samples=state.samples,
-                since=state.since or now.timestamp(),
-                examples=result.examples.get(group, ()),
-                top=result.tops.get(group),
-            )
+            event = still_firing(rule, group, state, result, now)
             found = None
             if not state.no_data_firing:
                 found = self._triages.get((rule.name, group)) or self.triage_of(rule, event, rows)
