@@ -15,7 +15,13 @@ import pytest
 
 from observer.alerts.delivery import Delivery
 from observer.alerts.notifiers.webhook import WebhookNotifier
-from observer.alerts.rules import Route, default_window_rules
+from observer.alerts.rules import (
+    Route,
+    TraceRule,
+    WindowRule,
+    default_trace_rules,
+    default_window_rules,
+)
 from observer.alerts.service import AlertService
 from observer.background import Deadline
 from observer.state import State
@@ -54,6 +60,31 @@ def receivers() -> Iterator[tuple[Receiver, Receiver]]:
         yield oncall, evals
 
 
+def wired(
+    tmp_path: Path,
+    receivers: dict[str, Receiver],
+    rules: tuple[WindowRule, ...],
+    trace_rules: tuple[TraceRule, ...] = (),
+    routes: tuple[Route, ...] = (),
+) -> tuple[State, Delivery, AlertService]:
+    """A state file and the alert service over it, each notifier a webhook to a receiver."""
+    state = State(tmp_path / "state.sqlite")
+    metrics = Metrics()
+    notifiers = {name: WebhookNotifier(name, r.url) for name, r in receivers.items()}
+    delivery = Delivery(notifiers, metrics, state.alerts, base_s=0.01, max_backoff_s=0.02)
+    service = AlertService(
+        state,
+        metrics,
+        rules,
+        trace_rules,
+        notifier_kinds={name: "webhook" for name in receivers},
+        delivery=delivery,
+        base_url="https://langfuse.example.com",
+        routes=routes,
+    )
+    return state, delivery, service
+
+
 def bodies(receiver: Receiver) -> list[dict[str, Any]]:
     return [r.json() for r in receiver.requests]
 
@@ -62,31 +93,12 @@ def test_a_failing_judge_holds_faithfulness_low_and_tells_the_eval_owner(
     tmp_path: Path, receivers: tuple[Receiver, Receiver]
 ) -> None:
     oncall, evals = receivers
-    state = State(tmp_path / "state.sqlite")
-    metrics = Metrics()
-    delivery = Delivery(
-        {
-            "oncall": WebhookNotifier("oncall", oncall.url),
-            "evals": WebhookNotifier("evals", evals.url),
-        },
-        metrics,
-        state.alerts,
-        base_s=0.01,
-        max_backoff_s=0.02,
-    )
     rules = tuple(
         dataclasses.replace(RULES[name], notify=("oncall",))
         for name in ("judge_error_rate_high", "faithfulness_low")
     )
-    service = AlertService(
-        state,
-        metrics,
-        rules,
-        (),
-        notifier_kinds={"oncall": "webhook", "evals": "webhook"},
-        delivery=delivery,
-        base_url="https://langfuse.example.com",
-        routes=(Route("judge", ("evals",)),),
+    state, delivery, service = wired(
+        tmp_path, {"oncall": oncall, "evals": evals}, rules, routes=(Route("judge", ("evals",)),)
     )
     try:
         # An hour of a judge failing half the time, its other verdicts low.
@@ -123,25 +135,8 @@ def test_a_held_alert_that_ends_before_the_judge_recovers_is_never_told(
     tmp_path: Path, receivers: tuple[Receiver, Receiver]
 ) -> None:
     oncall, _ = receivers
-    state = State(tmp_path / "state.sqlite")
-    metrics = Metrics()
-    delivery = Delivery(
-        {"oncall": WebhookNotifier("oncall", oncall.url)},
-        metrics,
-        state.alerts,
-        base_s=0.01,
-        max_backoff_s=0.02,
-    )
     rules = (RULES["judge_error_rate_high"], RULES["faithfulness_low"])
-    service = AlertService(
-        state,
-        metrics,
-        rules,
-        (),
-        notifier_kinds={"oncall": "webhook"},
-        delivery=delivery,
-        base_url="https://langfuse.example.com",
-    )
+    state, delivery, service = wired(tmp_path, {"oncall": oncall}, rules)
     try:
         state.history.put_many(judged(T - 3600, T, errors=True, faithfulness=0.5, prefix="a"))
         state.set_watermark(moment(T))
@@ -162,27 +157,11 @@ def test_a_held_alert_that_ends_before_the_judge_recovers_is_never_told(
 def test_critical_claim_unsupported_is_held_while_the_judge_is_unhealthy(
     tmp_path: Path, receivers: tuple[Receiver, Receiver]
 ) -> None:
-    from observer.alerts.rules import default_trace_rules
     from observer.state.rows import AlertState
 
     oncall, _ = receivers
-    state = State(tmp_path / "state.sqlite")
-    metrics = Metrics()
-    delivery = Delivery(
-        {"oncall": WebhookNotifier("oncall", oncall.url)},
-        metrics,
-        state.alerts,
-        base_s=0.01,
-        max_backoff_s=0.02,
-    )
-    service = AlertService(
-        state,
-        metrics,
-        (RULES["judge_error_rate_high"],),
-        default_trace_rules(),
-        notifier_kinds={"oncall": "webhook"},
-        delivery=delivery,
-        base_url="https://langfuse.example.com",
+    state, delivery, service = wired(
+        tmp_path, {"oncall": oncall}, (RULES["judge_error_rate_high"],), default_trace_rules()
     )
     group = (("environment", "production"), ("query_type", "billing"))
     try:
