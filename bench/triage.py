@@ -34,23 +34,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from observer.alerts.regression import default_regression_rules  # noqa: E402
-from observer.alerts.rules import WindowRule, parse_expression  # noqa: E402
 from observer.alerts.service import AlertService  # noqa: E402
 from observer.state import State  # noqa: E402
 from observer.telemetry.metrics import Metrics  # noqa: E402
-from tests.alerts.test_triage import NEW, T, release_scenario  # noqa: E402
+from tests.alerts.test_triage import NEW, T, grounding_rule, release_scenario  # noqa: E402
 
-RULE = WindowRule(
-    "numeric_grounding_low",
-    parse_expression("numeric_grounding", "bench"),
-    "mean",
-    "<",
-    0.9,
-    1800.0,
-    warn_threshold=0.95,
-    min_samples=20,
-    group_by=("environment",),
-)
+RULE = grounding_rule()
 
 
 def timed(repeat: int, work: object) -> tuple[float, object]:

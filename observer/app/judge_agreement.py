@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from observer.app.parts import build_api
+from observer.app.parts import build_api, build_budget
 from observer.config import ConfigError, Settings
 from observer.judge.agreement import Agreement, Pair, Verdict, agreement, pairs_of
 from observer.judge.annotations import Annotation, AnnotationReader
 from observer.judge.identity import judge_from_metadata
-from observer.sources.ratelimit import RateLimiter
+from observer.telemetry.metrics import Metrics
 
 JUDGE_SCORE = "faithfulness"
 TRACES_A_REQUEST = 50  # trace ids in one request's comma list (the URL stays short)
@@ -30,7 +30,7 @@ def judge_agreement(
 ) -> tuple[Agreement, Callable[[Pair], str | None]]:
     """The agreement over the labels made in [start, end), and how to link a pair."""
     name = human_score(settings)
-    reader = AnnotationReader(build_api(settings), RateLimiter(settings.source.requests_per_minute))
+    reader = AnnotationReader(build_api(settings), build_budget(settings, Metrics()))
     base = settings.langfuse.base_url.rstrip("/")
 
     def link(pair: Pair) -> str | None:
