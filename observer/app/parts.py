@@ -605,13 +605,12 @@ def _agreement(
     name = settings.judge.human_score
     if mode == "once" or api is None or not name:
         return None
-    from observer.app.judge_agreement import read_agreement
     from observer.judge.agreement_refresh import AgreementRefresh
-    from observer.judge.annotations import AnnotationReader
+    from observer.judge.annotations import AnnotationReader, read_agreement
 
     reader = AnnotationReader(api, limiter, should_stop=stop.is_set)
     refresh = AgreementRefresh(
-        lambda start, end: read_agreement(reader, settings, name, start, end),
+        lambda start, end: read_agreement(reader, settings.judge, name, start, end),
         metrics,
         state.history.add_samples,
     )

@@ -2,7 +2,7 @@
 
 Once an hour (on the poll thread's clock), the last `window` of people's labels
 and the judge's verdicts on their traces are read from Langfuse and paired
-(`observer.app.judge_agreement.read_agreement`, within the request budget); the
+(`observer.judge.annotations.read_agreement`, within the request budget); the
 figures go to the metrics (`observer_judge_agreement{measure}`,
 `observer_judge_pairs`) and, as the daemon's own samples, to the history:
 `judge_pairs` always, `judge_kappa` only over at least `min_pairs` pairs, so that

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Final
+from datetime import datetime, timedelta
+from typing import Any, Final, Protocol
 
 import structlog
 from langfuse.api.client import LangfuseAPI
@@ -35,10 +35,23 @@ from langfuse.api.scores.types.score_subject_v3 import (
     ScoreSubjectV3_Trace,
 )
 
-from observer.judge.agreement import human_unfaithful
+from observer.judge.agreement import Agreement, Verdict, agreement, human_unfaithful, pairs_of
+from observer.judge.identity import judge_from_metadata
 from observer.langfuse_api import NO_RETRIES
 from observer.sources.langfuse import budgeted_read
 from observer.sources.ratelimit import RateLimiter
+
+
+class LabelSettings(Protocol):
+    """What of `judge.*` reads a verdict and a label (observer.config.JudgeSettings; the
+    judge's modules do not import the configuration, which imports them)."""
+
+    @property
+    def faithful_at(self) -> float: ...
+
+    @property
+    def human_threshold(self) -> float: ...
+
 
 log = structlog.get_logger("observer.judge.annotations")
 
@@ -186,3 +199,42 @@ class AnnotationReader:
             max_attempts=self._max_attempts,
             should_stop=self._should_stop,
         )
+
+
+JUDGE_SCORE = "faithfulness"
+TRACES_A_REQUEST = 50  # trace ids in one request's comma list (the URL stays short)
+# A person labels an answer after the judge scored it: its verdict is looked for this far back.
+JUDGED_BEFORE = timedelta(days=90)
+
+
+def read_agreement(
+    reader: AnnotationReader, judge: LabelSettings, name: str, start: datetime, end: datetime
+) -> Agreement:
+    """People's labels named `name` made in [start, end), the judge's verdicts on their
+    traces, paired (the command's and the daemon's hourly refresh's one read)."""
+    labels = reader.read(name, start, end)
+    traces = sorted({a.trace_id for a in labels})
+    judged: list[Annotation] = []
+    for at in range(0, len(traces), TRACES_A_REQUEST):
+        batch = ",".join(traces[at : at + TRACES_A_REQUEST])
+        judged += reader.read(
+            JUDGE_SCORE, start - JUDGED_BEFORE, end, source="API", trace_ids=batch
+        )
+    faithful_at = judge.faithful_at
+    threshold = judge.human_threshold
+    verdicts = [
+        Verdict(
+            a.trace_id,
+            a.timestamp.timestamp(),
+            float(a.value) < faithful_at if isinstance(a.value, int | float) else None,
+            judge_from_metadata(a.metadata),
+            a.project_id,
+        )
+        for a in judged
+        if not isinstance(a.value, bool)
+    ]
+    people = [
+        Verdict(a.trace_id, a.timestamp.timestamp(), a.unfaithful(threshold), None, a.project_id)
+        for a in labels
+    ]
+    return agreement(pairs_of(verdicts, people))

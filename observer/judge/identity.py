@@ -19,14 +19,20 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from observer import __version__
 from observer.judge.agreement import Judge
 from observer.judge.protocol import CLAIMS_SCHEMA, CLAIMS_SYSTEM, VERDICTS_SCHEMA, VERDICTS_SYSTEM
 
-if TYPE_CHECKING:
-    from observer.config import JudgeSettings
+
+class JudgeSettings(Protocol):
+    """What of `judge.*` names the judge (observer.config.JudgeSettings; the judge's
+    modules do not import the configuration, which imports them)."""
+
+    @property
+    def model(self) -> str: ...
+
 
 PROMPT_HASH_CHARS: Final = 12
 PROMPT_TEMPLATES: Final[tuple[str, ...]] = (

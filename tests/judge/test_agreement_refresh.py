@@ -13,9 +13,8 @@ import pytest
 from observer import app
 from observer.alerts.engine import AlertState, evaluate
 from observer.alerts.rules import default_window_rules
-from observer.app.judge_agreement import read_agreement
 from observer.judge.agreement_refresh import AgreementRefresh
-from observer.judge.annotations import AnnotationReader
+from observer.judge.annotations import AnnotationReader, read_agreement
 from observer.sources.ratelimit import RateLimiter
 from observer.state import State
 from observer.state.rows import Row
@@ -46,7 +45,7 @@ def refresh_on(
     reader = AnnotationReader(app.build_api(settings), RateLimiter(None))
     metrics = Metrics()
     refresh = AgreementRefresh(
-        lambda start, end: read_agreement(reader, settings, "faithful", start, end),
+        lambda start, end: read_agreement(reader, settings.judge, "faithful", start, end),
         metrics,
         state.history.add_samples,
         clock=clock,
