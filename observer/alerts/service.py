@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import threading
 from collections import Counter
@@ -432,9 +433,13 @@ class AlertService:
 
     def _slid(self, plans: Sequence[Plan], rows: RowReader) -> Iterable[tuple[Plan, Evaluation]]:
         """Each plan evaluated, the history read once per cluster of overlapping plans (trace
-        rows for the rules on traces, the daemon's samples for the others)."""
-        for pipeline in (False, True):
-            chosen = [p for p in plans if p.rule.pipeline == pipeline]
+        rows for the rules on traces, the daemon's samples for the others). The judge's
+        health first, whichever it reads (its error rate is on traces, its agreement and
+        canary are samples): the rules after it are held or told by it."""
+        health = [p for p in plans if p.rule.name in JUDGE_HEALTH_RULES]
+        others = [p for p in plans if p.rule.name not in JUDGE_HEALTH_RULES]
+        for phase, pipeline in itertools.product((health, others), (False, True)):
+            chosen = [p for p in phase if p.rule.pipeline == pipeline]
             for start, end, members in clusters(chosen):
                 keys = row_keys({p.rule.expression.signal for p in members})
                 loaded = rows(start, end, keys, traces=not pipeline, samples=pipeline)
@@ -491,8 +496,6 @@ class AlertService:
             stored = self.state.alerts.load()
             self._judge_unhealthy = self.judge_unhealthy(stored)
             plans = self.plans(stored, self.state.alerts.progress(), now, max_points)
-            # The judge's health first: the judge's own alerts are held or told by it.
-            plans.sort(key=lambda p: p.rule.name not in JUDGE_HEALTH_RULES)
             happened: list[AlertEvent] = []
             done = left = 0
             reached: list[float] = []

@@ -186,3 +186,24 @@ def test_alerts_status_says_an_alert_is_held() -> None:
     rule = RULES["faithfulness_low"]
     (row,) = status_rows([RuleStatus(rule, (("environment", "production"),), held, T)], [rule])
     assert row["state"] == "firing (held: the judge is unhealthy)"
+
+
+def test_a_low_agreement_read_in_the_same_tick_holds_faithfulness_low(
+    tmp_path: Path, receivers: tuple[Receiver, Receiver]
+) -> None:
+    """The agreement is a sample of the daemon, read after the trace rows: it is evaluated
+    first all the same, or the page it should hold goes out in the same tick."""
+    oncall, _ = receivers
+    rules = (RULES["faithfulness_low"], RULES["judge_agreement_low"])
+    state, delivery, service = wired(tmp_path, {"oncall": oncall}, rules)
+    try:
+        state.history.put_many(judged(T - 3600, T, errors=False, faithfulness=0.5, prefix="a"))
+        state.history.add_samples(T - 60, {"judge_kappa": 0.1, "judge_pairs": 40})
+        state.set_watermark(moment(T))
+        service.evaluate(moment(T))
+        delivery.shutdown(Deadline.within(5))
+        assert [b["rule"] for b in bodies(oncall)] == ["judge_agreement_low"]
+        assert all(s.held for s in state.alerts.load()["faithfulness_low"].values())
+    finally:
+        delivery.shutdown(Deadline.within(5))
+        state.close()
