@@ -527,7 +527,7 @@ def answer_quality() -> dict[str, Any]:
         ),
         graph(
             "Refusal rate by query type",
-            "Share of answers that are refusals (\"I don't know\", 知识库未匹配; "
+            'Share of answers that are refusals ("I don\'t know", 知识库未匹配; '
             "observer_answers_abstained_total). Lines: observer's refusal_rate_high rule "
             "(warn 20%, page 30% over 30 minutes).",
             [query(share("observer_answers_abstained_total", by_type), "{{query_type}}")],
@@ -583,7 +583,23 @@ def answer_quality() -> dict[str, Any]:
             [query("observer_judge_agreement", "{{measure}}")],
             ratio=True,
             thresholds=steps(RED, (0.4, GREEN)),
-            width=24,
+            width=12,
+            height=7,
+        ),
+        graph(
+            "Judge canary",
+            "The canary's last run (judge.canary_file): agreement with its labels and flip "
+            "rate against the run before (observer_judge_canary). Line: observer's "
+            "judge_canary_low rule pages below an agreement of 0.8 and holds the judge's "
+            "pages. A flip rate above 0: the judge changed its mind on known answers. "
+            "No line: no canary.",
+            [
+                query('observer_judge_canary{measure="agreement"}', "agreement", "A"),
+                query('observer_judge_canary{measure="flip_rate"}', "flip rate", "B"),
+            ],
+            ratio=True,
+            thresholds=steps(RED, (0.8, GREEN)),
+            width=12,
             height=7,
         ),
         graph(

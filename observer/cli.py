@@ -648,6 +648,45 @@ def judge_agreement_command(since: str, as_json: bool, config_path: str | None) 
         click.echo(line)
 
 
+@judge.command("canary", short_help="Judge the canary now, against its labels.")
+@click.argument("path", type=click.Path(path_type=Path), required=False, metavar="[PATH]")
+@click.option("--json", "as_json", is_flag=True, help="As JSON.")
+@_config_option
+def judge_canary_command(path: Path | None, as_json: bool, config_path: str | None) -> None:
+    """Judge every case of a canary file once now and compare with its labels.
+
+    PATH defaults to judge.canary_file. A canary is JSON lines of RagRecords, each
+    with a "label" ("faithful" or "unfaithful") and an optional "why"; the daemon
+    judges it on a schedule (judge.canary_every_h) and holds the judge's pages when
+    its agreement falls. Prints the agreement, kappa and each disagreement with its
+    why. Needs the judge's model and key, as `observer judge`.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from observer.app.judge_canary import canary_cases, judge_canary
+    from observer.views.judge import canary_lines
+
+    settings = _settings(config_path)
+    _quiet_logging(settings)
+    cases = canary_cases(settings, path)
+    progress = Progress(
+        TextColumn("[bold]canary"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=console(stderr=True),
+        disable=not sys.stderr.isatty(),
+    )
+    with progress:
+        task = progress.add_task("canary", total=len(cases))
+        found, tokens = judge_canary(settings, cases, lambda _c, _r: progress.advance(task))
+    if as_json:
+        click.echo(json.dumps({**found.as_dict(cases), "tokens": tokens}, indent=2))
+        return
+    for line in canary_lines(found, cases):
+        click.echo(line)
+    click.echo(f"tokens used: {tokens:,}")
+
+
 @judge.command("file", short_help="Judge RagRecord JSON lines offline with the LLM.")
 @click.argument("source", type=click.File("rb"), default="-", metavar="[PATH|-]")
 @_config_option

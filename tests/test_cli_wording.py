@@ -62,7 +62,7 @@ def test_alerts_status_counts_one_trace_rule(tmp_path: Path) -> None:
     State(tmp_path / "s.sqlite").close()
     result = CliRunner().invoke(main, ["alerts", "status", "--state", str(tmp_path / "s.sqlite")])
     assert result.exit_code == 0, result.output
-    assert "13 window rules, 1 trace rule; windows end at the watermark (none)" in result.stdout
+    assert "14 window rules, 1 trace rule; windows end at the watermark (none)" in result.stdout
 
 
 def test_explain_counts_one_document(tmp_path: Path) -> None:

@@ -65,6 +65,9 @@ SIGNALS: Mapping[str, SignalInfo] = {
     # The judge against people, read hourly (docs/judge.md): kappa only over >= 30 pairs.
     "judge_kappa": SignalInfo(Kind.NUMBER, pipeline=True),
     "judge_pairs": SignalInfo(Kind.NUMBER, pipeline=True),
+    # The canary's last run, written hourly while fresh (docs/judge.md#a-canary).
+    "judge_canary_agreement": SignalInfo(Kind.NUMBER, pipeline=True),
+    "judge_canary_flip_rate": SignalInfo(Kind.NUMBER, pipeline=True),
     "scores_dropped": SignalInfo(Kind.NUMBER, pipeline=True),
 }
 
@@ -222,7 +225,9 @@ JUDGE_SIGNALS: frozenset[str] = frozenset(
 )
 # The rules that say the judge is unhealthy; their alerts carry the layer `judge` (the
 # eval owner's route), and while one fires the alerts on JUDGE_SIGNALS are held.
-JUDGE_HEALTH_RULES: frozenset[str] = frozenset({"judge_error_rate_high", "judge_agreement_low"})
+JUDGE_HEALTH_RULES: frozenset[str] = frozenset(
+    {"judge_error_rate_high", "judge_agreement_low", "judge_canary_low"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,6 +400,10 @@ def default_window_rules() -> tuple[WindowRule, ...]:
         _window("judge_error_rate_high", "judge_error", "rate", ">", 0.20, 0.10, 1800, 10),
         # Read hourly: the last read within two hours decides; kappa only over >= 30 pairs.
         _window("judge_agreement_low", "judge_kappa", "min", "<", 0.4, None, 7200, 1, for_s=0),
+        # The canary's last run, written hourly while fresh: three misses in twelve fire.
+        _window(
+            "judge_canary_low", "judge_canary_agreement", "min", "<", 0.8, None, 7200, 1, for_s=0
+        ),
         _window("scores_dropped", "scores_dropped", "count", ">", 0, None, 900, 1, for_s=0),
         _window("stale_citation_rate", "stale_citations > 0", "rate", ">", 0.05, 0.02, 1800, 50),
         # Refusing a fifth of the questions is a knowledge base that lacks them or a retrieval

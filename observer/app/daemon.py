@@ -76,9 +76,9 @@ class Daemon:
         parts.evaluator.start()
         if parts.judge is not None:
             parts.judge.start()
-        if parts.agreement is not None:
-            parts.agreement.start()
-            parts.agreement.wake()  # the first read at start, then hourly
+        for check in parts.judge_checks:
+            check.start()
+            check.wake()  # the first look at start, then on its schedule
 
     def tick(self) -> None:
         """One poll: the traces settled since the watermark scored, the pass recorded."""
@@ -162,8 +162,8 @@ class Daemon:
             if not parts.judge.shutdown(halfway):
                 log.warning("judge_abandoned", pending=parts.judge.pending())
             ended = parts.judge.ended and ended
-        if parts.agreement is not None:  # a read in flight is abandoned: it writes one sample
-            ended = parts.agreement.stop(deadline.before(reserve)) and ended
+        for check in parts.judge_checks:  # a read in flight writes one sample; a canary stops
+            ended = check.stop(deadline.before(reserve)) and ended
         flushed, sent = parts.dispatcher.shutdown(deadline.before(reserve))
         ended = parts.evaluator.shutdown(deadline) and sent and ended
         parts.alerts.shutdown(deadline)

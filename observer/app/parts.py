@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -288,8 +288,9 @@ class Parts:
     close_resolver: Callable[[], None] = field(default=lambda: None, repr=False)
     # The request budget reads and score posts share (None: no Langfuse client built).
     budget: RateLimiter | None = None
-    # The judge against people, read hourly (a daemon with judge.human_score set).
-    agreement: background.Worker | None = None
+    # The judge's own health looked at on a schedule: its agreement with people (with
+    # judge.human_score set), its canary (with judge.canary_file set).
+    judge_checks: tuple[background.Worker, ...] = ()
 
     def __enter__(self) -> Parts:
         return self
@@ -588,22 +589,98 @@ def _build(
         clock=clock,
         close_resolver=close_resolver,
         budget=limiter,
-        agreement=_agreement(settings, mode, api, limiter, metrics, state, stop),
+        judge_checks=_judge_checks(
+            settings,
+            mode,
+            api,
+            limiter,
+            judge,
+            metrics,
+            state,
+            stop,
+            evaluation.active if evaluation is not None else lambda: True,
+        ),
+    )
+
+
+def _judge_checks(
+    settings: Settings,
+    mode: Mode,
+    api: LangfuseAPI | None,
+    limiter: RateLimiter,
+    judge: JudgeService | None,
+    metrics: Metrics,
+    state: State,
+    stop: threading.Event,
+    active: Callable[[], bool],
+) -> tuple[background.Worker, ...]:
+    """The daemon's looks at its judge (never in a one-shot run); in a fleet only the
+    member that evaluates the rules looks (`active`), its samples being the ones read."""
+    if mode == "once":
+        return ()
+    checks = [
+        _agreement(settings, api, limiter, metrics, state, stop, active),
+        _canary(settings, judge, metrics, state, stop, active),
+    ]
+    return tuple(c for c in checks if c is not None)
+
+
+def _canary(
+    settings: Settings,
+    judge: JudgeService | None,
+    metrics: Metrics,
+    state: State,
+    stop: threading.Event,
+    active: Callable[[], bool],
+) -> background.Worker | None:
+    """The canary's runs, for a daemon with a judge and judge.canary_file."""
+    path = settings.judge.canary_file
+    if judge is None or path is None:
+        return None
+    from observer.judge.canary_run import CanaryRun, check_share, load_cases
+    from observer.signals import compute
+
+    cases = load_cases(path)
+    j = settings.judge
+    every = timedelta(hours=j.canary_every_h)
+    check_share(len(cases), every, j.canary_tokens, state.judge.tokens_per_trace(), j.canary_share)
+    params = settings.signal_params()
+    client = judge.client
+    run = CanaryRun(
+        cases,
+        lambda record: client.judge(record, compute(record, params)),
+        judge.judge,
+        state.judge,
+        metrics,
+        state.history.add_samples,
+        every=every,
+        share_tokens=j.canary_tokens,
+        faithful_at=j.faithful_at,
+        should_stop=stop.is_set,
+        active=active,
+    )
+    # Woken every minute: a run when due, its samples hourly.
+    return background.Worker(
+        "observer-judge-canary",
+        run.step,
+        interval_s=60.0,
+        crash_event="judge_canary_failed",
+        stopping=stop,
     )
 
 
 def _agreement(
     settings: Settings,
-    mode: Mode,
     api: LangfuseAPI | None,
     limiter: RateLimiter,
     metrics: Metrics,
     state: State,
     stop: threading.Event,
+    active: Callable[[], bool],
 ) -> background.Worker | None:
     """The hourly agreement read, for a daemon reading Langfuse with judge.human_score."""
     name = settings.judge.human_score
-    if mode == "once" or api is None or not name:
+    if api is None or not name:
         return None
     from observer.judge.agreement_refresh import AgreementRefresh
     from observer.judge.annotations import AnnotationReader, read_agreement
@@ -613,6 +690,7 @@ def _agreement(
         lambda start, end: read_agreement(reader, settings.judge, name, start, end),
         metrics,
         state.history.add_samples,
+        active=active,
     )
     # Woken every minute; the step itself reads once an hour.
     return background.Worker(

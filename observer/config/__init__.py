@@ -196,11 +196,33 @@ class JudgeSettings(_Section):
         1.0, ge=0.0, le=1.0, description="a judge faithfulness below it is unfaithful"
     )
 
+    canary_file: Path | None = Field(
+        None,
+        description="JSON lines of records with a label (faithful or unfaithful), judged on "
+        "a schedule; unset: no canary",
+    )
+    canary_every_h: float = Field(24.0, ge=1.0, description="hours between canary runs")
+    canary_share: float = Field(
+        0.1,
+        gt=0.0,
+        le=0.5,
+        description="share of max_tokens_per_day kept for the canary (taken off the traces')",
+    )
+
     @model_validator(mode="after")
     def _model_when_enabled(self) -> JudgeSettings:
         if self.enabled and not self.model:
             raise ValueError("judge.enabled needs judge.model (or OBSERVER_JUDGE_MODEL)")
+        if self.canary_file is not None and not self.enabled:
+            raise ValueError("judge.canary_file needs judge.enabled (the canary is judged)")
         return self
+
+    @property
+    def canary_tokens(self) -> int:
+        """The canary's share of the day's tokens, kept ahead (0 without a canary)."""
+        if self.canary_file is None:
+            return 0
+        return int(self.max_tokens_per_day * self.canary_share)
 
 
 class WindowRuleSettings(_Section):
@@ -537,7 +559,8 @@ class Settings(BaseModel):
             risk_oversampling=j.risk_oversampling,
             risk_rate=j.risk_rate,
             max_judged_per_hour=j.max_judged_per_hour,
-            max_tokens_per_day=j.max_tokens_per_day,
+            # The canary's share is kept ahead: traces never take it (docs/judge.md#a-canary).
+            max_tokens_per_day=j.max_tokens_per_day - j.canary_tokens,
         )
 
     def notifier_secret(self, notifier: NotifierSettings) -> str | None:

@@ -8,7 +8,8 @@ figures go to the metrics (`observer_judge_agreement{measure}`,
 `judge_pairs` always, `judge_kappa` only over at least `min_pairs` pairs, so that
 the default rule `judge_agreement_low` (kappa below 0.4) never decides on a
 handful. Langfuse unreachable or refusing is logged and tried again next hour;
-nothing here ever stops the daemon.
+nothing here ever stops the daemon. In a fleet only the member that evaluates the
+rules reads (its samples are the ones the rule reads).
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ class AgreementRefresh:
         window: timedelta = timedelta(days=7),
         min_pairs: int = MIN_PAIRS,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        active: Callable[[], bool] = lambda: True,
     ) -> None:
+        """`active`: this process reads (a fleet's member that evaluates the rules)."""
         self._read = read
         self._metrics = metrics
         self._add_samples = add_samples
@@ -48,12 +51,15 @@ class AgreementRefresh:
         self.window = window
         self.min_pairs = min_pairs
         self._clock = clock
+        self._active = active
         self.last: datetime | None = None  # when the figures were last read
         self.found: Agreement | None = None
 
     def step(self) -> bool:
         """Read the figures when an hour has passed since the last read; never raises
         for Langfuse's answers. False: nothing more to do now (the Worker's contract)."""
+        if not self._active():
+            return False
         now = self._clock()
         if self.last is not None and now - self.last < self.every:
             return False

@@ -154,6 +154,25 @@ class JudgeStore:
                 found.append((str(trace_id), str(basis), moment))
         return found
 
+    def canary_spent(self, day: str) -> int:
+        """Tokens the canary's runs used on `day` (its own share of the daily cap)."""
+        with self._file.lock:
+            return self._file.scalar("SELECT tokens FROM judge_budget WHERE bucket = ?", f"c:{day}")
+
+    def canary_ran(self, day: str, tokens: int, run: bytes | None) -> None:
+        """A canary run's tokens counted on `day`, and the run kept (None: a run cut short
+        or without a verdict: its tokens count, the last whole run stays)."""
+        with self._file.transaction() as db:
+            _add(db, f"c:{day}", judged=0, tokens=tokens)
+            if run is not None:
+                self._file.set_meta("judge_canary_run", run.decode())
+
+    def canary_last(self) -> bytes | None:
+        """The last whole canary run as JSON (observer.judge.canary_run), or None."""
+        with self._file.lock:
+            value = self._file.get_meta("judge_canary_run")
+        return None if value is None else value.encode()
+
     def abandon(self, trace_id: str) -> None:
         """Give a sample up: its reservation is returned."""
         with self._file.transaction() as db:

@@ -393,6 +393,31 @@ class Metrics:
             "Answers both judged and labelled by people in the agreement's window",
             registry=r,
         )
+        self.judge_canary = Gauge(
+            "observer_judge_canary",
+            "The judge's last run over the canary (judge.canary_file): agreement with its "
+            "labels, kappa, flip rate against the run before (NaN: nothing to compute it from)",
+            ["measure"],
+            registry=r,
+        )
+        self.judge_canary_cases = Gauge(
+            "observer_judge_canary_cases",
+            "Canary cases of the last run, with a verdict of the judge or without one",
+            ["verdict"],
+            registry=r,
+        )
+        self.judge_canary_runs = Counter(
+            "observer_judge_canary_runs_total",
+            "Canary runs by result: done, over_budget (waits for the next day), stopped "
+            "(a shutdown), no_verdict (no case judged)",
+            ["result"],
+            registry=r,
+        )
+        self.judge_canary_last_run = Gauge(
+            "observer_judge_canary_last_run_timestamp_seconds",
+            "When the canary's last whole run ended (unix seconds)",
+            registry=r,
+        )
         self.judge_pending = Gauge(
             "observer_judge_pending_samples",
             "Samples queued for the judge (kept in the state file across restarts)",
@@ -573,6 +598,24 @@ class Metrics:
         for measure, value in (("kappa", kappa), ("precision", precision), ("recall", recall)):
             self.judge_agreement.labels(measure=measure).set(math.nan if value is None else value)
         self.judge_pairs.set(pairs)
+
+    def set_judge_canary(
+        self,
+        agreement: float | None,
+        kappa: float | None,
+        flip_rate: float | None,
+        judged: int,
+        no_verdict: int,
+    ) -> None:
+        """The canary's last run; a figure with nothing to compute it from is NaN."""
+        for measure, value in (
+            ("agreement", agreement),
+            ("kappa", kappa),
+            ("flip_rate", flip_rate),
+        ):
+            self.judge_canary.labels(measure=measure).set(math.nan if value is None else value)
+        self.judge_canary_cases.labels(verdict="judged").set(judged)
+        self.judge_canary_cases.labels(verdict="none").set(no_verdict)
 
     def observe_answer(self, record: RagRecord, signals: Signals) -> None:
         """One newly scored answer into the quality metrics."""

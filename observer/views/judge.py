@@ -1,11 +1,13 @@
-"""`observer judge agreement` as plain lines: the figures, then per judge, then the
-disagreements with their links (one a line, never wrapped)."""
+"""`observer judge agreement` and `observer judge canary` as plain lines: the figures,
+then per judge, then the disagreements with their links or their why (one a line, never
+wrapped)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from observer.judge.agreement import Agreement, Pair
+from observer.judge.canary import Case, Figures
 
 
 def _figure(value: float | None) -> str:
@@ -35,4 +37,23 @@ def agreement_lines(found: Agreement, link: Callable[[Pair], str | None]) -> lis
             person = "unfaithful" if pair.human_unfaithful else "faithful"
             where = link(pair) or pair.trace_id
             lines.append(f"  judge {judge}, people {person}: {where}")
+    return lines
+
+
+def canary_lines(found: Figures, cases: tuple[Case, ...]) -> list[str]:
+    known = {c.key: c for c in cases}
+    lines = [
+        f"canary: {found.cases} cases, {found.judged} judged  agreement "
+        f"{_figure(found.agreement)}  kappa {_figure(found.kappa)}"
+    ]
+    if found.no_verdict:
+        lines.append(f"  {found.no_verdict} without a verdict (a judge error or no claims)")
+    if found.disagreements:
+        lines.append(f"disagreements ({len(found.disagreements)}):")
+        for key in found.disagreements:
+            case = known[key]
+            label = "unfaithful" if case.unfaithful else "faithful"
+            judged = "faithful" if case.unfaithful else "unfaithful"
+            why = f": {case.why}" if case.why else ""
+            lines.append(f"  {key}: judged {judged}, labelled {label}{why}")
     return lines

@@ -130,7 +130,7 @@ def test_no_rules_configured_means_the_defaults(tmp_path: Path) -> None:
     alerts = load_settings(write(tmp_path, notifier_only)).alerts
     assert alerts.window_rules() == default_window_rules()
     assert alerts.trace_rule_list() == default_trace_rules()
-    assert len(alerts.window_rules()) == 13  # the table of docs/alerts.md
+    assert len(alerts.window_rules()) == 14  # the table of docs/alerts.md
 
 
 def test_defaults_false_means_no_rules_at_all(tmp_path: Path) -> None:

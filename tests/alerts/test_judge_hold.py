@@ -188,6 +188,58 @@ def test_alerts_status_says_an_alert_is_held() -> None:
     assert row["state"] == "firing (held: the judge is unhealthy)"
 
 
+def test_a_canary_that_flips_holds_faithfulness_low_and_tells_the_judge_route_once(
+    tmp_path: Path, receivers: tuple[Receiver, Receiver]
+) -> None:
+    """The issue's case: the judge starts disagreeing (the canary's verdicts flip), and
+    faithfulness_low is held; the eval owner is told once, the RAG on-call not at all."""
+    from datetime import timedelta
+
+    from tests.fakes.openai_stub import OpenAIStub
+    from tests.judge.test_canary_run import canary, drifted
+
+    oncall, evals = receivers
+    rules = tuple(
+        dataclasses.replace(RULES[name], notify=("oncall",))
+        for name in ("judge_canary_low", "faithfulness_low")
+    )
+    state, delivery, service = wired(
+        tmp_path, {"oncall": oncall, "evals": evals}, rules, routes=(Route("judge", ("evals",)),)
+    )
+
+    class Clock:
+        now = moment(T) - timedelta(days=1)
+
+        def __call__(self) -> datetime:
+            return self.now
+
+    clock = Clock()
+    try:
+        with OpenAIStub() as stub:
+            run = canary(stub, state, clock, Metrics())  # type: ignore[arg-type]
+            run.step()  # yesterday: the canary as labelled
+            stub.judge = drifted  # the provider changed the model overnight
+            clock.now = moment(T)
+            run.step()
+        state.history.put_many(judged(T - 3600, T, errors=False, faithfulness=0.5, prefix="a"))
+        for minutes in (0, 5, 10):  # the evaluator's next ticks
+            state.set_watermark(moment(T + 60 * minutes))
+            service.evaluate(moment(T + 60 * minutes))
+        held = state.alerts.load()["faithfulness_low"]
+        assert held and all(s.status == "firing" and s.held for s in held.values())
+        delivery.shutdown(Deadline.within(5))  # whatever was queued is delivered first
+        (told,) = bodies(evals)
+        assert (told["rule"], told["state"], told["layer"]) == (
+            "judge_canary_low",
+            "firing",
+            "judge",
+        )
+        assert oncall.requests == []
+    finally:
+        delivery.shutdown(Deadline.within(5))
+        state.close()
+
+
 def test_a_low_agreement_read_in_the_same_tick_holds_faithfulness_low(
     tmp_path: Path, receivers: tuple[Receiver, Receiver]
 ) -> None:

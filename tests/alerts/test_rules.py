@@ -446,6 +446,7 @@ DEFAULTS = [
     ("judge_error_rate_high", "judge_error", "rate", ">", 0.20, 0.10, 1800, 10, 120),
     # The judge against people, read hourly; kappa only over >= 30 pairs (docs/judge.md).
     ("judge_agreement_low", "judge_kappa", "min", "<", 0.4, None, 7200, 1, 0),
+    ("judge_canary_low", "judge_canary_agreement", "min", "<", 0.8, None, 7200, 1, 0),
     ("scores_dropped", "scores_dropped", "count", ">", 0, None, 900, 1, 0),
     # With a citation resolver: the share of looked-up traces citing a re-written chunk.
     ("stale_citation_rate", "stale_citations > 0", "rate", ">", 0.05, 0.02, 1800, 50, 120),

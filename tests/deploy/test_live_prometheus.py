@@ -30,6 +30,7 @@ from tests import servers
 from tests.daemon_helpers import demo_observations
 from tests.deploy.support import (
     DASHBOARDS,
+    ROOT,
     RULE_FILES,
     as_promql,
     daemon_env,
@@ -138,6 +139,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             OBSERVER_JUDGE__ENABLED="true",
             # The judge's agreement with people is read (none labelled: its series exist).
             OBSERVER_JUDGE__HUMAN_SCORE="faithful",
+            # The shipped example canary is run at start: its series exist.
+            OBSERVER_JUDGE__CANARY_FILE=str(ROOT / "examples" / "canary.jsonl"),
             OBSERVER_JUDGE__RATE="1.0",
             OBSERVER_JUDGE_MODEL="stub-judge",
             OBSERVER_JUDGE_BASE_URL=stub.url + "/v1",

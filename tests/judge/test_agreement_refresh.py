@@ -113,15 +113,44 @@ def test_a_low_kappa_pages_through_the_default_rule() -> None:
     assert fine.states[()].status == "ok"
 
 
+def checks(parts: app.Parts) -> list[str]:
+    return [w.name for w in parts.judge_checks]
+
+
 def test_the_daemon_reads_it_only_with_judge_human_score(
     fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     settings = configure(monkeypatch, fake)
     with app.build(settings, mode="solo", state_path=tmp_path / "a.sqlite") as parts:
-        assert parts.agreement is None
+        assert checks(parts) == []
     monkeypatch.setenv("OBSERVER_JUDGE__HUMAN_SCORE", "faithful")
     settings = configure(monkeypatch, fake)
     with app.build(settings, mode="solo", state_path=tmp_path / "b.sqlite") as parts:
-        assert parts.agreement is not None
+        assert checks(parts) == ["observer-judge-agreement"]
     with app.build(settings, mode="once", state_path=tmp_path / "c.sqlite") as parts:
-        assert parts.agreement is None
+        assert checks(parts) == []
+
+
+def test_a_member_that_does_not_evaluate_reads_nothing(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """In a fleet only the member evaluating the rules reads: its samples are the ones read,
+    and N members would spend N times the request budget on the same figures."""
+    labelled(fake, datetime.now(UTC))
+    state = State(tmp_path / "s.sqlite")
+    settings = configure(monkeypatch, fake, OBSERVER_JUDGE__HUMAN_SCORE="faithful")
+    reader = AnnotationReader(app.build_api(settings), RateLimiter(None))
+    evaluating = False
+    refresh = AgreementRefresh(
+        lambda start, end: read_agreement(reader, settings.judge, "faithful", start, end),
+        Metrics(),
+        state.history.add_samples,
+        active=lambda: evaluating,
+    )
+    fake.reset_requests()
+    refresh.step()
+    assert refresh.found is None and fake.requests == []
+    evaluating = True
+    refresh.step()
+    assert refresh.found is not None and refresh.found.pairs == 30
+    state.close()
