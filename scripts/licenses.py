@@ -181,7 +181,7 @@ def _cell(text: str) -> str:
     return text.replace("|", r"\|")
 
 
-def render(rows: Iterable[Entry], keep: Mapping[str, str] | None = None) -> str:
+def render(rows: Iterable[Entry], keep: Mapping[NormalizedName, str] | None = None) -> str:
     """The Markdown table. `keep`: the doc's licences, by name, kept for a distribution whose
     metadata names none (the doc then says what it is)."""
     keep = keep or {}
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in said:
                 print(f"{args.doc}: {line}", file=sys.stderr)
             if said:
-                print("regenerate it: python scripts/licenses.py", file=sys.stderr)
+                print("regenerate it: .venv/bin/python scripts/licenses.py", file=sys.stderr)
                 return 1
             print(f"{args.doc}: the table lists the closure's {len(rows)} distributions")
             return 0
