@@ -17,9 +17,13 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
+import structlog
+
+from observer import __version__
+from observer.state.migrations import SCHEMA_VERSION, STEPS
 from observer.times import iso
 
-SCHEMA_VERSION = 1
+log = structlog.get_logger("observer.state")
 
 # The tables a schema creates (CREATE TABLE IF NOT EXISTS name ...).
 _TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+)", re.IGNORECASE)
@@ -48,23 +52,72 @@ class Database:
             self._refuse_a_stranger(schema)  # before anything is written to it
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
+            self._refuse_a_newer_schema()
             self.db.executescript(schema)
-            version = self.get_meta("schema_version")
-            if version is None:
-                self.set_meta("schema_version", str(SCHEMA_VERSION))
-            elif version != str(SCHEMA_VERSION):
-                raise StateError(
-                    f"state file {self.path} has schema {version}; "
-                    f"this observer needs {SCHEMA_VERSION}"
-                )
-            # Prove it is writable now, not at the first scored trace.
+            self._migrate()
+            # Prove it is writable now, not at the first scored trace; and say who wrote it.
             self.set_meta("opened_at", iso(datetime.now().astimezone()))
+            self.set_meta("written_by", __version__)
         except sqlite3.Error as error:
             raise StateError(f"state file {self.path} is not usable: {error}") from None
         except OSError as error:
             raise StateError(
                 f"state file {self.path} cannot be created: {error.strerror}"
             ) from None
+
+    def _schema(self) -> int | None:
+        """The file's schema version; None for a new file (no meta table or no version)."""
+        try:
+            value = self.get_meta("schema_version")
+        except sqlite3.OperationalError:  # no meta table: a new file
+            return None
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            raise StateError(
+                f"state file {self.path} has an unreadable schema_version {value!r}"
+            ) from None
+
+    def _refuse_a_newer_schema(self) -> None:
+        """StateError, before anything is written, for a file of a newer observer's schema."""
+        found = self._schema()
+        if found is None or found <= SCHEMA_VERSION:
+            return
+        writer = self.get_meta("written_by")
+        who = f"observer {writer}" if writer else "a newer observer"
+        raise StateError(
+            f"state file {self.path} was written by {who} (state schema {found}); this is "
+            f"observer {__version__}, which reads schema {SCHEMA_VERSION} at most: run "
+            f"{who} or later with it, or give this one its own state file (--state, "
+            "state.path). A state file does not go back to an older observer: keep a copy "
+            "from before an upgrade to downgrade (docs/operating.md#upgrading)"
+        )
+
+    def _migrate(self) -> None:
+        """A file of an older schema brought to this one, in one transaction. A new file
+        holds schema 1's tables (the CREATE statements) and takes the same steps: one way
+        to every column, whatever the file's age."""
+        found = self._schema()
+        if found == SCHEMA_VERSION:
+            return
+        writer = self.get_meta("written_by") or "before 0.4.0"
+        with self.transaction() as db:
+            for step in range((found or 1) + 1, SCHEMA_VERSION + 1):
+                STEPS[step](db)
+            self.set_meta("schema_version", str(SCHEMA_VERSION))
+        if found is None:
+            return
+        # A warning: from now on an older observer refuses the file (keep a copy to go back).
+        log.warning(
+            "state_migrated",
+            path=str(self.path),
+            from_schema=found,
+            to_schema=SCHEMA_VERSION,
+            written_by=writer,
+            version=__version__,
+        )
 
     def _refuse_a_stranger(self, schema: str) -> None:
         """StateError when the file is another application's database: it holds a table

@@ -57,12 +57,6 @@ class PendingSample:
 class JudgeStore:
     def __init__(self, database: Database) -> None:
         self._file = database
-        with database.lock:
-            columns = {row[1] for row in database.db.execute("PRAGMA table_info(judge_pending)")}
-            if "findings" not in columns:  # a state file of a version before the funnel
-                database.db.execute("ALTER TABLE judge_pending ADD COLUMN findings BLOB")
-            if "basis" not in columns:
-                database.db.execute("ALTER TABLE judge_pending ADD COLUMN basis TEXT")
 
     def budget(self, hour: str, day: str) -> tuple[int, int]:
         """(traces judged or queued this hour, tokens spent or reserved this day)."""

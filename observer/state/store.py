@@ -66,19 +66,6 @@ CREATE TRIGGER IF NOT EXISTS outbox_removed AFTER DELETE ON outbox
 BEGIN UPDATE counters SET value = value - 1 WHERE name = 'outbox'; END;
 """
 
-# Older state files: the outbox held upserts only.
-_MIGRATIONS = {
-    "outbox": {
-        "op": "ALTER TABLE outbox ADD COLUMN op TEXT NOT NULL DEFAULT 'upsert'",
-        # The trace's last activity (unix s) with the scores a pass wrote; NULL otherwise.
-        "activity": "ALTER TABLE outbox ADD COLUMN activity REAL",
-    },
-    # The latest start time a trace showed when it was last handled (None: not known).
-    "traces": {"latest": "ALTER TABLE traces ADD COLUMN latest TEXT"},
-    # A trace row's dimensions (release, model, prompt ...): NULL, none, on older rows.
-    "history": {"dims": "ALTER TABLE history ADD COLUMN dims BLOB"},
-}
-
 Op = Literal["upsert", "delete"]
 
 
@@ -128,11 +115,6 @@ class State:
         self.judge = JudgeStore(self._file)
         try:
             with self._transaction() as db:
-                for table, columns in _MIGRATIONS.items():
-                    present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
-                    for column, statement in columns.items():
-                        if column not in present:
-                            db.execute(statement)
                 # Backoffs belong to the process that failed: a new one tries every queued
                 # score at once, so a restart after an outage delivers what the outbox holds.
                 db.execute("UPDATE outbox SET next_attempt = 0, attempts = 0")

@@ -44,6 +44,7 @@ def test_a_state_file_from_before_the_funnel_opens_and_keeps_its_samples(tmp_pat
         "record BLOB NOT NULL, day TEXT NOT NULL, reserved INTEGER NOT NULL, "
         "queued_at TEXT NOT NULL);"
         "INSERT INTO judge_pending VALUES ('old', x'7b7d', 'd', 5, '2026-11-30T00:00:00Z');"
+        "UPDATE meta SET value = '1' WHERE key = 'schema_version';"  # as observer < 0.4 wrote
     )
     db.close()
     state = State(path)

@@ -85,6 +85,7 @@ def test_an_outbox_of_an_older_version_gets_the_activity_column(tmp_path: Path) 
     with sqlite3.connect(path) as db:
         db.execute("DROP INDEX outbox_trace")
         db.execute("ALTER TABLE outbox DROP COLUMN activity")
+        db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")  # observer < 0.4
     again = State(path)
     assert [p.score for p in again.due(0, 10)] == [score("a")]
     assert again.acknowledge([score("a")]) == []  # queued before: no activity known

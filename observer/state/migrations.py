@@ -1,0 +1,56 @@
+"""How a state file written by an older observer becomes this one's (docs/operating.md#upgrading).
+
+Every state file says which schema it holds (`schema_version` in its meta table) and
+which observer last wrote it (`written_by`). At open, a file of an older schema is
+brought to this one by the steps after its version, in one transaction with the
+new version; a file of a newer schema is refused, naming the observer that wrote
+it: an older observer cannot know what a newer one keeps there, and would lose it.
+A schema changes when a release changes what the file holds; a release that does
+not keeps the schema, and its state files go back and forth freely.
+
+Schema 1: every observer before 0.4.0. Their files differ by the columns added
+since 0.1.0, each then added at open when missing, without a number: step 2 adds
+any of them that is still missing.
+Schema 2 (0.4.0): those columns everywhere, and `written_by`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+from typing import Final
+
+SCHEMA_VERSION: Final = 2
+
+# The columns added to files of older versions (table -> column -> its ALTER).
+_COLUMNS: Final[Mapping[str, Mapping[str, str]]] = {
+    "outbox": {
+        # The outbox held upserts only.
+        "op": "ALTER TABLE outbox ADD COLUMN op TEXT NOT NULL DEFAULT 'upsert'",
+        # The trace's last activity (unix s) with the scores a pass wrote; NULL otherwise.
+        "activity": "ALTER TABLE outbox ADD COLUMN activity REAL",
+    },
+    # The latest start time a trace showed when it was last handled (None: not known).
+    "traces": {"latest": "ALTER TABLE traces ADD COLUMN latest TEXT"},
+    # A trace row's dimensions (release, model, prompt ...): NULL, none, on older rows.
+    "history": {"dims": "ALTER TABLE history ADD COLUMN dims BLOB"},
+    # A judge sample's resolver findings (the funnel) and the answer it was taken on.
+    "judge_pending": {
+        "findings": "ALTER TABLE judge_pending ADD COLUMN findings BLOB",
+        "basis": "ALTER TABLE judge_pending ADD COLUMN basis TEXT",
+    },
+}
+
+
+def _columns_since_the_first_files(db: sqlite3.Connection) -> None:
+    for table, columns in _COLUMNS.items():
+        present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        for column, statement in columns.items():
+            if column not in present:
+                db.execute(statement)
+
+
+# Step N takes a file of schema N-1 to schema N.
+STEPS: Final[Mapping[int, Callable[[sqlite3.Connection], None]]] = {
+    2: _columns_since_the_first_files,
+}
