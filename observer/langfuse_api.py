@@ -40,7 +40,7 @@ from langfuse.api.core.api_error import ApiError
 from langfuse.api.core.request_options import RequestOptions
 from packaging.version import InvalidVersion, Version
 
-from observer import __version__
+from observer import USER_AGENT, __version__
 from observer.errors import (
     AuthRejected,
     RateLimited,
@@ -70,6 +70,7 @@ def build_api(base_url: str, public_key: str, secret_key: str, timeout_s: float)
         x_langfuse_sdk_name="observer",
         x_langfuse_sdk_version=__version__,
         x_langfuse_public_key=public_key,
+        headers={"User-Agent": USER_AGENT},
         timeout=timeout_s,
     )
 

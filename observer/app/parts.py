@@ -15,7 +15,7 @@ import redis
 import structlog
 from langfuse.api.client import LangfuseAPI
 
-from observer import background, langfuse_api
+from observer import USER_AGENT, background, langfuse_api
 from observer.alerts.delivery import Delivery
 from observer.alerts.evaluator import AlertEvaluator
 from observer.alerts.notifiers import Notifier, NotifyError
@@ -106,7 +106,11 @@ def build_judge_client(settings: Settings, telemetry: Telemetry | None = None) -
             )
         key = "none"  # local endpoints (vLLM, Ollama) often take no key
     client = openai.OpenAI(
-        api_key=key, base_url=j.base_url or None, timeout=j.timeout_s, max_retries=0
+        api_key=key,
+        base_url=j.base_url or None,
+        timeout=j.timeout_s,
+        max_retries=0,
+        default_headers={"User-Agent": USER_AGENT},
     )
     return JudgeClient(
         client,

@@ -172,7 +172,7 @@ def human_unfaithful(data_type: str, value: float, threshold: float) -> bool | N
     return None
 
 
-# A judge score written before scores named their judge (observer < 0.5): one judge of its own.
+# A judge score written before scores named their judge (observer < 0.4): one judge of its own.
 UNKNOWN_JUDGE = Judge("unknown", "unknown", "unknown")
 
 

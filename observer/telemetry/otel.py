@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Sampler
 
-from observer import __version__
+from observer import USER_AGENT, __version__
 
 if TYPE_CHECKING:
     from langfuse import Langfuse
@@ -161,7 +161,7 @@ class LangfuseSpanExporter(SpanExporter):
             auth=(target.public_key, target.secret_key),
             headers={
                 "Content-Type": "application/x-protobuf",
-                "User-Agent": f"observer/{__version__}",
+                "User-Agent": USER_AGENT,
                 "x-langfuse-ingestion-version": "4",
             },
             timeout=target.timeout_s,

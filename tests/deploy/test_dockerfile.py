@@ -91,10 +91,11 @@ def test_hadolint_finds_nothing() -> None:
     assert done.stdout.strip() == ""
 
 
-def test_two_stages_wheel_built_then_installed_offline() -> None:
+def test_two_stages_wheels_gathered_then_installed_offline() -> None:
     froms = [args for name, args in instructions() if name == "FROM"]
     assert len(froms) == 2 and froms[0].endswith(" AS build") and froms[1].endswith(" AS runtime")
-    assert re.fullmatch(r"ARG PYTHON_IMAGE=python:3\.11-slim\S*", "ARG " + last("ARG"))
+    image = next(args for name, args in instructions() if name == "ARG")
+    assert re.fullmatch(r"PYTHON_IMAGE=python:3\.11-slim\S*", image)
     runs = [args for name, args in instructions() if name == "RUN"]
     assert any("pip wheel" in r and "--wheel-dir /wheels" in r for r in runs)
     assert any("--no-index" in r and "/wheels/observer-" in r for r in runs)
@@ -134,23 +135,40 @@ def test_the_environment_the_image_sets_is_valid_configuration(
     assert settings.state.path == "/var/lib/observer/observer.sqlite"
 
 
-def test_the_build_context_ignore_file_keeps_what_the_build_copies() -> None:
-    kept = {
-        line[1:].rstrip("/")
+def test_the_build_context_is_the_release_wheel_only() -> None:
+    kept = [
+        line
         for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
-        if line.startswith("!")
-    }
-    copied = set()
-    for name, args in instructions():
-        if name == "COPY" and "--from" not in args:
-            copied.update(args.split()[:-1])
-    assert copied == kept == {"pyproject.toml", "README.md", "observer"}
-    # ... and all that building the wheel reads: no other file named in pyproject.toml.
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert project["project"]["readme"] in copied
-    assert "file" not in project["project"].get("license", {})
-    assert "license-files" not in project["project"]
-    assert project["tool"]["setuptools"]["packages"]["find"]["include"] == ["observer*"]
+        if line and not line.startswith("#")
+    ]
+    assert kept == ["*", "!dist/*.whl"]
+    copied = [args for name, args in instructions() if name == "COPY" and "--from" not in args]
+    assert copied == ["dist/ ./"]
+    runs = " ".join(args for name, args in instructions() if name == "RUN")
+    assert "observer-${OBSERVER_VERSION}-py3-none-any.whl" in runs
+
+
+def test_the_image_is_labelled_with_the_wheels_version_and_every_file_names_it() -> None:
+    """One version, pyproject's: the build arg names the wheel and the label; the files that
+    build or run the image name that version (a test keeps them in step with pyproject)."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    labels = last("LABEL")
+    assert 'org.opencontainers.image.version="${OBSERVER_VERSION}"' in labels
+    assert 'org.opencontainers.image.licenses="Apache-2.0"' in labels
+    pinned = re.compile(r"observer[:-](\d+\.\d+\.\d+)")
+    files = [
+        DOCKERFILE,
+        DEPLOY / "README.md",
+        DEPLOY / "docker-compose.yml",
+        DEPLOY / "docker-compose.fleet.yml",
+        *sorted((DEPLOY / "kubernetes").glob("*.yaml")),
+        ROOT / "docs" / "licenses.md",
+    ]
+    for path in files:
+        for found in pinned.findall(path.read_text()):
+            assert found == version, f"{path.name} names observer {found}, pyproject {version}"
+    for compose in ("docker-compose.yml", "docker-compose.fleet.yml"):
+        assert f'OBSERVER_VERSION: "{version}"' in (DEPLOY / compose).read_text(), compose
 
 
 # -- the commands, run --------------------------------------------------------------------------

@@ -19,11 +19,10 @@ from collections.abc import Iterable, Mapping
 
 import httpx
 
-from observer import __version__
+from observer import USER_AGENT
 from observer.alerts.notifiers import NotifyError
 from observer.retry import parse_retry_after
 
-USER_AGENT = f"observer/{__version__}"
 _RETRYABLE_4XX = frozenset({408, 425, 429})
 _EXCERPT_CHARS = 200
 

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from slack_sdk.webhook import WebhookClient
 
+from observer import USER_AGENT
 from observer.alerts.notifiers import TestEnd, _http
 from observer.alerts.notifiers._text import (
     condition,
@@ -61,7 +62,7 @@ class SlackNotifier:
             timeout=max(1, math.ceil(timeout_s)),
             logger=_sdk_log,
             retry_handlers=[],
-            user_agent_prefix=_http.USER_AGENT,
+            user_agent_prefix=USER_AGENT,
         )
 
     def send(self, notification: Notification) -> None:
