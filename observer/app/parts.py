@@ -663,12 +663,16 @@ def _canary(
         should_stop=stop.is_set,
         active=active,
     )
-    # Woken every minute: a run when due, its samples hourly.
+    return _every_minute("canary", run.step, stop)  # a run when due, its samples hourly
+
+
+def _every_minute(name: str, step: Callable[[], bool], stop: threading.Event) -> background.Worker:
+    """A look at the judge woken every minute; its step knows whether it is due."""
     return background.Worker(
-        "observer-judge-canary",
-        run.step,
+        f"observer-judge-{name}",
+        step,
         interval_s=60.0,
-        crash_event="judge_canary_failed",
+        crash_event=f"judge_{name}_failed",
         stopping=stop,
     )
 
@@ -696,14 +700,7 @@ def _agreement(
         state.history.add_samples,
         active=active,
     )
-    # Woken every minute; the step itself reads once an hour.
-    return background.Worker(
-        "observer-judge-agreement",
-        refresh.step,
-        interval_s=60.0,
-        crash_event="judge_agreement_failed",
-        stopping=stop,
-    )
+    return _every_minute("agreement", refresh.step, stop)  # the step reads once an hour
 
 
 def _reader(

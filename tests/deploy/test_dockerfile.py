@@ -145,7 +145,7 @@ def test_the_build_context_is_the_release_wheel_only() -> None:
     copied = [args for name, args in instructions() if name == "COPY" and "--from" not in args]
     assert copied == ["dist/ ./"]
     runs = " ".join(args for name, args in instructions() if name == "RUN")
-    assert "observer-${OBSERVER_VERSION}-py3-none-any.whl" in runs
+    assert "observer-${VERSION}-py3-none-any.whl" in runs
 
 
 def test_the_image_is_labelled_with_the_wheels_version_and_every_file_names_it() -> None:
@@ -153,7 +153,7 @@ def test_the_image_is_labelled_with_the_wheels_version_and_every_file_names_it()
     build or run the image name that version (a test keeps them in step with pyproject)."""
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     labels = last("LABEL")
-    assert 'org.opencontainers.image.version="${OBSERVER_VERSION}"' in labels
+    assert 'org.opencontainers.image.version="${VERSION}"' in labels
     assert 'org.opencontainers.image.licenses="Apache-2.0"' in labels
     pinned = re.compile(r"observer[:-](\d+\.\d+\.\d+)")
     files = [
@@ -168,7 +168,7 @@ def test_the_image_is_labelled_with_the_wheels_version_and_every_file_names_it()
         for found in pinned.findall(path.read_text()):
             assert found == version, f"{path.name} names observer {found}, pyproject {version}"
     for compose in ("docker-compose.yml", "docker-compose.fleet.yml"):
-        assert f'OBSERVER_VERSION: "{version}"' in (DEPLOY / compose).read_text(), compose
+        assert f'VERSION: "{version}"' in (DEPLOY / compose).read_text(), compose
 
 
 # -- the commands, run --------------------------------------------------------------------------
