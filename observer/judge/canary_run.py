@@ -36,6 +36,7 @@ from observer.errors import ConfigError
 from observer.judge.agreement import Judge
 from observer.judge.canary import CanaryError, Case, Figures, figures, read_cases
 from observer.judge.outcome import JudgeResult
+from observer.judge.service import buckets
 from observer.model import RagRecord
 from observer.state.judge import JudgeStore
 from observer.telemetry.metrics import Metrics
@@ -216,7 +217,7 @@ class CanaryRun:
         return False
 
     def _try(self, now: datetime) -> None:
-        day = now.astimezone(UTC).strftime("%Y-%m-%d")
+        _hour, day = buckets(now)  # the judge's daily cap's day
         expected = len(self.cases) * self._store.tokens_per_trace()
         spent = self._store.canary_spent(day)
         if spent + expected > self.share_tokens:
@@ -274,10 +275,9 @@ class CanaryRun:
         )
 
     def _spent(self, case: Case, result: JudgeResult) -> None:
-        self._metrics.judge_calls.inc(result.calls)
-        self._metrics.judge_tokens.labels(kind="prompt").inc(result.prompt_tokens)
-        self._metrics.judge_tokens.labels(kind="completion").inc(result.completion_tokens)
-        self._metrics.judge_cost.inc(result.cost_usd)
+        self._metrics.judge_used(
+            result.calls, result.prompt_tokens, result.completion_tokens, result.cost_usd
+        )
         if result.error:
             log.warning("judge_canary_case_failed", case=case.key, error=result.error[:300])
 

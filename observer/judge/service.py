@@ -375,10 +375,9 @@ class JudgeService:
             except Exception as error:  # the fleet's count must not cost the trace its scores
                 # The reservation stays counted in its place: the day's tokens over, never under.
                 log.warning("judge_spend_not_shared", trace_id=record.trace_id, error=str(error))
-        self.metrics.judge_calls.inc(result.calls)
-        self.metrics.judge_tokens.labels(kind="prompt").inc(result.prompt_tokens)
-        self.metrics.judge_tokens.labels(kind="completion").inc(result.completion_tokens)
-        self.metrics.judge_cost.inc(result.cost_usd)
+        self.metrics.judge_used(
+            result.calls, result.prompt_tokens, result.completion_tokens, result.cost_usd
+        )
         self.metrics.judge_funnel_claims.inc(len(result.decided))
         if self.on_judged is not None:
             try:

@@ -599,6 +599,13 @@ class Metrics:
             self.judge_agreement.labels(measure=measure).set(math.nan if value is None else value)
         self.judge_pairs.set(pairs)
 
+    def judge_used(self, calls: int, prompt: int, completion: int, cost_usd: float) -> None:
+        """What judging one answer cost: a trace's or a canary case's, counted alike."""
+        self.judge_calls.inc(calls)
+        self.judge_tokens.labels(kind="prompt").inc(prompt)
+        self.judge_tokens.labels(kind="completion").inc(completion)
+        self.judge_cost.inc(cost_usd)
+
     def set_judge_canary(
         self,
         agreement: float | None,
