@@ -1396,7 +1396,7 @@ class FakeLangfuse(LoopbackService):
         expand = frozenset(
             k.strip() for k in (single("expandMetadata") or "").split(",") if k.strip()
         )
-        limit = self._parse_limit(single("limit"))
+        limit = _parse_limit(single("limit"), DEFAULT_LIMIT, MAX_LIMIT)
         raw_cursor = single("cursor")
         after = _Cursor.decode(raw_cursor) if raw_cursor else None
         if (single("parseIoAsJson") or "").lower() == "true":
@@ -1459,18 +1459,6 @@ class FakeLangfuse(LoopbackService):
             )
         wanted = {"core", *requested}
         return [g for g in FIELD_GROUPS if g in wanted]
-
-    @staticmethod
-    def _parse_limit(raw: str | None) -> int:
-        if raw is None:
-            return DEFAULT_LIMIT
-        try:
-            limit = int(raw)
-        except ValueError as exc:
-            raise _bad_request(f"limit must be an integer, got {raw!r}") from exc
-        if limit < 1 or limit > MAX_LIMIT:
-            raise _bad_request(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
-        return limit
 
     @staticmethod
     def _query_predicates(
@@ -2115,21 +2103,22 @@ def _compile_scores_v3(query: dict[str, list[str]]) -> _ScoresV3Query:
 
     return _ScoresV3Query(
         groups=groups,
-        limit=_scores_v3_limit(single("limit")),
+        limit=_parse_limit(single("limit") or None, SCORES_V3_DEFAULT_LIMIT, SCORES_V3_MAX_LIMIT),
         after=_decode_scores_cursor(raw_cursor) if raw_cursor else None,
         match=match,
     )
 
 
-def _scores_v3_limit(raw: str | None) -> int:
-    if raw is None or raw == "":
-        return SCORES_V3_DEFAULT_LIMIT
+def _parse_limit(raw: str | None, default: int, maximum: int) -> int:
+    """A page size as an endpoint takes it: absent is `default`; 400 outside 1..maximum."""
+    if raw is None:
+        return default
     try:
         limit = int(raw)
     except ValueError as exc:
         raise _bad_request(f"limit must be an integer, got {raw!r}") from exc
-    if limit < 1 or limit > SCORES_V3_MAX_LIMIT:
-        raise _bad_request(f"limit must be between 1 and {SCORES_V3_MAX_LIMIT}, got {limit}")
+    if limit < 1 or limit > maximum:
+        raise _bad_request(f"limit must be between 1 and {maximum}, got {limit}")
     return limit
 
 
