@@ -195,6 +195,7 @@ def test_a_canary_that_flips_holds_faithfulness_low_and_tells_the_judge_route_on
     faithfulness_low is held; the eval owner is told once, the RAG on-call not at all."""
     from datetime import timedelta
 
+    from tests.fakes.clock import SimulatedClock
     from tests.fakes.openai_stub import OpenAIStub
     from tests.judge.test_canary_run import canary, drifted
 
@@ -207,19 +208,13 @@ def test_a_canary_that_flips_holds_faithfulness_low_and_tells_the_judge_route_on
         tmp_path, {"oncall": oncall, "evals": evals}, rules, routes=(Route("judge", ("evals",)),)
     )
 
-    class Clock:
-        now = moment(T) - timedelta(days=1)
-
-        def __call__(self) -> datetime:
-            return self.now
-
-    clock = Clock()
+    clock = SimulatedClock(moment(T) - timedelta(days=1))
     try:
         with OpenAIStub() as stub:
-            run = canary(stub, state, clock, Metrics())  # type: ignore[arg-type]
+            run = canary(stub, state, clock, Metrics())
             run.step()  # yesterday: the canary as labelled
             stub.judge = drifted  # the provider changed the model overnight
-            clock.now = moment(T)
+            clock.set(moment(T))
             run.step()
         state.history.put_many(judged(T - 3600, T, errors=False, faithfulness=0.5, prefix="a"))
         for minutes in (0, 5, 10):  # the evaluator's next ticks

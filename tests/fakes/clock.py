@@ -1,11 +1,12 @@
-"""A clock that moves only when a test says so: ``FakeLangfuse(clock=SimulatedClock(t0))``."""
+"""Clocks that move only when a test says so: ``FakeLangfuse(clock=SimulatedClock(t0))``,
+and ``StepClock`` for what waits on a monotonic clock (the request budget)."""
 
 from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["SimulatedClock"]
+__all__ = ["SimulatedClock", "StepClock"]
 
 
 class SimulatedClock:
@@ -34,3 +35,24 @@ class SimulatedClock:
             raise ValueError("set an aware datetime")
         with self._lock:
             self._now = moment.astimezone(UTC)
+
+
+class StepClock:
+    """A monotonic ``time`` and a ``sleep`` that moves it (the sleeps kept in ``slept``), and
+    the wall clock in step with it from ``wall_start`` (``wall``, for the fake Langfuse): a
+    rate limiter's waits, taken at once."""
+
+    def __init__(self, wall_start: datetime = datetime(2026, 11, 28, 10, 0, tzinfo=UTC)) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+        self._wall_start = wall_start
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def wall(self) -> datetime:
+        return self._wall_start + timedelta(seconds=self.now)

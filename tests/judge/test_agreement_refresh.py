@@ -20,6 +20,7 @@ from observer.state import State
 from observer.state.rows import Row
 from observer.telemetry.metrics import Metrics
 from tests.daemon_helpers import configure
+from tests.fakes.clock import SimulatedClock
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.judge.test_judge_agreement import labelled
 
@@ -30,16 +31,12 @@ def fake() -> Iterator[FakeLangfuse]:
         yield server
 
 
-class Clock:
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 def refresh_on(
-    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, state: State, clock: Clock, **kw: int
+    fake: FakeLangfuse,
+    monkeypatch: pytest.MonkeyPatch,
+    state: State,
+    clock: SimulatedClock,
+    **kw: int,
 ) -> tuple[AgreementRefresh, Metrics]:
     settings = configure(monkeypatch, fake, OBSERVER_JUDGE__HUMAN_SCORE="faithful")
     reader = AnnotationReader(app.build_api(settings), RateLimiter(None))
@@ -60,7 +57,7 @@ def test_an_hourly_read_sets_the_metrics_and_a_kappa_sample(
     now = datetime.now(UTC)
     labelled(fake, now)
     state = State(tmp_path / "s.sqlite")
-    clock = Clock(now)
+    clock = SimulatedClock(now)
     refresh, metrics = refresh_on(fake, monkeypatch, state, clock)
     refresh.step()
     assert metrics.value("observer_judge_pairs") == 30
@@ -70,10 +67,10 @@ def test_an_hourly_read_sets_the_metrics_and_a_kappa_sample(
     found = {name: value for r in samples for name, value in r.values.items()}
     assert found == {"judge_pairs": 30.0, "judge_kappa": pytest.approx(260 / 410)}
     requests = len(fake.requests)
-    clock.now = now + timedelta(minutes=59)
+    clock.set(now + timedelta(minutes=59))
     refresh.step()
     assert len(fake.requests) == requests  # within the hour: nothing read
-    clock.now = now + timedelta(hours=1)
+    clock.set(now + timedelta(hours=1))
     refresh.step()
     assert len(fake.requests) > requests
     state.close()
@@ -84,7 +81,7 @@ def test_under_thirty_pairs_there_is_no_kappa_sample_and_no_figure_is_made_up(
 ) -> None:
     now = datetime.now(UTC)
     state = State(tmp_path / "s.sqlite")
-    refresh, metrics = refresh_on(fake, monkeypatch, state, Clock(now))
+    refresh, metrics = refresh_on(fake, monkeypatch, state, SimulatedClock(now))
     refresh.step()
     assert metrics.value("observer_judge_pairs") == 0
     assert math.isnan(metrics.value("observer_judge_agreement", measure="kappa"))
@@ -97,7 +94,7 @@ def test_langfuse_down_is_logged_and_tried_next_hour(
     fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     state = State(tmp_path / "s.sqlite")
-    refresh, _ = refresh_on(fake, monkeypatch, state, Clock(datetime.now(UTC)))
+    refresh, _ = refresh_on(fake, monkeypatch, state, SimulatedClock(datetime.now(UTC)))
     fake.fail_next(401, count=10)
     assert refresh.step() is False  # never raises
     assert refresh.found is None

@@ -14,41 +14,26 @@ from observer.judge.annotations import Annotation, AnnotationReader
 from observer.langfuse_api import build_api
 from observer.sources.langfuse import Stopped
 from observer.sources.ratelimit import RateLimiter
+from tests.fakes.clock import StepClock
 from tests.fakes.langfuse_server import KIND, FakeLangfuse, RateLimits
 
 V3 = "/api/public/v3/scores"
 
 
-class Clock:
-    """The limiter's monotonic clock and sleep, and the fake's wall clock, in step."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-    def wall(self) -> datetime:
-        return datetime(2026, 12, 1, 12, 0, tzinfo=UTC) + timedelta(seconds=self.now)
+@pytest.fixture
+def clock() -> StepClock:
+    return StepClock(datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def fake(clock: Clock) -> Iterator[FakeLangfuse]:
+def fake(clock: StepClock) -> Iterator[FakeLangfuse]:
     with FakeLangfuse(KIND, clock=clock.wall) as server:
         yield server
 
 
-def reader(fake: FakeLangfuse, clock: Clock, **kwargs: Any) -> tuple[AnnotationReader, RateLimiter]:
+def reader(
+    fake: FakeLangfuse, clock: StepClock, **kwargs: Any
+) -> tuple[AnnotationReader, RateLimiter]:
     limiter = RateLimiter(clock=clock.time, sleep=clock.sleep)
     api = build_api(fake.url, fake.public_key, fake.secret_key, 5)
     return AnnotationReader(api, limiter, **kwargs), limiter
@@ -70,7 +55,9 @@ def v3_requests(fake: FakeLangfuse) -> list[int]:
     return [r.status for r in fake.requests if r.path == V3]
 
 
-def test_every_page_is_read_until_the_cursor_is_absent(fake: FakeLangfuse, clock: Clock) -> None:
+def test_every_page_is_read_until_the_cursor_is_absent(
+    fake: FakeLangfuse, clock: StepClock
+) -> None:
     start = clock.wall() - timedelta(days=1)
     label(fake, 250, start, queue_id="q-faithfulness", author_user_id="u-ana")
     read, _ = reader(fake, clock)
@@ -103,7 +90,9 @@ def test_every_page_is_read_until_the_cursor_is_absent(fake: FakeLangfuse, clock
     assert sum(a.unfaithful(0.5) is True for a in got) == 84  # i % 3 == 0
 
 
-def test_only_people_s_scores_of_that_name_in_the_window(fake: FakeLangfuse, clock: Clock) -> None:
+def test_only_people_s_scores_of_that_name_in_the_window(
+    fake: FakeLangfuse, clock: StepClock
+) -> None:
     now = clock.wall()
     start, end = now - timedelta(hours=2), now - timedelta(hours=1)
     fake.add_annotation_score(trace_id="at-start", value=True, timestamp=start)  # inclusive
@@ -145,7 +134,9 @@ def test_only_people_s_scores_of_that_name_in_the_window(fake: FakeLangfuse, clo
     assert got["tone"].queue_id is None  # written in the UI, not in a queue
 
 
-def test_a_429_is_honoured_and_settles_the_shared_budget(fake: FakeLangfuse, clock: Clock) -> None:
+def test_a_429_is_honoured_and_settles_the_shared_budget(
+    fake: FakeLangfuse, clock: StepClock
+) -> None:
     start = clock.wall() - timedelta(hours=3)
     label(fake, 120, start)
     fake.rate_limits = RateLimits(general_per_minute=2, score_deletes_per_day=10)
@@ -160,7 +151,9 @@ def test_a_429_is_honoured_and_settles_the_shared_budget(fake: FakeLangfuse, clo
     assert retry.status == 429 and fake.requests[2].time >= retry.time
 
 
-def test_an_unreachable_langfuse_is_retried_then_raised(fake: FakeLangfuse, clock: Clock) -> None:
+def test_an_unreachable_langfuse_is_retried_then_raised(
+    fake: FakeLangfuse, clock: StepClock
+) -> None:
     label(fake, 3, clock.wall() - timedelta(minutes=10))
     read, _ = reader(fake, clock, max_attempts=2)
     fake.fail_next(503, count=1, path_prefix=V3)
@@ -175,7 +168,7 @@ def test_an_unreachable_langfuse_is_retried_then_raised(fake: FakeLangfuse, cloc
     assert v3_requests(fake).count(401) == 1
 
 
-def test_a_shutdown_ends_the_wait_for_a_slot(fake: FakeLangfuse, clock: Clock) -> None:
+def test_a_shutdown_ends_the_wait_for_a_slot(fake: FakeLangfuse, clock: StepClock) -> None:
     label(fake, 3, clock.wall() - timedelta(minutes=10))
     limiter = RateLimiter(clock=clock.time, sleep=clock.sleep)
     limiter.block_for(600)

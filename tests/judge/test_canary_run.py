@@ -22,6 +22,7 @@ from observer.judge.identity import judge_of
 from observer.signals import SignalParams, compute
 from observer.state import State
 from observer.telemetry.metrics import Metrics
+from tests.fakes.clock import SimulatedClock
 from tests.fakes.openai_stub import VERDICTS_SCHEMA, OpenAIStub, default_judge
 
 START = datetime(2026, 12, 4, 9, 0, tzinfo=UTC)
@@ -59,14 +60,6 @@ def drifted(schema: str, request: dict[str, Any]) -> str:
     return json.dumps(verdicts)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.fixture
 def stub() -> Iterator[OpenAIStub]:
     with OpenAIStub() as server:
@@ -83,7 +76,7 @@ def state(tmp_path: Path) -> Iterator[State]:
 def canary(
     stub: OpenAIStub,
     state: State,
-    clock: Clock,
+    clock: SimulatedClock,
     metrics: Metrics,
     cases: tuple[Case, ...] = CASES,
     **kw: Any,
@@ -122,7 +115,7 @@ def chat_requests(stub: OpenAIStub) -> int:
 def test_a_run_sets_the_metrics_a_sample_and_counts_its_tokens_apart(
     stub: OpenAIStub, state: State
 ) -> None:
-    clock, metrics = Clock(), Metrics()
+    clock, metrics = SimulatedClock(START), Metrics()
     run = canary(stub, state, clock, metrics)
     run.step()
     assert metrics.value("observer_judge_canary", measure="agreement") == 1.0
@@ -140,22 +133,22 @@ def test_a_run_sets_the_metrics_a_sample_and_counts_its_tokens_apart(
 def test_the_next_run_waits_a_day_and_the_figures_are_written_hourly(
     stub: OpenAIStub, state: State
 ) -> None:
-    clock, metrics = Clock(), Metrics()
+    clock, metrics = SimulatedClock(START), Metrics()
     run = canary(stub, state, clock, metrics)
     run.step()
     calls = chat_requests(stub)
     assert calls == 2 * len(CASES)  # claims, then verdicts, per case
-    clock.now = START + timedelta(minutes=30)
+    clock.set(START + timedelta(minutes=30))
     run.step()
-    clock.now = START + timedelta(minutes=61)
+    clock.set(START + timedelta(minutes=61))
     run.step()
-    clock.now = START + timedelta(hours=23)
+    clock.set(START + timedelta(hours=23))
     run.step()
     assert chat_requests(stub) == calls  # no second run within the day
     written = [at for at, _ in samples(state, "judge_canary_agreement")]
     assert written == [START.timestamp(), (START + timedelta(minutes=61)).timestamp(),
                        (START + timedelta(hours=23)).timestamp()]  # fmt: skip
-    clock.now = START + timedelta(hours=24)
+    clock.set(START + timedelta(hours=24))
     run.step()
     assert chat_requests(stub) == 2 * calls
     assert metrics.value("observer_judge_canary", measure="flip_rate") == 0.0
@@ -164,17 +157,17 @@ def test_the_next_run_waits_a_day_and_the_figures_are_written_hourly(
 def test_a_drifting_judge_flips_the_canary_and_the_default_rule_fires(
     stub: OpenAIStub, state: State
 ) -> None:
-    clock, metrics = Clock(), Metrics()
+    clock, metrics = SimulatedClock(START), Metrics()
     run = canary(stub, state, clock, metrics)
     run.step()
     stub.judge = drifted
-    clock.now = START + timedelta(days=1)
+    clock.set(START + timedelta(days=1))
     run.step()
     assert metrics.value("observer_judge_canary", measure="agreement") == 0.0
     assert metrics.value("observer_judge_canary", measure="flip_rate") == 1.0
     assert run.last is not None and run.last.figures.flips == ("good-1", "good-2", "bad-1", "bad-2")
     rows = state.history.rows(0, 4e9, {"judge_canary_agreement"}, traces=False)
-    verdict = evaluate(RULE, rows, {}, clock.now.timestamp())
+    verdict = evaluate(RULE, rows, {}, clock().timestamp())
     assert verdict.states[()].status == "firing"
     # The day before, the same rule saw a healthy canary.
     before = evaluate(RULE, rows, {}, START.timestamp())
@@ -184,17 +177,17 @@ def test_a_drifting_judge_flips_the_canary_and_the_default_rule_fires(
 def test_the_flip_rate_counts_against_the_run_kept_before_a_restart(
     stub: OpenAIStub, state: State
 ) -> None:
-    clock = Clock()
+    clock = SimulatedClock(START)
     canary(stub, state, clock, Metrics()).step()
     stub.judge = drifted
-    clock.now = START + timedelta(hours=2)
+    clock.set(START + timedelta(hours=2))
     metrics = Metrics()
     restarted = canary(stub, state, clock, metrics)
     # The kept run is shown at once, and not run again before its day is over.
     assert metrics.value("observer_judge_canary", measure="agreement") == 1.0
     restarted.step()
     assert len(stub.requests) == 2 * len(CASES)
-    clock.now = START + timedelta(days=1)
+    clock.set(START + timedelta(days=1))
     restarted.step()
     assert metrics.value("observer_judge_canary", measure="flip_rate") == 1.0
 
@@ -202,16 +195,16 @@ def test_the_flip_rate_counts_against_the_run_kept_before_a_restart(
 def test_a_run_that_would_pass_its_share_waits_for_the_next_day(
     stub: OpenAIStub, state: State
 ) -> None:
-    clock, metrics = Clock(), Metrics()
+    clock, metrics = SimulatedClock(START), Metrics()
     # Earlier runs today took the share but a little.
     state.judge.canary_ran("2026-12-04", 195_000, None)
     run = canary(stub, state, clock, metrics)
     run.step()
-    clock.now = START + timedelta(hours=3)
+    clock.set(START + timedelta(hours=3))
     run.step()
     assert stub.requests == []
     assert metrics.value("observer_judge_canary_runs_total", result="over_budget") == 1
-    clock.now = datetime(2026, 12, 5, 0, 1, tzinfo=UTC)
+    clock.set(datetime(2026, 12, 5, 0, 1, tzinfo=UTC))
     run.step()
     assert metrics.value("observer_judge_canary_runs_total", result="done") == 1
 
@@ -219,7 +212,7 @@ def test_a_run_that_would_pass_its_share_waits_for_the_next_day(
 def test_a_run_cut_by_a_shutdown_keeps_the_run_before_and_counts_its_tokens(
     stub: OpenAIStub, state: State
 ) -> None:
-    clock, metrics = Clock(), Metrics()
+    clock, metrics = SimulatedClock(START), Metrics()
     canary(stub, state, clock, metrics).step()
     kept = state.judge.canary_last()
     spent = state.judge.canary_spent("2026-12-04")
@@ -229,7 +222,7 @@ def test_a_run_cut_by_a_shutdown_keeps_the_run_before_and_counts_its_tokens(
         asked.append(1)
         return len(asked) > 2  # two cases judged, then the stop
 
-    clock.now = START + timedelta(days=1)
+    clock.set(START + timedelta(days=1))
     canary(stub, state, clock, metrics, should_stop=stopping).step()
     assert metrics.value("observer_judge_canary_runs_total", result="stopped") == 1
     assert state.judge.canary_last() == kept
@@ -240,7 +233,7 @@ def test_a_run_cut_by_a_shutdown_keeps_the_run_before_and_counts_its_tokens(
 def test_a_judge_that_gives_no_verdict_keeps_the_run_before_and_tries_in_an_hour(
     stub: OpenAIStub, state: State
 ) -> None:
-    clock, metrics = Clock(), Metrics()
+    clock, metrics = SimulatedClock(START), Metrics()
     run = canary(stub, state, clock, metrics)
     run.step()
     kept = state.judge.canary_last()
@@ -249,22 +242,22 @@ def test_a_judge_that_gives_no_verdict_keeps_the_run_before_and_tries_in_an_hour
         raise RuntimeError("the endpoint is down")
 
     stub.judge = down
-    clock.now = START + timedelta(days=1)
+    clock.set(START + timedelta(days=1))
     run.step()
     assert metrics.value("observer_judge_canary_runs_total", result="no_verdict") == 1
     assert state.judge.canary_last() == kept
-    clock.now += timedelta(minutes=30)
+    clock.advance(30 * 60)
     run.step()
     assert metrics.value("observer_judge_canary_runs_total", result="no_verdict") == 1
     stub.judge = default_judge
-    clock.now += timedelta(minutes=31)
+    clock.advance(31 * 60)
     run.step()
     assert metrics.value("observer_judge_canary_runs_total", result="done") == 2
 
 
 def test_a_member_that_does_not_evaluate_runs_nothing(stub: OpenAIStub, state: State) -> None:
     evaluating = False
-    run = canary(stub, state, Clock(), Metrics(), active=lambda: evaluating)
+    run = canary(stub, state, SimulatedClock(START), Metrics(), active=lambda: evaluating)
     run.step()
     assert stub.requests == [] and state.judge.canary_last() is None
     evaluating = True
@@ -278,7 +271,7 @@ def test_the_shipped_canary_under_the_stubs_judge(stub: OpenAIStub, state: State
     example = Path(__file__).resolve().parents[2] / "examples" / "canary.jsonl"
     cases = read_cases(example.read_bytes().splitlines(), "canary.jsonl")
     metrics = Metrics()
-    run = canary(stub, state, Clock(), metrics, cases=cases)
+    run = canary(stub, state, SimulatedClock(START), metrics, cases=cases)
     run.step()
     assert run.last is not None
     assert run.last.figures.disagreements == ("canary-en-04", "canary-zh-06")

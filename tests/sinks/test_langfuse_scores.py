@@ -25,6 +25,7 @@ from observer.sinks.langfuse_scores import MAX_BODY_BYTES, LangfuseScoreSink, sp
 from observer.sources.langfuse import LangfuseSource
 from observer.sources.ratelimit import RateLimiter
 from observer.telemetry.metrics import Metrics
+from tests.fakes.clock import StepClock
 from tests.fakes.langfuse_server import HOBBY, FakeLangfuse, RequestRecord
 
 
@@ -133,24 +134,6 @@ def test_a_network_failure_is_not_a_changed_layer(fake: FakeLangfuse) -> None:
 # -- the server's other rules (docs/daemon.md) --------------------------------------------
 
 
-class Clock:
-    """The limiter's monotonic clock and sleep, and the fake's wall clock, in step."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-    def wall(self) -> datetime:
-        return datetime(2026, 11, 28, 10, 0, tzinfo=UTC) + timedelta(seconds=self.now)
-
-
 def api_of(fake: FakeLangfuse) -> LangfuseAPI:
     return build_api(fake.url, fake.public_key, fake.secret_key, 10)
 
@@ -162,7 +145,7 @@ def posts(fake: FakeLangfuse) -> list[RequestRecord]:
 def test_a_hobby_project_reads_and_writes_within_one_budget() -> None:
     """Cloud Hobby: 30 requests a minute for observation reads and score posts together.
     The source and the sink share one limiter (25 a minute, bursts of 5): no 429."""
-    clock = Clock()
+    clock = StepClock()
     with FakeLangfuse(clock=clock.wall) as fake:
         fake.rate_limits = HOBBY
         api = api_of(fake)
@@ -180,7 +163,7 @@ def test_a_hobby_project_reads_and_writes_within_one_budget() -> None:
 
 
 def test_a_429_on_a_score_post_holds_the_reads_too(fake: FakeLangfuse) -> None:
-    clock = Clock()
+    clock = StepClock()
     api = api_of(fake)
     limiter = RateLimiter(6000, clock=clock.time, sleep=clock.sleep)
     sink = LangfuseScoreSink(api, limiter=limiter)
@@ -197,7 +180,7 @@ def test_a_429_on_a_score_post_holds_the_reads_too(fake: FakeLangfuse) -> None:
 def test_a_429_on_a_delete_does_not_hold_the_reads(fake: FakeLangfuse) -> None:
     """Deletes have Langfuse's own bucket (score-delete, 50 a day on Hobby): their 429
     says nothing about the budget reads and posts share."""
-    clock = Clock()
+    clock = StepClock()
     limiter = RateLimiter(6000, clock=clock.time, sleep=clock.sleep)
     sink = LangfuseScoreSink(api_of(fake), limiter=limiter)
     fake.fail_next(429, retry_after=3600, path_prefix="/api/public/scores/", method="DELETE")
@@ -208,7 +191,7 @@ def test_a_429_on_a_delete_does_not_hold_the_reads(fake: FakeLangfuse) -> None:
 
 
 def test_every_request_of_the_sink_takes_a_slot(fake: FakeLangfuse) -> None:
-    clock = Clock()
+    clock = StepClock()
     limiter = RateLimiter(60, burst=1, clock=clock.time, sleep=clock.sleep, start=60)
     sink = LangfuseScoreSink(api_of(fake), limiter=limiter)
     sink.send(scores("t1"))  # the burst
@@ -375,7 +358,7 @@ def test_a_score_its_config_would_refuse_goes_without_the_config(fake: FakeLangf
 
 
 def test_unreadable_configs_are_read_again_later(fake: FakeLangfuse) -> None:
-    clock = Clock()
+    clock = StepClock()
     api = api_of(fake)
     init_langfuse(api)
     sink = LangfuseScoreSink(api, score_configs=True, clock=clock.time, config_retry_s=300)

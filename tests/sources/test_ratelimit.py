@@ -19,26 +19,13 @@ from observer.sinks.langfuse_scores import LangfuseScoreSink
 from observer.sources.langfuse import LangfuseSource
 from observer.sources.ratelimit import RateLimiter, settled_pace
 from observer.telemetry.metrics import Metrics
+from tests.fakes.clock import StepClock
 from tests.fakes.langfuse_server import HOBBY, FakeLangfuse
-from tests.sinks.test_langfuse_scores import Clock as SinkClock
 from tests.sinks.test_langfuse_scores import scores
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
 def test_no_more_than_the_cap_in_any_minute() -> None:
-    clock = Clock()
+    clock = StepClock()
     limiter = RateLimiter(25, burst=5, clock=clock.time, sleep=clock.sleep)
     stamps = []
     for _ in range(60):
@@ -51,7 +38,7 @@ def test_no_more_than_the_cap_in_any_minute() -> None:
 
 
 def test_burst_goes_out_at_once() -> None:
-    clock = Clock()
+    clock = StepClock()
     limiter = RateLimiter(25, burst=5, clock=clock.time, sleep=clock.sleep)
     for _ in range(5):
         limiter.acquire()
@@ -59,7 +46,7 @@ def test_burst_goes_out_at_once() -> None:
 
 
 def test_retry_after_blocks_every_request_until_then() -> None:
-    clock = Clock()
+    clock = StepClock()
     limiter = RateLimiter(6000, clock=clock.time, sleep=clock.sleep)
     limiter.block_for(7.5)
     limiter.acquire()
@@ -67,7 +54,7 @@ def test_retry_after_blocks_every_request_until_then() -> None:
 
 
 def test_waiting_stops_when_asked() -> None:
-    clock = Clock()
+    clock = StepClock()
     limiter = RateLimiter(1, burst=1, clock=clock.time, sleep=clock.sleep)
     assert limiter.acquire()
     assert limiter.acquire(should_stop=lambda: True) is False
@@ -101,8 +88,8 @@ def test_threads_sharing_it_never_share_a_slot() -> None:
 # -- the adaptive budget (docs/daemon.md, the request budget) ---------------------------
 
 
-def budget(cap: float | None = None, **kwargs: Any) -> tuple[RateLimiter, Clock]:
-    clock = Clock()
+def budget(cap: float | None = None, **kwargs: Any) -> tuple[RateLimiter, StepClock]:
+    clock = StepClock()
     return RateLimiter(cap, clock=clock.time, sleep=clock.sleep, **kwargs), clock
 
 
@@ -258,7 +245,7 @@ def test_a_hobby_project_meets_one_429_then_reads_and_writes_under_its_limit() -
     """Cloud Hobby against an adaptive budget shared by the source and the sink: the
     growth spends the first window's points, one 429 settles the budget at 25 a minute
     and its Retry-After is waited out; after it, no 429 in 150 more requests."""
-    clock = SinkClock()
+    clock = StepClock()
     with FakeLangfuse(clock=clock.wall) as fake:
         fake.rate_limits = HOBBY
         api = build_api(fake.url, fake.public_key, fake.secret_key, 10)
