@@ -275,24 +275,19 @@ def test_backfill_scores_a_past_window_with_progress(fake: FakeLangfuse, tmp_pat
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def test_backfill_on_a_terminal_draws_its_bar_below_the_log_lines(
-    fake: FakeLangfuse, tmp_path: Path
-) -> None:
-    """The log line the demo's older-SDK traces raise (slow_ingestion_detected, info)
-    starts a line of its own, the bar drawn again under it: never glued to the bar."""
+def stderr_on_a_terminal(args: list[str], cwd: Path, env: dict[str, str]) -> str:
+    """`observer ARGS` with its stderr on a pseudo-terminal (what a person at one sees),
+    read until the command closes it; the command must exit 0."""
     import pty
 
     primary, secondary = pty.openpty()
-    env = {**os.environ, "COLUMNS": "200", "OBSERVER_LOG__LEVEL": "info"}
-    window = ["--from", "2026-11-27T00:00:00Z", "--to", "2026-11-29T00:00:00Z"]
     with subprocess.Popen(
-        [sys.executable, "-m", "observer", "backfill", *window, "--chunk-hours", "1",
-         "--state", str(tmp_path / "s.sqlite")],
-        cwd=tmp_path,
+        [sys.executable, "-m", "observer", *args],
+        cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
         stderr=secondary,
-    ) as process:  # fmt: skip
+    ) as process:
         os.close(secondary)
         seen = b""
         while True:
@@ -306,6 +301,21 @@ def test_backfill_on_a_terminal_draws_its_bar_below_the_log_lines(
         assert process.wait(timeout=120) == 0
     os.close(primary)
     text = seen.decode("utf-8", "replace")
+    return text
+
+
+def test_backfill_on_a_terminal_draws_its_bar_below_the_log_lines(
+    fake: FakeLangfuse, tmp_path: Path
+) -> None:
+    """The log line the demo's older-SDK traces raise (slow_ingestion_detected, info)
+    starts a line of its own, the bar drawn again under it: never glued to the bar."""
+    env = {**os.environ, "COLUMNS": "200", "OBSERVER_LOG__LEVEL": "info"}
+    window = ["--from", "2026-11-27T00:00:00Z", "--to", "2026-11-29T00:00:00Z"]
+    text = stderr_on_a_terminal(
+        ["backfill", *window, "--chunk-hours", "1", "--state", str(tmp_path / "s.sqlite")],
+        tmp_path,
+        env,
+    )
     assert "backfill" in text and "━" in text  # the bar, on a terminal
     logged = [
         re.split(r"[\r\n]", ANSI.sub("", before))[-1]
@@ -532,30 +542,10 @@ def test_judge_command_against_an_unreachable_endpoint_exits_3_and_says_so(
 
 def test_run_once_on_a_terminal_shows_a_progress_line(fake: FakeLangfuse, tmp_path: Path) -> None:
     """Minutes on a real first pass: a line on stderr says how far it has come."""
-    import pty
-
-    primary, secondary = pty.openpty()
     env = {**os.environ, "COLUMNS": "200", "OBSERVER_SOURCE__PAGE_LIMIT": "20"}
-    with subprocess.Popen(
-        [sys.executable, "-m", "observer", "run", "--once", "--state", str(tmp_path / "s.sqlite")],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=secondary,
-    ) as process:
-        os.close(secondary)
-        seen = b""
-        while True:
-            try:
-                chunk = os.read(primary, 65536)
-            except OSError:  # the other end closed
-                break
-            if not chunk:
-                break
-            seen += chunk
-        assert process.wait(timeout=120) == 0
-    os.close(primary)
-    text = seen.decode("utf-8", "replace")
+    text = stderr_on_a_terminal(
+        ["run", "--once", "--state", str(tmp_path / "s.sqlite")], tmp_path, env
+    )
     assert "run --once" in text
     assert re.search(r"\d+ pages, [\d,]+ observations, [\d,]+ traces, [\d,]+ scores queued", text)
 
