@@ -53,7 +53,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.pipeline import make_traces  # noqa: E402
+from bench.pipeline import make_traces, page_all  # noqa: E402
 from tests.servers import RedisServer, free_port  # noqa: E402
 
 NAME = "bench"
@@ -76,7 +76,6 @@ name = "bench"
 lease_s = {lease_s}
 claim_idle_s = {claim_idle_s}
 """
-FIELDS = "core,basic,time,io,metadata,trace_context"
 
 
 def _serve(conn: Connection, observations: list[dict[str, Any]]) -> None:
@@ -309,25 +308,11 @@ class HandOver:
 def bare_paging(url: str, pk: str, sk: str, start: datetime, end: datetime) -> tuple[float, int]:
     """Seconds to page every observation with the SDK's API client, following the cursor
     through cut and empty pages; and how many."""
-    from observer.langfuse_api import NO_RETRIES, build_api
+    from observer.langfuse_api import build_api
 
     api = build_api(url, pk, sk, 60)
     began = time.perf_counter()
-    cursor = None
-    seen = 0
-    while True:
-        page = api.observations.get_many(
-            fields=FIELDS,
-            limit=1000,
-            cursor=cursor,
-            from_start_time=start,
-            to_start_time=end,
-            request_options=NO_RETRIES,
-        )
-        seen += len(page.data)
-        cursor = page.meta.cursor
-        if not cursor:
-            break
+    seen = page_all(api, start, end)
     return time.perf_counter() - began, seen
 
 

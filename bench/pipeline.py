@@ -107,11 +107,9 @@ def _serve(conn: Connection, observations: list[dict[str, Any]]) -> None:
                 return
 
 
-def bare_io(url: str, pk: str, sk: str, start: datetime, end: datetime, n_scores: int) -> float:
-    from langfuse.api.scores.types.create_score_request import CreateScoreRequest
-
-    api = build_api(url, pk, sk, 60)
-    began = time.perf_counter()
+def page_all(api: Any, start: datetime, end: datetime) -> int:
+    """Every observation of the window paged with the SDK's API client, following the
+    cursor to its end through cut and empty continuation pages; how many."""
     cursor = None
     seen = 0
     while True:
@@ -125,8 +123,16 @@ def bare_io(url: str, pk: str, sk: str, start: datetime, end: datetime, n_scores
         )
         seen += len(page.data)
         cursor = page.meta.cursor
-        if not cursor or not page.data:
-            break
+        if not cursor:
+            return seen
+
+
+def bare_io(url: str, pk: str, sk: str, start: datetime, end: datetime, n_scores: int) -> float:
+    from langfuse.api.scores.types.create_score_request import CreateScoreRequest
+
+    api = build_api(url, pk, sk, 60)
+    began = time.perf_counter()
+    page_all(api, start, end)
     stamp = datetime.now(UTC)
     for offset in range(0, n_scores, 100):
         api.scores.create(
