@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -110,12 +111,8 @@ def _declared(built: Built) -> set[str]:
     for line in metadata.get_all("Requires-Dist") or []:
         requirement = Requirement(line)
         if requirement.marker is None or "extra" not in str(requirement.marker):
-            found.add(_canonical(requirement.name))
+            found.add(canonicalize_name(requirement.name))
     return found
-
-
-def _canonical(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
 
 
 def _imports_at_module_level(source: str) -> set[str]:
@@ -153,7 +150,7 @@ def test_every_distribution_observer_imports_is_declared(built: Built) -> None:
     """Imported directly, required directly: a distribution that only comes with another
     one leaves with it."""
     files = {
-        Path(str(dist.locate_file(f))).resolve(): _canonical(dist.metadata["Name"])
+        Path(str(dist.locate_file(f))).resolve(): canonicalize_name(dist.metadata["Name"])
         for dist in distributions()
         for f in dist.files or ()
         if str(f).endswith(".py") or ".so" in str(f)
