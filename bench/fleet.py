@@ -131,7 +131,8 @@ def _fake(
 def _answers(observations: list[dict[str, Any]]) -> int:
     """How many of the traces one daemon scores (the pure core, no I/O)."""
     from observer.config import Settings
-    from observer.mapping.convention import Skip, map_trace
+    from observer.mapping.convention import map_trace
+    from observer.mapping.rules import Skip
 
     rules = Settings().mapping_rules()
     by_trace = _by_trace(observations)

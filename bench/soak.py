@@ -510,7 +510,8 @@ class SoakLangfuse(FakeLangfuse):
         from langfuse.api.core.pydantic_utilities import parse_obj_as
 
         from observer.config import Settings
-        from observer.mapping.convention import Skip, map_trace
+        from observer.mapping.convention import map_trace
+        from observer.mapping.rules import Skip
         from observer.scores import score_events
         from observer.signals import compute
         from observer.sources.langfuse import FIELDS, as_dict

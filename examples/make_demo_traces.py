@@ -386,13 +386,21 @@ def _candidates(
             distractors.append(candidate)
         if len(distractors) == extra:
             break
+    # An app that records no scores records none at either stage: the record's sources
+    # without a score are no better known in the raw hits (docs/signals.md#unknown-is-not-zero).
+    scored = any(s.get("score") is not None for s in sources) or not sources
     hits = [
-        {**s, "score": _pick(key, f"sim{n}", 520, 890) / 1000} for n, s in enumerate(sources)
+        {**s, "score": _pick(key, f"sim{n}", 520, 890) / 1000 if scored else None}
+        for n, s in enumerate(sources)
     ] + [
-        {**s, "score": _pick(key, f"dsim{n}", 300, 600) / 1000, "text_hash": None}
+        {
+            **s,
+            "score": _pick(key, f"dsim{n}", 300, 600) / 1000 if scored else None,
+            "text_hash": None,
+        }
         for n, s in enumerate(distractors)
     ]
-    hits.sort(key=lambda hit: (-hit["score"], str(hit.get("chunk_id"))))
+    hits.sort(key=lambda hit: (-(hit["score"] or 0.0), str(hit.get("chunk_id"))))
     return hits
 
 

@@ -9,6 +9,7 @@ at the edge
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -75,6 +76,16 @@ class RagRecord:
     model: str | None = None
     prompt_name: str | None = None
     prompt_version: int | None = None
+
+    def retrieval_scores(self) -> tuple[float, ...]:
+        """`rerank_scores` when the record holds some, else the sources' scores; finite
+        ones only (a NaN is no score). Empty: no retrieval score recorded
+        (docs/signals.md#unknown-is-not-zero)."""
+        if self.rerank_scores and any(math.isfinite(s) for s in self.rerank_scores):
+            return tuple(s for s in self.rerank_scores if math.isfinite(s))
+        return tuple(
+            s.score for s in self.sources if s.score is not None and math.isfinite(s.score)
+        )
 
 
 class Grade(StrEnum):
@@ -159,17 +170,22 @@ class Concentration:
 
 @dataclass(frozen=True, slots=True)
 class Signals:
-    """Every deterministic signal of one record (docs/signals.md)."""
+    """Every deterministic signal of one record (docs/signals.md).
+
+    The score signals (`crag`, `rerank_top1`, `confidence`, `band`, `low_confidence`,
+    `ungrounded`, `over_refusal`) rest on retrieval scores: None (unknown, never posted)
+    for a record with sources none of which carries a score, unless the app's own flags
+    decide them (docs/signals.md#unknown-is-not-zero)."""
 
     trace_id: str
     citations: Citations
-    crag: CragResult
-    rerank_top1: float
-    confidence: float
-    band: Band
+    crag: CragResult | None
+    rerank_top1: float | None
+    confidence: float | None
+    band: Band | None
     needs_fallback: bool
-    low_confidence: bool
-    ungrounded: bool
+    low_confidence: bool | None
+    ungrounded: bool | None
     numeric: NumericGrounding
     concentration: Concentration
     # None when the record carries no app grade to compare with.
@@ -180,6 +196,20 @@ class Signals:
     over_refusal: bool | None = None
     # Sentences carrying more than signals.max_refs_per_sentence distinct refs.
     over_citation: int = 0
+
+    @property
+    def scores_recorded(self) -> bool:
+        """The record carries retrieval scores (or has no sources at all): the score
+        signals are computed."""
+        return self.crag is not None
+
+    @property
+    def crag_grade(self) -> str | None:
+        return None if self.crag is None else self.crag.grade.value
+
+    @property
+    def confidence_band(self) -> str | None:
+        return None if self.band is None else self.band.value
 
 
 ScoreDataType = Literal["NUMERIC", "BOOLEAN", "CATEGORICAL"]

@@ -38,7 +38,8 @@ class DemoCounts:
 def demo_counts(read: list[dict[str, Any]] | None = None) -> DemoCounts:
     """Map and score every bundled trace (or every trace `read`: the demo's,
     app.demo_observations()) without the daemon, so tests follow the demo as it grows."""
-    from observer.mapping.convention import Skip, map_trace
+    from observer.mapping.convention import map_trace
+    from observer.mapping.rules import Skip
     from observer.scores import score_events
     from observer.signals import compute
 

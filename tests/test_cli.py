@@ -69,6 +69,7 @@ def test_score_output_has_exactly_the_documented_keys(tmp_path: Path) -> None:
         "cited_sentences",
         "coverage",
         "coverage_computed",
+        "scores_recorded",
         "rerank_top1",
         "crag_grade",
         "crag_reason",
@@ -208,8 +209,14 @@ def test_examples_all_parse_and_cover_every_grade_and_band() -> None:
     assert result.exit_code == 0, result.stderr
     out = lines_of(result.stdout)
     assert len(out) >= 60
-    assert {o["crag_grade"] for o in out} == {"HIGH", "AMBIGUOUS", "LOW"}
-    assert {o["band"] for o in out} == {"HIGH", "MEDIUM", "LOW"}
+    assert {o["crag_grade"] for o in out} == {"HIGH", "AMBIGUOUS", "LOW", None}
+    assert {o["band"] for o in out} == {"HIGH", "MEDIUM", "LOW", None}
+    # Sources without any retrieval score: the score signals unknown, never 0 or LOW.
+    unknown = [o for o in out if not o["scores_recorded"]]
+    assert unknown and all(
+        o["rerank_top1"] is None and o["confidence"] is None and o["crag_grade"] is None
+        for o in unknown
+    )
     assert any(o["invalid_refs"] for o in out)
     assert any(o["ungrounded"] for o in out)
     assert any(o["needs_fallback"] for o in out)

@@ -17,7 +17,8 @@ from observer.app.discover import Discovery, discover, rules_from_settings, sinc
 from observer.app.explain import by_trace
 from observer.cli import main
 from observer.config import Settings, load_settings
-from observer.mapping.convention import Skip, map_trace
+from observer.mapping.convention import map_trace
+from observer.mapping.rules import Skip
 from observer.times import iso
 from observer.views.discover import check_rows
 from tests.daemon_helpers import configure, demo_observations

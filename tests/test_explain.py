@@ -13,7 +13,8 @@ from click.testing import CliRunner, Result
 from observer.app.explain import by_trace, explain
 from observer.cli import main
 from observer.config import Settings
-from observer.mapping.convention import Skip, map_trace
+from observer.mapping.convention import map_trace
+from observer.mapping.rules import Skip
 from observer.scores import score_events
 from observer.signals import compute
 from observer.views.explain import explanation_json

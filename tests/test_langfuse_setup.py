@@ -68,7 +68,8 @@ def test_every_score_observer_can_write_has_one_config() -> None:
 def written_scores() -> list[ScoreEvent]:
     """Scores observer writes for the demo traces, a few records of its own and judge results."""
     from observer.config import Settings
-    from observer.mapping.convention import Skip, map_trace
+    from observer.mapping.convention import map_trace
+    from observer.mapping.rules import Skip
 
     params = SignalParams()
     records: list[RagRecord] = []

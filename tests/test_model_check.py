@@ -72,7 +72,8 @@ from observer import app, langfuse_api
 from observer.background import Deadline
 from observer.config import Settings, load_settings
 from observer.errors import RemoteError
-from observer.mapping.convention import Skip, map_trace
+from observer.mapping.convention import map_trace
+from observer.mapping.rules import Skip
 from observer.model import ScoreEvent
 from observer.scores import score_events
 from observer.signals import compute

@@ -12,7 +12,7 @@ When the default convention cannot read a name's answers (`no_generation` on
 traces with an LLM-looking observation, `no_answer_text`,
 `malformed_sources`, `citations_without_sources`), it looks at the
 observations for what would read them (an observation name, a key) and
-proposes `[mapping]` keys, MappingSettings' own (`observer.app.proposals`, per
+proposes `[mapping]` keys, MappingSettings' own (`observer.mapping.proposals`, per
 trace; here the one most traces of a name ask for). Each proposal is tried:
 `rules_with` builds `MappingRules` from the keys as the config does
 (`rules_from_settings`), the whole sample is mapped again, and the result
@@ -38,17 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 from observer.alerts.history import answer_looking as skipped_answer
 from observer.app.explain import read_traces_file
-from observer.app.proposals import Proposal, last_step, proposals
-from observer.mapping.convention import (
-    Explained,
-    MappingRules,
-    Skip,
-    Step,
-    explain_trace,
-    find_root,
-    is_generation,
-)
+from observer.mapping.answer import is_generation
+from observer.mapping.convention import Explained, explain_trace, find_root
 from observer.mapping.decode import as_str
+from observer.mapping.proposals import Proposal, last_step, proposals
+from observer.mapping.rules import MappingRules, Skip, Step
 from observer.times import parse_duration, parse_time
 
 if TYPE_CHECKING:

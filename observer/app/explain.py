@@ -27,14 +27,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from observer.mapping.convention import (
-    MappingRules,
-    Provenance,
-    Skip,
-    Step,
-    explain_trace,
-    find_root,
-)
+from observer.mapping.convention import explain_trace, find_root
+from observer.mapping.rules import MappingRules, Provenance, Skip, Step
 from observer.model import RagRecord, ScoreEvent, Signals
 from observer.scores import score_events
 from observer.signals import SignalParams, compute

@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # loaded where used: `config show` needs the models, not the 
     from observer.alerts.regression import RegressionRule
     from observer.alerts.rules import Route, TraceRule, WindowRule
     from observer.judge.sampler import SamplerParams
-    from observer.mapping.convention import MappingRules
+    from observer.mapping.rules import MappingRules
     from observer.signals.params import SignalParams
 
 __all__ = [
@@ -592,7 +592,7 @@ class Settings(BaseModel):
         return url
 
     def mapping_rules(self) -> MappingRules:
-        from observer.mapping.convention import MappingRules
+        from observer.mapping.rules import MappingRules
 
         m = self.mapping
         return MappingRules(

@@ -93,13 +93,14 @@ def prompt_passages(value: Any) -> list[str]:
         return []
     best: list[str] = []
     for text in strings_in(decoded):
-        passages = _passages_in(text)
+        passages = passages_in(text)
         if len(passages) > len(best):
             best = passages
     return best
 
 
-def _passages_in(text: str) -> list[str]:
+def passages_in(text: str) -> list[str]:
+    """The numbered passages of one text, [1] first; [] when there are none."""
     marks = list(_PASSAGE.finditer(text))
     passages: list[str] = []
     expected = 1
@@ -150,3 +151,41 @@ def reduced(text: str) -> tuple[str, str] | None:
             if isinstance(field, str) and field.strip():
                 return field, f"the {key!r} field of a JSON completion"
     return None
+
+
+# A prompt template's label before the user's question: `Question: …`, `Query: …`, `问题：…`.
+_QUESTION_LABEL = re.compile(
+    r"(?im)^[ \t#*>-]*(?:the\s+|user(?:'s)?\s+)?(?:question|query|问题|提问)[ \t]*[:：][ \t]*"
+)
+_LINE_MARK = re.compile(
+    r"^\s*(?:\[\d{1,3}\]|(?:source|document|passage|context|chunk)\s*#?\d{1,3}\s*[:.)=]?)\s*",
+    re.IGNORECASE,
+)
+
+
+def holds_passages(text: str, passages: Sequence[str]) -> bool:
+    """The text shows one of the passages (a normalised prefix of it)."""
+    flat = normalised(text)
+    return any(probe and probe in flat for probe in (_probe(p) for p in passages))
+
+
+def cut_question(text: str, passages: Sequence[str]) -> str | None:
+    """The question in a user message that also shows the passages (a template that puts
+    the context and the question in one message): the text after a question label, else
+    the one line, of those that are not passages, that asks (ends with `?`). None when it
+    cannot be told apart."""
+    probes = [p for p in (_probe(p) for p in passages) if p]
+    labels = list(_QUESTION_LABEL.finditer(text))
+    if labels:
+        after = _BLANK_LINE.split(text[labels[-1].end() :], maxsplit=1)[0].strip()
+        if after and not any(p in normalised(after) for p in probes):
+            return after
+    whole = [normalised(p) for p in passages]
+    asking = []
+    for line in text.splitlines():
+        flat = normalised(_LINE_MARK.sub("", line))
+        if not flat or any(p in flat for p in probes) or any(flat in w for w in whole):
+            continue
+        if flat.endswith(("?", "？")):
+            asking.append(flat)
+    return asking[0] if len(asking) == 1 else None

@@ -40,7 +40,7 @@ from typing import Any, Literal, Protocol
 import structlog
 from opentelemetry import trace
 
-from observer.mapping.convention import MappingRules
+from observer.mapping.rules import MappingRules
 from observer.model import RagRecord, Signals
 from observer.pipeline.traces import (
     JudgeGate,

@@ -24,7 +24,8 @@ import orjson
 import structlog
 
 from observer.alerts.history import resolver_values, signal_values, skip_row, trace_row
-from observer.mapping.convention import MappingRules, Provenance, Skip, find_root, read_trace
+from observer.mapping.convention import find_root, read_trace
+from observer.mapping.rules import MappingRules, Provenance, Skip
 from observer.model import RagRecord, Signals, answer_basis
 from observer.resolver.core import ResolverFindings
 from observer.resolver.scores import resolver_score_events
@@ -286,8 +287,8 @@ class TraceRecorder:
             observation_id=mapped.observation_id,
             environment=mapped.environment,
             coverage=None if cites.coverage is None else round(cites.coverage, 3),
-            crag_grade=signals.crag.grade.value,
-            band=signals.band.value,
+            crag_grade=signals.crag_grade,
+            band=signals.confidence_band,
             ungrounded=signals.ungrounded,
             ghost_refs=len(cites.invalid_refs),
             scores=len(scores),
@@ -315,7 +316,10 @@ class TraceRecorder:
         """An answer trace's verdicts, counted once: when first scored or first skipped."""
         if provenance is not None:
             self.metrics.count_provenance(
-                provenance.trace_name, provenance.sources_check, provenance.answer_check
+                provenance.trace_name,
+                provenance.sources_check,
+                provenance.answer_check,
+                provenance.scores,
             )
 
     def _skip(

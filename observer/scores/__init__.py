@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import uuid
 
-from observer.model import RagRecord, ScoreEvent, Signals
+from observer.model import CragResult, RagRecord, ScoreEvent, Signals
 from observer.scores import catalogue
 from observer.scores.catalogue import Producer, ScoreEntry
 from observer.signals.abstention import refusal_phrase
+from observer.signals.of_record import retrieval_scores
 from observer.signals.params import SignalParams
 
 __all__ = [
@@ -64,8 +65,7 @@ def _refs(refs: tuple[int, ...] | tuple[str, ...], limit: int = 10) -> str:
     return f"[{shown}{', ...' if len(refs) > limit else ''}]"
 
 
-def _crag_comment(signals: Signals, params: SignalParams) -> str:
-    crag = signals.crag
+def _crag_comment(crag: CragResult, signals: Signals, params: SignalParams) -> str:
     top1 = f"{crag.top1:.2f}" if crag.top1 is not None else "n/a"
     reasons = {
         "top1_high": f"top1 {top1} >= high {params.crag.high}",
@@ -75,7 +75,7 @@ def _crag_comment(signals: Signals, params: SignalParams) -> str:
             f"gray zone, mean score <= {params.crag.low + params.crag.low_avg_buffer:.2f}"
         ),
         "gray_zone": f"gray zone, top1 {top1}",
-        "no_evidence": "no retrieval scores",
+        "no_evidence": "no sources: an answer without evidence",
         "error": "grading failed; conservative AMBIGUOUS",
     }
     text = f"{crag.grade.value}: {reasons.get(crag.reason, crag.reason)}"
@@ -98,39 +98,14 @@ def concentration_comment(signals: Signals) -> str:
 
 
 def score_events(record: RagRecord, signals: Signals, params: SignalParams) -> list[ScoreEvent]:
-    """Every signal score (docs/scores.md) written for this record, with comments."""
+    """Every signal score (docs/scores.md) written for this record, with comments. The
+    score signals only where they are known (docs/signals.md#unknown-is-not-zero)."""
     cites = signals.citations
     numeric = signals.numeric
     ghost = f"; ghost refs {_refs(cites.invalid_refs)}" if cites.invalid_refs else ""
-    if cites.coverage is not None:
-        confidence_comment = (
-            f"coverage {cites.coverage:.2f} x rerank top1 {signals.rerank_top1:.2f}"
-            f" = {signals.confidence:.2f}"
-        )
-    elif signals.abstained:
-        confidence_comment = f"a refusal, nothing to cover; rerank top1 {signals.rerank_top1:.2f}"
-    else:
-        confidence_comment = f"no substantive sentence; rerank top1 {signals.rerank_top1:.2f}"
-    if signals.needs_fallback:
-        band_comment = "fallback answer (no evidence)"
-    elif signals.low_confidence:
-        band_comment = "low-confidence answer"
-    else:
-        band_comment = f"confidence {signals.confidence:.2f}"
-    if signals.ungrounded:
-        ungrounded_comment = (
-            f"LOW retrieval; none of {cites.substantive} substantive sentences cites a source"
-        )
-    else:
-        ungrounded_comment = "not ungrounded" + (
-            " (fallback answer)"
-            if signals.needs_fallback
-            else " (a refusal)"
-            if signals.abstained
-            else ""
-        )
-
-    entries: list[ScoreEntry] = [catalogue.CONFIDENCE.entry(signals.confidence, confidence_comment)]
+    entries: list[ScoreEntry] = []
+    if signals.confidence is not None and signals.rerank_top1 is not None:
+        entries.append(catalogue.CONFIDENCE.entry(signals.confidence, _confidence_comment(signals)))
     if cites.coverage is not None:
         entries.append(
             catalogue.CITATION_COVERAGE.entry(
@@ -138,28 +113,15 @@ def score_events(record: RagRecord, signals: Signals, params: SignalParams) -> l
                 f"{cites.cited}/{cites.substantive} substantive sentences cited{ghost}",
             )
         )
-    n_scores = (
-        len(record.rerank_scores)
-        if record.rerank_scores is not None
-        else sum(1 for s in record.sources if s.score is not None)
-    )
-    entries += [
-        catalogue.RERANK_TOP1.entry(
-            signals.rerank_top1,
-            f"top of {n_scores} retrieval scores" if n_scores else "no retrieval scores",
-        ),
-        catalogue.CRAG_GRADE.entry(signals.crag.grade.value, _crag_comment(signals, params)),
-        catalogue.UNGROUNDED.entry(1.0 if signals.ungrounded else 0.0, ungrounded_comment),
-        catalogue.CONFIDENCE_BAND.entry(
-            signals.band.value, f"{signals.band.value}: {band_comment}"
-        ),
+    entries += _retrieval_entries(record, signals, params)
+    entries.append(
         catalogue.INVALID_CITATIONS.entry(
             float(len(cites.invalid_refs)),
             f"ghost refs {_refs(cites.invalid_refs)} with {len(record.sources)} sources"
             if cites.invalid_refs
             else f"no ghost refs ({len(record.sources)} sources)",
-        ),
-    ]
+        )
+    )
     if numeric.ratio is not None:
         unsupported = f"; unsupported {_refs(numeric.unsupported)}" if numeric.unsupported else ""
         entries.append(
@@ -179,6 +141,55 @@ def score_events(record: RagRecord, signals: Signals, params: SignalParams) -> l
     return score_events_of(record, entries)
 
 
+def _confidence_comment(signals: Signals) -> str:
+    coverage, top1 = signals.citations.coverage, signals.rerank_top1
+    if coverage is not None:
+        return f"coverage {coverage:.2f} x rerank top1 {top1:.2f} = {signals.confidence:.2f}"
+    if signals.abstained:
+        return f"a refusal, nothing to cover; rerank top1 {top1:.2f}"
+    return f"no substantive sentence; rerank top1 {top1:.2f}"
+
+
+def _retrieval_entries(
+    record: RagRecord, signals: Signals, params: SignalParams
+) -> list[ScoreEntry]:
+    """`rerank_top1`, `crag_grade`, `ungrounded` and `confidence_band`, those known."""
+    cites = signals.citations
+    entries: list[ScoreEntry] = []
+    if signals.crag is not None and signals.rerank_top1 is not None:
+        n_scores = len(retrieval_scores(record))
+        entries += [
+            catalogue.RERANK_TOP1.entry(
+                signals.rerank_top1,
+                f"top of {n_scores} retrieval scores" if n_scores else "no sources",
+            ),
+            catalogue.CRAG_GRADE.entry(
+                signals.crag.grade.value, _crag_comment(signals.crag, signals, params)
+            ),
+        ]
+    if signals.ungrounded is not None:
+        if signals.ungrounded:
+            why = f"LOW retrieval; none of {cites.substantive} substantive sentences cites a source"
+        elif signals.needs_fallback:
+            why = "not ungrounded (fallback answer)"
+        else:
+            why = "not ungrounded" + (" (a refusal)" if signals.abstained else "")
+        entries.append(catalogue.UNGROUNDED.entry(1.0 if signals.ungrounded else 0.0, why))
+    if signals.band is not None:
+        if signals.needs_fallback:
+            band_comment = "fallback answer (no evidence)"
+        elif signals.low_confidence:
+            band_comment = "low-confidence answer"
+        else:
+            band_comment = f"confidence {signals.confidence:.2f}"
+        entries.append(
+            catalogue.CONFIDENCE_BAND.entry(
+                signals.band.value, f"{signals.band.value}: {band_comment}"
+            )
+        )
+    return entries
+
+
 def _abstention_entries(signals: Signals, params: SignalParams) -> list[ScoreEntry]:
     """`abstained`, `over_refusal` (with retrieval scores) and `over_citation`."""
     crag = signals.crag
@@ -195,7 +206,7 @@ def _abstention_entries(signals: Signals, params: SignalParams) -> list[ScoreEnt
     else:
         abstained = "not a refusal"
     entries = [catalogue.ABSTAINED.entry(1.0 if signals.abstained else 0.0, abstained)]
-    if signals.over_refusal is not None and crag.top1 is not None:
+    if signals.over_refusal is not None and crag is not None and crag.top1 is not None:
         if signals.over_refusal:
             why = f"a refusal with HIGH retrieval (top1 {crag.top1:.2f} >= high {params.crag.high})"
         elif signals.abstained:

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 
 from observer.model import Signals
 
+# The grade or band of a record without retrieval scores (docs/signals.md#unknown-is-not-zero).
+UNKNOWN = "unknown"
+
 
 @dataclass
 class Summary:
@@ -18,6 +21,9 @@ class Summary:
     coverage_sum: float = 0.0
     coverage_n: int = 0
     confidence_sum: float = 0.0
+    confidence_n: int = 0
+    # Records with sources but no retrieval score: no grade, band or confidence.
+    scores_not_recorded: int = 0
     grades: Counter[str] = field(default_factory=Counter)
     bands: Counter[str] = field(default_factory=Counter)
     ungrounded: int = 0
@@ -41,10 +47,13 @@ class Summary:
         if coverage is not None:
             self.coverage_sum += coverage
             self.coverage_n += 1
-        self.confidence_sum += signals.confidence
-        self.grades[signals.crag.grade.value] += 1
-        self.bands[signals.band.value] += 1
-        self.ungrounded += signals.ungrounded
+        if signals.confidence is not None:
+            self.confidence_sum += signals.confidence
+            self.confidence_n += 1
+        self.grades[signals.crag_grade or UNKNOWN] += 1
+        self.bands[signals.confidence_band or UNKNOWN] += 1
+        self.ungrounded += signals.ungrounded is True
+        self.scores_not_recorded += not signals.scores_recorded
         self.fallbacks += signals.needs_fallback
         self.refusals += signals.abstained
         self.over_refusals += signals.over_refusal is True

@@ -20,6 +20,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -255,9 +256,9 @@ class Metrics:
         )
         self.provenance = Counter(
             "observer_trace_provenance_total",
-            "Answer traces read (first time), by trace name and the content checks' verdicts "
-            "on their sources and answer",
-            ["trace_name", "sources", "answer"],
+            "Answer traces read (first time), by trace name, the content checks' verdicts "
+            "on their sources and answer, and whether they recorded retrieval scores",
+            ["trace_name", "sources", "answer", "scores"],
             registry=r,
         )
         self.scores_enqueued = Counter(
@@ -526,11 +527,11 @@ class Metrics:
 
     # -- quality ------------------------------------------------------------------
 
-    def count_provenance(self, trace_name: str, sources: str, answer: str) -> None:
+    def count_provenance(self, trace_name: str, sources: str, answer: str, scores: str) -> None:
         """One answer trace's verdicts; at most `max_trace_names` names, the rest `other`."""
         with self._labels_lock:
             name = _capped(self._trace_names, self.max_trace_names, trace_name or "unnamed")
-        self.provenance.labels(trace_name=name, sources=sources, answer=answer).inc()
+        self.provenance.labels(trace_name=name, sources=sources, answer=answer, scores=scores).inc()
 
     def quality_labels(self, environment: str | None, query_type: str | None) -> tuple[str, str]:
         """(environment, query_type), the query type capped; new pairs start at 0."""
@@ -639,30 +640,33 @@ class Metrics:
         env, kind = self.quality_labels(record.environment, record.query_type)
         labels = {"environment": env, "query_type": kind}
         self.answers.labels(**labels).inc()
-        self.answers_by_band.labels(**labels, band=signals.band.value).inc()
-        self.answers_by_grade.labels(**labels, crag_grade=signals.crag.grade.value).inc()
-        if signals.ungrounded:
-            self.answers_ungrounded.labels(**labels).inc()
-        if signals.needs_fallback:
-            self.answers_fallback.labels(**labels).inc()
-        if signals.citations.invalid_refs:
-            self.answers_ghost.labels(**labels).inc()
-        if signals.numeric.grounded < signals.numeric.numbers:
-            self.answers_unsupported_numbers.labels(**labels).inc()
-        if signals.crag_mismatch:
-            self.crag_mismatch.labels(**labels).inc()
-        if signals.abstained:
-            self.answers_abstained.labels(**labels).inc()
-        if signals.over_refusal:
-            self.answers_over_refusal.labels(**labels).inc()
-        if signals.over_citation:
-            self.answers_over_cited.labels(**labels).inc()
-        self.confidence.labels(**labels).observe(signals.confidence)
-        self.rerank_top1.labels(**labels).observe(signals.rerank_top1)
-        if signals.citations.coverage is not None:
-            self.coverage.labels(**labels).observe(signals.citations.coverage)
-        if signals.numeric.ratio is not None:
-            self.numeric_grounding.labels(**labels).observe(signals.numeric.ratio)
+        if signals.band is not None:
+            self.answers_by_band.labels(**labels, band=signals.band.value).inc()
+        if signals.crag is not None:
+            self.answers_by_grade.labels(**labels, crag_grade=signals.crag.grade.value).inc()
+        counted: tuple[tuple[Counter, Any], ...] = (
+            (self.answers_ungrounded, signals.ungrounded),
+            (self.answers_fallback, signals.needs_fallback),
+            (self.answers_ghost, signals.citations.invalid_refs),
+            (self.answers_unsupported_numbers, signals.numeric.grounded < signals.numeric.numbers),
+            (self.crag_mismatch, signals.crag_mismatch),
+            (self.answers_abstained, signals.abstained),
+            (self.answers_over_refusal, signals.over_refusal),
+            (self.answers_over_cited, signals.over_citation),
+        )
+        for counter, raised in counted:
+            if raised:
+                counter.labels(**labels).inc()
+        # Unknown values (docs/signals.md#unknown-is-not-zero) are no observation.
+        observed = (
+            (self.confidence, signals.confidence),
+            (self.rerank_top1, signals.rerank_top1),
+            (self.coverage, signals.citations.coverage),
+            (self.numeric_grounding, signals.numeric.ratio),
+        )
+        for histogram, value in observed:
+            if value is not None:
+                histogram.labels(**labels).observe(value)
 
     def observe_judgement(
         self,

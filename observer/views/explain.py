@@ -12,7 +12,7 @@ from observer.views.words import counted
 
 if TYPE_CHECKING:
     from observer.app.explain import Explanation
-    from observer.mapping.convention import Provenance, Step
+    from observer.mapping.rules import Provenance, Step
     from observer.model import ScoreEvent
 
 
@@ -112,6 +112,19 @@ SOURCES_VERDICTS = {
     "prompt_passages": "from the prompt: no retrieval was traced; chunk ids unknown",
     "no_retrieval": "none: the trace holds no documents and the prompt no numbered passages",
 }
+QUESTION_VERDICTS = {
+    "asked": "",
+    "cut": "cut out of a message that also shows the passages",
+    "unverified": "UNVERIFIED: the message shows the passages too; left empty",
+}
+SCORES_VERDICTS = {
+    "recorded": "recorded: the score signals are computed",
+    "not_recorded": (
+        "NOT RECORDED: no source carries a retrieval score; rerank_top1, crag_grade, "
+        "confidence, band and ungrounded are unknown and not posted"
+    ),
+    "no_sources": "no sources: an answer without evidence",
+}
 ANSWER_VERDICTS = {
     "confirmed": "confirmed: the root's output holds it",
     "differs": "NOT confirmed: the root's output holds other text",
@@ -124,10 +137,13 @@ def provenance_lines(provenance: Provenance) -> list[str]:
     """Where each part came from and what the content checks said of it."""
     sources = SOURCES_VERDICTS.get(provenance.sources_check, provenance.sources_check)
     answer = ANSWER_VERDICTS.get(provenance.answer_check, provenance.answer_check)
+    question = QUESTION_VERDICTS.get(provenance.question_check, provenance.question_check)
+    scores = SCORES_VERDICTS.get(provenance.scores, provenance.scores)
     rows = [
-        ("question", provenance.question or "-", ""),
+        ("question", provenance.question or "-", question),
         ("answer", provenance.answer or "-", answer),
         ("sources", provenance.sources or "-", sources),
+        ("scores", scores, ""),
     ]
     lines = ["", "provenance (where each part came from, checked by content)"]
     for part, where, verdict in rows:

@@ -6,6 +6,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from observer.model import Band, Grade
+from observer.signals.summary import UNKNOWN
 from observer.views.words import counted
 
 if TYPE_CHECKING:  # rich is loaded only to draw the table
@@ -44,9 +45,22 @@ def summary_table(summary: Summary, title: str = "observer score") -> Table:
         else "n/a (no substantive sentences)"
     )
     table.add_row("mean citation coverage", mean_cov)
-    table.add_row("mean confidence", f"{summary.confidence_sum / n:.3f}" if n else "n/a")
-    table.add_row("CRAG grades", _mix(summary.grades, [g.value for g in Grade], n))
-    table.add_row("confidence bands", _mix(summary.bands, [b.value for b in Band], n))
+    known = summary.confidence_n
+    table.add_row(
+        "mean confidence",
+        f"{summary.confidence_sum / known:.3f}"
+        + (f" over {counted(known, 'record')}" if known < n else "")
+        if known
+        else "n/a",
+    )
+    unknown = [UNKNOWN] if summary.scores_not_recorded else []
+    table.add_row("CRAG grades", _mix(summary.grades, [g.value for g in Grade] + unknown, n))
+    table.add_row("confidence bands", _mix(summary.bands, [b.value for b in Band] + unknown, n))
+    if summary.scores_not_recorded:
+        table.add_row(
+            "no retrieval scores",
+            f"{_share(summary.scores_not_recorded, n)}: grade, rerank top-1 and confidence unknown",
+        )
     table.add_row("fallback answers", _share(summary.fallbacks, n))
     table.add_row("ungrounded answers", _share(summary.ungrounded, n))
     table.add_row(

@@ -5,7 +5,7 @@ The stream is the demo's traces again, one every 15 s of event time, handled by 
 every 10 minutes (each a new process on the same state file, `run --once`, the fake's
 clock at the pass): 40 minutes read fine, then the same app's generations stop holding
 text (an instrumentation upgrade: they now return tool calls only), so its traces are
-skipped `no_answer_text`; 50 minutes later the shape is back. `skip_rate_high` warns,
+skipped `no_final_answer`; 50 minutes later the shape is back. `skip_rate_high` warns,
 pages, steps back to a warning and resolves, and every firing message names the top skip
 reason and `observer discover`.
 """
@@ -130,8 +130,8 @@ def test_a_change_of_trace_shape_warns_pages_and_resolves_naming_the_top_reason(
         assert body["group"] == {"environment": "production"}
         assert body["samples"] >= 50
         if state_ == "firing":
-            assert "top skip reason no_answer_text" in body["summary"]
-            assert "Top skip reason: no_answer_text" in body["description"]
+            assert "top skip reason no_final_answer" in body["summary"]
+            assert "Top skip reason: no_final_answer" in body["description"]
             assert "observer discover" in body["description"]
             assert 1 <= len(body["trace_urls"]) <= 5
     warn, page = drift[0][3], drift[1][3]

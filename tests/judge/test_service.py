@@ -74,7 +74,7 @@ def test_every_sampled_trace_is_judged_and_scored_once(
     assert stub.calls <= 2 * SCORED
     assert metrics.value("observer_judge_decisions_total", decision="sampled") == SCORED
     assert langfuse.duplicates() == []
-    deterministic = {s["traceId"]: s for s in langfuse.scores if s["name"] == "confidence"}
+    deterministic = {s["traceId"]: s for s in langfuse.scores if s["name"] == "invalid_citations"}
     for trace_id, scores in got.items():
         assert "no_claims" in scores and "critical_unsupported" in scores
         anchor = deterministic[trace_id]
@@ -206,7 +206,7 @@ def test_a_full_queue_drops_samples_without_blocking(
     full = metrics.value("observer_judge_decisions_total", decision="queue_full")
     assert full > 0
     assert len(judged(langfuse)) == SCORED - full
-    assert len([s for s in langfuse.scores if s["name"] == "confidence"]) == SCORED
+    assert len([s for s in langfuse.scores if s["name"] == "invalid_citations"]) == SCORED
 
 
 def test_a_critical_unsupported_claim_pages_at_once_through_the_default_trace_rule(

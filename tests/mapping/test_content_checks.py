@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from observer.mapping.convention import MappingRules, Skip, explain_trace, read_trace
+from observer.mapping.convention import explain_trace, read_trace
 from observer.mapping.evidence import prompt_passages, reduced
+from observer.mapping.rules import MappingRules, Skip
 from observer.model import RagRecord
 from observer.signals import SignalParams, compute
 from observer.telemetry.metrics import Metrics
@@ -313,7 +314,7 @@ def test_envelopes(text: str, expected: str | None) -> None:
 def test_the_provenance_metric_caps_trace_names() -> None:
     metrics = Metrics(max_trace_names=2)
     for name in ("a", "b", "c", "d"):
-        metrics.count_provenance(name, "all", "confirmed")
+        metrics.count_provenance(name, "all", "confirmed", "recorded")
     names = {
         sample.labels["trace_name"]
         for family in metrics.registry.collect()

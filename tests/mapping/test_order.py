@@ -19,7 +19,8 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from observer.mapping.convention import MappingRules, read_trace
+from observer.mapping.convention import read_trace
+from observer.mapping.rules import MappingRules
 from observer.mapping.tree import tree_order
 
 FIXTURES = Path(__file__).resolve().parents[1] / "instrumentations" / "fixtures"

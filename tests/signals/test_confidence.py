@@ -23,11 +23,18 @@ NOTHING_SUBSTANTIVE = "Ok."  # coverage not computed
         pytest.param([0.2, 0.9, 0.4], 0.9, id="highest_score"),
         pytest.param([1.7], 1.0, id="clamped_high"),
         pytest.param([-0.3], 0.0, id="clamped_low"),
-        pytest.param([], 0.0, id="no_scores"),
+        pytest.param([], None, id="no_scores_unknown"),
     ],
 )
-def test_rerank_top1(scores: list[float], top1: float) -> None:
-    assert signals_of(CITED, rerank_scores=scores).rerank_top1 == pytest.approx(top1)
+def test_rerank_top1(scores: list[float], top1: float | None) -> None:
+    found = signals_of(CITED, rerank_scores=scores).rerank_top1
+    assert found == (pytest.approx(top1) if top1 is not None else None)
+
+
+def test_rerank_top1_is_zero_only_without_sources() -> None:
+    """No evidence at all: the worst value, known (docs/signals.md#unknown-is-not-zero)."""
+    assert signals_of(CITED, ()).rerank_top1 == 0.0
+    assert signals_of(CITED, PLAIN_SOURCES).rerank_top1 is None
 
 
 def test_rerank_top1_from_source_scores() -> None:
@@ -54,7 +61,8 @@ LOW_CONFIDENCE_CASES = [
     ("flag_false_beats_low_grade", False, [0.1], PLAIN_SOURCES, None, False),
     ("flag_true_beats_high_grade", True, [0.9], PLAIN_SOURCES, None, True),
     ("derived_low_grade", None, [0.1], PLAIN_SOURCES, None, True),
-    ("derived_low_grade_no_evidence", None, [], PLAIN_SOURCES, None, True),
+    ("derived_no_scores_unknown", None, [], PLAIN_SOURCES, None, None),
+    ("derived_no_sources_is_a_fallback", None, [], (), None, False),
     ("derived_low_but_fallback_no_sources", None, [0.1], (), None, False),
     ("derived_low_but_fallback_flag", None, [0.1], PLAIN_SOURCES, True, False),
     ("derived_high_grade", None, [0.9], PLAIN_SOURCES, None, False),
@@ -74,7 +82,7 @@ def test_low_confidence(
     scores: list[float],
     sources: tuple[str, ...],
     fallback: bool | None,
-    expected: bool,
+    expected: bool | None,
 ) -> None:
     signals = signals_of(
         CITED, sources, rerank_scores=scores, low_confidence=flag, needs_fallback=fallback
@@ -90,12 +98,36 @@ def test_low_confidence(
         pytest.param(UNCITED, [0.9], 0.0, id="zero_coverage"),
         pytest.param(NOTHING_SUBSTANTIVE, [0.8], 0.8, id="coverage_not_computed"),
         pytest.param(HALF_CITED, [1.6], 0.5, id="top1_clamped"),
-        pytest.param(CITED, [], 0.0, id="no_scores"),
-        pytest.param(NOTHING_SUBSTANTIVE, [], 0.0, id="nothing_at_all"),
+        pytest.param(CITED, [], None, id="no_scores_unknown"),
+        pytest.param(NOTHING_SUBSTANTIVE, [], None, id="nothing_at_all_unknown"),
     ],
 )
-def test_confidence(answer: str, scores: list[float], confidence: float) -> None:
-    assert signals_of(answer, rerank_scores=scores).confidence == pytest.approx(confidence)
+def test_confidence(answer: str, scores: list[float], confidence: float | None) -> None:
+    found = signals_of(answer, rerank_scores=scores).confidence
+    assert found == (pytest.approx(confidence) if confidence is not None else None)
+
+
+@pytest.mark.parametrize(
+    ("sources", "low_confidence", "needs_fallback", "band"),
+    [
+        pytest.param(PLAIN_SOURCES, None, None, None, id="unknown"),
+        pytest.param(PLAIN_SOURCES, True, None, Band.LOW, id="the_apps_low_confidence_flag"),
+        pytest.param(PLAIN_SOURCES, False, None, None, id="the_apps_flag_false_still_unknown"),
+        pytest.param(PLAIN_SOURCES, None, True, Band.LOW, id="the_apps_fallback_flag"),
+        pytest.param((), None, None, Band.LOW, id="no_sources_no_evidence"),
+    ],
+)
+def test_without_retrieval_scores_the_band_is_the_apps_flags_or_unknown(
+    sources: tuple[str, ...],
+    low_confidence: bool | None,
+    needs_fallback: bool | None,
+    band: Band | None,
+) -> None:
+    signals = signals_of(
+        CITED, sources, low_confidence=low_confidence, needs_fallback=needs_fallback
+    )
+    assert signals.band is band
+    assert signals.scores_recorded is (not sources)
 
 
 # A grade LOW with a high top1: the mean of the scores is low (0.4875 <= 0.75).
@@ -162,7 +194,9 @@ def test_forced_band_keeps_confidence() -> None:
 # (id, answer, rerank scores, sources, needs_fallback flag, ungrounded)
 UNGROUNDED_CASES = [
     ("all_conditions", UNCITED, [0.1], PLAIN_SOURCES, None, True),
-    ("no_evidence_grade_low", UNCITED, [], PLAIN_SOURCES, None, True),
+    ("no_scores_unknown", UNCITED, [], PLAIN_SOURCES, None, None),
+    ("no_scores_but_the_apps_fallback_flag", UNCITED, [], PLAIN_SOURCES, True, False),
+    ("no_sources_is_a_fallback", UNCITED, [], (), None, False),
     ("fallback_flag", UNCITED, [0.1], PLAIN_SOURCES, True, False),
     ("fallback_derived_no_sources", UNCITED, [0.1], (), None, False),
     ("grade_high", UNCITED, [0.9], PLAIN_SOURCES, None, False),
@@ -190,7 +224,7 @@ def test_ungrounded(
     scores: list[float],
     sources: tuple[str, ...],
     fallback: bool | None,
-    ungrounded: bool,
+    ungrounded: bool | None,
 ) -> None:
     signals = signals_of(answer, sources, rerank_scores=scores, needs_fallback=fallback)
     assert signals.ungrounded is ungrounded

@@ -21,7 +21,7 @@ DISABLED = SignalParams(crag=CragParams(mode="disabled"))
 # high_gap=0.15 low_avg_buffer=0.05: midpoint (high+low)/2 = 0.45, low mean <= 0.30.
 GRADE_CASES = [
     # 1. no scores
-    ("no_scores", [], HEURISTIC, Grade.LOW),
+    ("no_scores_unknown", [], HEURISTIC, None),
     # 2. clear cases, boundaries included
     ("top1_equals_high", [0.65], HEURISTIC, Grade.HIGH),
     ("top1_above_high", [0.9, 0.1], HEURISTIC, Grade.HIGH),
@@ -51,7 +51,7 @@ GRADE_CASES = [
     ("disabled_gray_low_mean", [0.26], DISABLED, Grade.AMBIGUOUS),
     ("disabled_top1_equals_high", [0.65], DISABLED, Grade.HIGH),
     ("disabled_top1_equals_low", [0.25], DISABLED, Grade.LOW),
-    ("disabled_no_scores", [], DISABLED, Grade.LOW),
+    ("disabled_no_scores_unknown", [], DISABLED, None),
     # thresholds are configuration
     (
         "custom_high_gray",
@@ -68,14 +68,18 @@ GRADE_CASES = [
     ("scores", "params", "expected"),
     [pytest.param(s, p, g, id=case_id) for case_id, s, p, g in GRADE_CASES],
 )
-def test_grade(scores: list[float], params: SignalParams, expected: Grade) -> None:
+def test_grade(scores: list[float], params: SignalParams, expected: Grade | None) -> None:
     signals = signals_of(ANSWER, rerank_scores=scores, params=params)
-    assert signals.crag.grade is expected
+    assert signals.crag_grade == (expected.value if expected is not None else None)
 
 
-def test_no_scores_reason_is_no_evidence() -> None:
-    crag = signals_of(ANSWER, rerank_scores=[]).crag
-    assert (crag.grade, crag.reason) == (Grade.LOW, "no_evidence")
+def test_no_sources_is_no_evidence_and_sources_without_scores_no_grade() -> None:
+    """docs/signals.md#unknown-is-not-zero: only an answer without any source is graded LOW
+    for want of evidence; sources the trace recorded without scores leave it unknown."""
+    crag = signals_of(ANSWER, (), rerank_scores=[]).crag
+    assert crag is not None
+    assert (crag.grade, crag.reason, crag.top1) == (Grade.LOW, "no_evidence", None)
+    assert signals_of(ANSWER, rerank_scores=[]).crag is None
 
 
 # (id, source scores, rerank scores, grade)
@@ -83,9 +87,9 @@ SCORE_SOURCE_CASES = [
     ("rerank_wins_over_source_scores", [0.9, 0.9, 0.9], [0.1], Grade.LOW),
     ("rerank_high_over_low_sources", [0.1, 0.1, 0.1], [0.9], Grade.HIGH),
     ("source_scores_when_rerank_null", [0.9, 0.2, 0.1], None, Grade.HIGH),
-    ("empty_rerank_is_given", [0.9, 0.9, 0.9], [], Grade.LOW),
+    ("empty_rerank_means_none_given", [0.9, 0.9, 0.9], [], Grade.HIGH),
     ("null_source_scores_ignored", [None, 0.7, None], None, Grade.HIGH),
-    ("all_source_scores_null", [None, None, None], None, Grade.LOW),
+    ("all_source_scores_null_unknown", [None, None, None], None, None),
     # A null read as 0.0 would make 0.5 a clear winner (HIGH); ignored, 0.5 stands alone.
     ("null_not_read_as_zero", [0.5, None, None], None, Grade.AMBIGUOUS),
 ]
@@ -96,11 +100,11 @@ SCORE_SOURCE_CASES = [
     [pytest.param(s, r, g, id=case_id) for case_id, s, r, g in SCORE_SOURCE_CASES],
 )
 def test_which_scores(
-    source_scores: list[float | None], rerank: list[float] | None, expected: Grade
+    source_scores: list[float | None], rerank: list[float] | None, expected: Grade | None
 ) -> None:
     texts = ["Source a.", "Source b.", "Source c."]
     signals = signals_of(ANSWER, texts, source_scores, rerank_scores=rerank)
-    assert signals.crag.grade is expected
+    assert signals.crag_grade == (expected.value if expected is not None else None)
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from observer.model import Band, RagRecord, Signals, Source
-from observer.signals import SignalParams, compute
+from observer.scores import score_events
+from observer.signals import SignalParams, compute, retrieval_scores
 
 PARAMS = SignalParams()
 
@@ -56,8 +57,11 @@ def test_scores_in_unit_interval_never_nan(record: RagRecord) -> None:
     assert _unit_or_none(signals.numeric.ratio)
     assert _unit_or_none(signals.concentration.ratio)
     for value in (signals.confidence, signals.rerank_top1):
-        assert not math.isnan(value)
-        assert 0.0 <= value <= 1.0
+        assert _unit_or_none(value)
+    # Unknown only where the record has sources and no retrieval score at all.
+    known = bool(retrieval_scores(record)) or not record.sources
+    assert (signals.rerank_top1 is not None) is known
+    assert (signals.crag is not None) is known
 
 
 @given(st.text(), st.lists(st.text(), max_size=4), st.lists(scores, max_size=4))
@@ -68,6 +72,27 @@ def test_arbitrary_text_never_raises(answer: str, texts: list[str], floats: list
     )
     record = RagRecord(trace_id="t", question="q", answer=answer, sources=sources)
     assert isinstance(compute(record, PARAMS), Signals)
+
+
+@given(records())
+def test_removing_retrieval_scores_only_removes_score_signals(record: RagRecord) -> None:
+    """docs/signals.md#unknown-is-not-zero: a trace that lost its retrieval scores posts a
+    subset of the scores it posted with them, each with the same value, and no new LOW."""
+    bare = RagRecord(
+        trace_id=record.trace_id,
+        question=record.question,
+        answer=record.answer,
+        sources=tuple(Source(text=s.text, doc_id=s.doc_id) for s in record.sources),
+        needs_fallback=record.needs_fallback,
+        low_confidence=record.low_confidence,
+    )
+    with_scores = {e.name: e.value for e in score_events(record, compute(record, PARAMS), PARAMS)}
+    without = {e.name: e.value for e in score_events(bare, compute(bare, PARAMS), PARAMS)}
+    if not record.sources:  # no sources: no evidence, whatever scores the record holds
+        assert without["crag_grade"] == "LOW"
+        return
+    for name, value in without.items():
+        assert with_scores.get(name) == value, name
 
 
 @given(records())
@@ -121,8 +146,8 @@ def test_score_order_does_not_matter(record: RagRecord, rnd: random.Random) -> N
         low_confidence=record.low_confidence,
     )
     first, second = compute(record, PARAMS), compute(again, PARAMS)
-    assert (first.crag.grade, first.rerank_top1, first.band) == (
-        second.crag.grade,
+    assert (first.crag_grade, first.rerank_top1, first.band) == (
+        second.crag_grade,
         second.rerank_top1,
         second.band,
     )

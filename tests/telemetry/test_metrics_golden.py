@@ -29,7 +29,7 @@ def updated() -> Metrics:
     m = Metrics(max_query_types=2)
     m.set_watermark(1_000.0, clock=lambda: 1_042.5)
     for kind in ("howto", "billing", "legal"):  # the third is capped to `other`
-        m.count_provenance("rag-query", "all", "confirmed")
+        m.count_provenance("rag-query", "all", "confirmed", "recorded")
         env, query_type = m.quality_labels("production", kind)
         m.answers.labels(environment=env, query_type=query_type).inc()
         m.answers_by_band.labels(environment=env, query_type=query_type, band=Band.HIGH.value).inc()

@@ -26,7 +26,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from structlog.testing import capture_logs
 
 from observer import app
-from observer.mapping.convention import MappingRules, Skip, trace_filter
+from observer.mapping.convention import trace_filter
+from observer.mapping.rules import MappingRules, Skip
 from observer.telemetry.logging import configure_logging
 from observer.telemetry.metrics import Metrics
 from observer.telemetry.otel import (

@@ -20,16 +20,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from observer.mapping.convention import (
-    Explained,
-    MappingRules,
-    Skip,
-    Step,
-    answer_of,
-    is_object_name,
-)
+from observer.mapping.convention import Explained
 from observer.mapping.decode import as_str, decode
 from observer.mapping.evidence import positions, prompt_text
+from observer.mapping.messages import answer_of, is_object_name
+from observer.mapping.rules import MappingRules, Skip, Step
 from observer.mapping.tree import tree_order
 from observer.times import parse_time
 

@@ -1,0 +1,291 @@
+"""Reading what libraries record of a conversation: the question, the answer, tool calls
+and tool results (docs/trace-convention.md).
+
+Chat messages come in the shapes of the APIs the libraries wrap: OpenAI's (`role`,
+`content` as text or parts, `tool_calls`; a `tool` message holding a tool's result),
+Anthropic's (content blocks: `text`, `tool_use`, `tool_result`), Gemini's (`parts` with
+`text`, `functionCall`, `functionResponse`), OpenTelemetry GenAI's (`parts` typed `text`,
+`tool_call`, `tool_call_response`) and the Vercel AI SDK's (`tool-call`, `tool-result`).
+Pure: decoded JSON in, texts out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from observer.mapping.decode import as_str, decode
+from observer.mapping.rules import MappingRules
+
+
+def keyed(obj: Mapping[str, Any], keys: Sequence[str]) -> tuple[str, str] | None:
+    """The first of `keys` holding a string (or number): (key, text)."""
+    for key in keys:
+        text = as_str(obj.get(key))
+        if text is not None:
+            return key, text
+    return None
+
+
+def question_of(value: Any, rules: MappingRules) -> tuple[str, str]:
+    """The question in a root's input, and where it was found (docs/trace-convention.md)."""
+    value = decode(value)
+    if value is None:
+        return "", "no input"
+    if isinstance(value, str):
+        return value, "input as text"
+    if isinstance(value, dict):
+        return _question_in_object(value, rules)
+    if isinstance(value, list):
+        text = last_user_text(value)
+        if text is not None:
+            return text, "input is chat messages: the last user message"
+    return "", f"input is a {type(value).__name__} without a question"
+
+
+def _question_in_object(value: dict[str, Any], rules: MappingRules) -> tuple[str, str]:
+    """`question_of` on an object: a question key, a call's arguments, a component's key,
+    or the last user message, the first that holds one."""
+    found = keyed(value, rules.question_keys)
+    if found is not None:
+        return found[1], f"input.{found[0]}"
+    args, kwargs = value.get("args"), value.get("kwargs")
+    if isinstance(args, list) and isinstance(kwargs, dict):
+        called = _question_of_call(args, kwargs, rules)
+        if called is not None:
+            return called
+    for component, inner in value.items():
+        # Keyed by component, one level down: {"retriever": {"query": ...}} (Haystack).
+        if isinstance(inner, dict):
+            found = keyed(inner, rules.question_keys)
+            if found is not None:
+                return found[1], f"input.{component}.{found[0]}"
+    messages = value.get("messages")
+    if isinstance(messages, list):
+        text = last_user_text(messages)
+        if text is not None:
+            return text, "input.messages: the last user message"
+    return "", "input is an object without a question key"
+
+
+def _question_of_call(
+    args: list[Any], kwargs: Mapping[str, Any], rules: MappingRules
+) -> tuple[str, str] | None:
+    """The @observe decorator's record of a call, f(*args, **kwargs): a question key among
+    the keyword arguments, else the first text argument (or None)."""
+    found = keyed(kwargs, rules.question_keys)
+    if found is not None:
+        return found[1], f"input.kwargs.{found[0]}"
+    strings = [(i, a) for i, a in enumerate(args) if isinstance(a, str)]
+    # A client passed first is recorded as its class name: the text after it.
+    texts = [(i, a) for i, a in strings if not is_object_name(a)] or strings
+    if texts:
+        index, arg = texts[0]
+        return arg, f"input.args[{index}] (the first text argument)"
+    return None
+
+
+def last_user_text(messages: list[Any]) -> str | None:
+    """A chat transcript: the last thing the user said (the last user message with text)."""
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    for message in reversed(users):
+        # A tool's result comes back as a user message without text (GenAI, Anthropic):
+        # passed over.
+        text = message_text(message)
+        if text:
+            return text
+    return "" if users else None
+
+
+def message_text(message: Mapping[str, Any]) -> str | None:
+    """A chat message's text: OpenAI `content` (text or text parts), or text `parts`."""
+    text = content_text(message.get("content"))
+    if text is not None:
+        return text
+    return parts_text(message.get("parts"))
+
+
+def content_text(content: Any) -> str | None:
+    """OpenAI message content: a string, or a list of parts with `text`."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and part.get("type", "text") == "text":
+                text = part.get("text")
+                if isinstance(text, str):
+                    texts.append(text)
+        return "".join(texts) if texts else None
+    return None
+
+
+def parts_text(parts: Any) -> str | None:
+    """Message parts: GenAI text parts (`{"type": "text", "content": ...}`) or Gemini's
+    (`{"text": ...}`), joined."""
+    if not isinstance(parts, list):
+        return None
+    texts = []
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "text" and isinstance(part.get("content"), str):
+            texts.append(part["content"])
+        elif "type" not in part and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+    return "".join(texts) if texts else None
+
+
+def answer_of(output: Any, rules: MappingRules) -> tuple[str | None, str]:
+    """The answer held by a generation's output, and which shape held it."""
+    if isinstance(output, str):
+        decoded = decode(output)
+        # A number or boolean is the raw text itself ("42"); a JSON string is its value.
+        if isinstance(decoded, bool | int | float) or decoded is None:
+            return output, "output as text"
+        if isinstance(decoded, str):
+            return decoded, "output as a JSON string"
+        output = decoded
+    if isinstance(output, list):
+        if not output:
+            return None, "output is an empty list"
+        # Several choices (or GenAI output messages): the first one that holds text.
+        for index, item in enumerate(output):
+            text, shape = _answer_in(item, rules)
+            if text is not None:
+                return text, f"output[{index}]: {shape}"
+        return None, "output is a list without a text"
+    if isinstance(output, dict):
+        text, shape = _answer_in(output, rules)
+        return text, f"output: {shape}"
+    text = as_str(output)
+    return text, "output as a number" if text is not None else "no output"
+
+
+def _answer_in(output: Any, rules: MappingRules) -> tuple[str | None, str]:
+    if isinstance(output, str):
+        return output, "text"
+    if not isinstance(output, dict):
+        return None, f"a {type(output).__name__}"
+    choices = output.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        message = choices[0].get("message")
+        if isinstance(message, dict):
+            return content_text(message.get("content")), "choices[0].message.content"
+        return as_str(choices[0].get("text")), "choices[0].text"
+    for key in rules.answer_keys:
+        if key in output:
+            text = content_text(output[key])
+            if text is not None:
+                shape = "a chat message's content" if "role" in output else key
+                return text, shape
+    text = parts_text(output.get("parts"))
+    if text is not None:
+        return text, "a GenAI message's text parts"
+    return None, "an object without a text"
+
+
+# What an instrumentation records in place of a tool-calling completion (OpenLIT writes
+# this whenever the request offered tools, the final answer's completion included).
+PLACEHOLDERS = frozenset({"function called with tools"})
+_TOOL_CALL_TYPES = frozenset({"tool_call", "tool-call", "tool_use", "function_call"})
+_TOOL_RESULT_TYPES = frozenset(
+    {"tool_result", "tool-result", "tool_call_response", "function_response", "functionResponse"}
+)
+_TOOL_ROLES = frozenset({"tool", "function", "ipython"})
+
+
+def tool_calls_in(output: Any) -> list[str]:
+    """The names of the tools a completion calls (OpenAI `tool_calls`, Anthropic
+    `tool_use` blocks, GenAI `tool_call` parts, Gemini `functionCall`, Vercel
+    `tool-call`); [] when it calls none."""
+    found: list[str] = []
+    for node in _nodes(decode(output), 0):
+        calls = node.get("tool_calls")
+        if isinstance(calls, list):
+            for call in calls:
+                function = call.get("function") if isinstance(call, dict) else None
+                name = function.get("name") if isinstance(function, dict) else None
+                found.append(as_str(name) or "?")
+        kind = node.get("type")
+        if isinstance(kind, str) and kind in _TOOL_CALL_TYPES:
+            found.append(as_str(node.get("name") or node.get("toolName")) or "?")
+        call = node.get("functionCall") or node.get("function_call")
+        if isinstance(call, dict):
+            found.append(as_str(call.get("name")) or "?")
+    return found
+
+
+def tool_results_in(value: Any) -> Iterator[tuple[str, Any]]:
+    """Every tool result a recorded prompt holds, in order: (where, payload). A `tool`
+    (or `function`) message's content; a `tool_result`, `tool-result` or
+    `tool_call_response` part's content, output or result; a Gemini `functionResponse`'s
+    response."""
+    for node in _nodes(decode(value), 0):
+        role = node.get("role")
+        if isinstance(role, str) and role in _TOOL_ROLES and "content" in node:
+            content = node["content"]
+            if not (isinstance(content, list) and any(_is_result_part(p) for p in content)):
+                yield f"a {role} message", content
+            continue
+        if _is_result_part(node):
+            for key in ("content", "output", "result", "response"):
+                if node.get(key) is not None:
+                    yield f"a {node.get('type')} part", _unwrapped(node[key])
+                    break
+            continue
+        for key in ("functionResponse", "function_response"):
+            inner = node.get(key)
+            if isinstance(inner, dict):
+                yield "a functionResponse", _unwrapped(inner.get("response"))
+
+
+def _is_result_part(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") in _TOOL_RESULT_TYPES
+
+
+def _unwrapped(payload: Any) -> Any:
+    """The Vercel AI SDK's typed output (`{"type": "json" | "text", "value": ...}`) and a
+    response object holding one `content`/`result`/`output` (Gemini's), unwrapped."""
+    if isinstance(payload, dict):
+        if payload.get("type") in ("json", "text", "content") and "value" in payload:
+            return payload["value"]
+        if len(payload) == 1:
+            only = next(iter(payload.values()))
+            if next(iter(payload)) in ("content", "result", "output", "results"):
+                return only
+    return payload
+
+
+def _nodes(value: Any, depth: int) -> Iterator[dict[str, Any]]:
+    """Every object in a decoded value, outermost first, to a bounded depth."""
+    if depth > 12:
+        return
+    if isinstance(value, dict):
+        yield value
+        for inner in value.values():
+            if isinstance(inner, dict | list):
+                yield from _nodes(inner, depth + 1)
+    elif isinstance(value, list):
+        for inner in value:
+            if isinstance(inner, dict | list):
+                yield from _nodes(inner, depth + 1)
+
+
+# An object's name where a text was expected: `OpenAI`, `openai.OpenAI`, `<Client object at
+# 0x7f...>` (a function's first argument, the client, recorded as its class or repr).
+_OBJECT_NAME = re.compile(
+    r"^(?:<[\w.]+(?: object)? at 0x[0-9a-fA-F]+>|[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*)$"
+)
+
+
+def is_object_name(text: str) -> bool:
+    stripped = text.strip()
+    if len(stripped) > 200:
+        return False
+    return bool(_OBJECT_NAME.match(stripped)) and (
+        stripped.startswith("<") or any(c.isupper() for c in stripped[1:]) or "." in stripped
+    )
