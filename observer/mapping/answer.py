@@ -26,7 +26,7 @@ from observer.mapping.rules import (
     Observation,
     Skip,
 )
-from observer.mapping.tree import ancestors
+from observer.mapping.tree import ancestors, sibling_key
 
 
 def is_generation(observation: Observation, rules: MappingRules) -> bool:
@@ -60,8 +60,25 @@ def answering_generation(ordered: Sequence[Observation], rules: MappingRules) ->
         if not text or not text.strip():
             return Skip("no_answer_text", "generation output holds no text")
         return Answered(last, text, shape, which)
-    # The last one called a tool or holds a placeholder: the answer came from a generation
-    # that went on after tool results, if one did (the clock may order it before).
+    # The last one called a tool or holds a placeholder. The clock may have ordered it after
+    # the answer: one that wrote text in the same millisecond is the answer (a tool call
+    # never is); else the one that went on after tool results, if one did.
+    tied = [
+        i
+        for i in places
+        if i not in not_answers
+        and (read[i][0] or "").strip()
+        and _moment(ordered[i]) == _moment(ordered[last])
+    ]
+    if tied:
+        text, shape = read[tied[-1]]
+        assert text is not None
+        return Answered(
+            tied[-1],
+            text,
+            shape,
+            "the generation that wrote text (another called a tool at the same time)",
+        )
     after_tools = [
         (sum(1 for _ in tool_results_in(ordered[i].get("input"))), i)
         for i in places
@@ -104,6 +121,10 @@ def _not_answers(
         if calls and not text:
             found[i] = f"called a tool ({', '.join(sorted(set(calls))[:3])})"
     return found
+
+
+def _moment(observation: Observation) -> tuple[Any, ...]:
+    return sibling_key(observation)[:2]
 
 
 def _apart(ordered: Sequence[Observation], group: Sequence[int]) -> bool:

@@ -143,9 +143,17 @@ def answer_of(output: Any, rules: MappingRules) -> tuple[str | None, str]:
     """The answer held by a generation's output, and which shape held it."""
     if isinstance(output, str):
         decoded = decode(output)
-        # A number or boolean is the raw text itself ("42"); a JSON string is its value.
+        # A number or boolean is the raw text itself ("42"); a JSON string is its value,
+        # decoded again when it is JSON text itself (an output encoded twice).
         if isinstance(decoded, bool | int | float) or decoded is None:
             return output, "output as text"
+        for _ in range(4):
+            if not isinstance(decoded, str):
+                break
+            inner = decode(decoded)
+            if not isinstance(inner, dict | list | str) or inner == decoded:
+                return decoded, "output as a JSON string"
+            decoded = inner
         if isinstance(decoded, str):
             return decoded, "output as a JSON string"
         output = decoded
@@ -213,6 +221,8 @@ def tool_calls_in(output: Any) -> list[str]:
         kind = node.get("type")
         if isinstance(kind, str) and kind in _TOOL_CALL_TYPES:
             found.append(as_str(node.get("name") or node.get("toolName")) or "?")
+        elif kind is None and "toolCallId" in node and "toolName" in node:  # Vercel AI SDK
+            found.append(as_str(node.get("toolName")) or "?")
         call = node.get("functionCall") or node.get("function_call")
         if isinstance(call, dict):
             found.append(as_str(call.get("name")) or "?")
