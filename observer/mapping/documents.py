@@ -302,8 +302,7 @@ def payload_documents(payload: Any, rules: MappingRules) -> tuple[Read, str] | N
     """The documents of a tool's result as a prompt shows it, and their form: a list of
     documents (JSON, JSON in a JSON string, a Python repr) or, from a text, its passages
     (numbered, or blocks between blank lines). None when the payload holds no text."""
-    text = content_text(payload) if isinstance(payload, list) else None
-    value = unwrapped_text(payload if text is None else text)
+    value = unwrapped_text(_text_parts(payload) or payload)
     if isinstance(value, dict | list):
         lists = document_lists(value, rules, "result")
         if lists:
@@ -316,6 +315,15 @@ def payload_documents(payload: Any, rules: MappingRules) -> tuple[Read, str] | N
     form = "one text" if len(passages) == 1 else f"{len(passages)} passages of one text"
     sources = tuple(Source(text=p) for p in passages)
     return Read(sources, (len(rules.score_keys),) * len(sources)), form
+
+
+def _text_parts(payload: Any) -> str | None:
+    """A tool result given as content parts (`[{"type": "text", "text": ...}]`): their text."""
+    if isinstance(payload, list) and payload and all(
+        isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text") for p in payload
+    ):
+        return content_text(payload)
+    return None
 
 
 _BLANK = re.compile(r"\n[ \t]*\n")

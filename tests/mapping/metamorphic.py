@@ -264,8 +264,22 @@ def _without_documents(trace: Trace, keep: set[str]) -> Trace:
     return out
 
 
-def documents_in_a_tool_message(form: str) -> Transform:
-    """The documents reach the model as a tool-role message of its chat input (an agent's
+def _tool_message(payload: Any, shape: str) -> dict[str, Any]:
+    """A tool's result as each API puts it in the chat (OpenAI, Anthropic, Gemini, GenAI)."""
+    if shape == "anthropic":
+        block = {"type": "tool_result", "tool_use_id": "toolu_1", "content": payload}
+        return {"role": "user", "content": [block]}
+    if shape == "gemini":
+        response = {"name": "search", "response": {"result": _decoded(payload)}}
+        return {"role": "function", "parts": [{"functionResponse": response}]}
+    if shape == "genai":
+        part = {"type": "tool_call_response", "id": "call_1", "response": payload}
+        return {"role": "tool", "parts": [part]}
+    return {"role": "tool", "tool_call_id": "call_1", "content": payload}
+
+
+def documents_in_a_tool_message(form: str, shape: str = "openai") -> Transform:
+    """The documents reach the model as a tool's result in its chat input (an agent's
     search tool), and no span holds them."""
 
     def move(trace: Trace) -> Trace:
@@ -277,11 +291,7 @@ def documents_in_a_tool_message(form: str) -> Transform:
         for observation in out:
             if observation["id"] == final["id"]:
                 asked = _decoded(observation.get("input"))
-                tool = {
-                    "role": "tool",
-                    "tool_call_id": "call_1",
-                    "content": _documents_of(record, form),
-                }
+                tool = _tool_message(_documents_of(record, form), shape)
                 if isinstance(asked, dict) and isinstance(asked.get("messages"), list):
                     asked = {**asked, "messages": [*asked["messages"], tool]}
                 elif isinstance(asked, list):
@@ -291,7 +301,7 @@ def documents_in_a_tool_message(form: str) -> Transform:
                 observation["input"] = json.dumps(asked, ensure_ascii=False)
         return out
 
-    move.__name__ = f"documents_in_a_tool_message_as_{form}"
+    move.__name__ = f"documents_in_a_{shape}_tool_result_as_{form}"
     return move
 
 
@@ -330,6 +340,9 @@ TRANSFORMS: dict[str, Transform] = {
     "tool_message_json_in_json": documents_in_a_tool_message("json_in_json"),
     "tool_message_repr": documents_in_a_tool_message("repr"),
     "tool_message_text": documents_in_a_tool_message("text"),
+    "anthropic_tool_result_json": documents_in_a_tool_message("json", "anthropic"),
+    "gemini_function_response": documents_in_a_tool_message("json", "gemini"),
+    "genai_tool_call_response_repr": documents_in_a_tool_message("repr", "genai"),
     "scoreless_copy": scoreless_copy,
 }
 # Transforms that lose what the trace knew of scores or ids, and the scores that may go with
