@@ -468,3 +468,69 @@ def test_an_answer_key_holding_an_objects_repr_is_never_proposed() -> None:
     found = discovered(observations, Settings())
     assert dict(found.names[0].skips) == {"no_answer_text": 1}
     assert found.names[0].proposals == []
+
+
+def test_a_score_under_a_key_no_rule_knows_is_proposed_from_a_tool_result_in_the_prompt() -> None:
+    """docs/signals.md#unknown-is-not-zero: the documents reach the model as a tool's result,
+    their scores under `relevance` are not read; discover proposes it."""
+    now = datetime.now(UTC)
+    observations = rag_trace("tool-0", "agent", now)
+    documents = [
+        {"chunk_id": d["chunk_id"], "text": d["text"], "relevance": d["score"]} for d in DOCUMENTS
+    ]
+    observations = [o for o in observations if o["name"] != "search"]
+    llm = observations[-1]
+    messages = json.loads(llm["input"])
+    messages.append({"role": "tool", "tool_call_id": "c1", "content": json.dumps(documents)})
+    llm["input"] = json.dumps(messages)
+    found = discovered(observations, Settings())
+    assert found.suggestion is not None
+    assert found.suggestion.mapping == {
+        "score_keys": ["rerank_score", "relevance_score", "score", "relevance"]
+    }
+
+
+def test_a_proposal_whose_records_the_checks_refute_is_never_shown() -> None:
+    """A completion that echoes its prompt beside a short answer, both under keys no rule
+    reads: the longest text is the echo, and proposing its key would make the prompt the
+    answer. Tried first, refuted, not shown, and said why (docs/explain.md)."""
+    now = datetime.now(UTC)
+    echo = prompt(DOCUMENTS)[1]["content"]
+    observations = rag_trace("echo-0", "llm-app", now, output={"echo": echo, "reply": "Yes [1]."})
+    found = discovered(observations, Settings())
+    report = found.names[0]
+    assert report.proposals == []
+    assert report.refused == {
+        "answer_keys + 'echo'": "its answer is the model's prompt, not its completion (1 of 1 traces)"
+    }
+    assert found.suggestion is None
+
+
+def test_refuted_names_each_wrong_record() -> None:
+    from observer.mapping import MappingRules, explain_trace
+    from observer.mapping.proposals import refuted
+
+    now = datetime.now(UTC)
+    trace = rag_trace("r-0", "app", now, output={"model": "gpt-4o-mini", "reply": ANSWER})
+    wrong_answer = explain_trace("r-0", trace, MappingRules(answer_keys=("model",)))
+    assert refuted(trace, wrong_answer) == "its answer is not the text the model generated"
+    right = explain_trace("r-0", trace, MappingRules(answer_keys=("reply",)))
+    assert refuted(trace, right) is None
+    # A tool call's arguments read as the only document.
+    call = {
+        "role": "assistant",
+        "tool_calls": [{"function": {"name": "search", "arguments": "refunds open days"}}],
+    }
+    trace = rag_trace("r-1", "app", now, documents=[{"text": "refunds open days"}])
+    trace.insert(
+        1,
+        {
+            **trace[1],
+            "id": "r-1-call",
+            "type": "GENERATION",
+            "name": "plan",
+            "output": json.dumps(call),
+        },
+    )
+    explained = explain_trace("r-1", trace, MappingRules(verify_sources=False))
+    assert refuted(trace, explained) == "a source is a tool call's arguments"

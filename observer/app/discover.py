@@ -41,7 +41,7 @@ from observer.app.explain import read_traces_file
 from observer.mapping.answer import is_generation
 from observer.mapping.convention import Explained, explain_trace, find_root
 from observer.mapping.decode import as_str
-from observer.mapping.proposals import Proposal, last_step, proposals
+from observer.mapping.proposals import Proposal, last_step, proposals, refuted
 from observer.mapping.rules import MappingRules, Skip, Step
 from observer.times import parse_duration, parse_time
 
@@ -131,6 +131,8 @@ class NameReport:
     found_at: dict[tuple[str, str], Counter[str]] = field(default_factory=dict)
     proposals: list[Proposal] = field(default_factory=list)
     notes: Counter[str] = field(default_factory=Counter)  # skips no mapping key cures
+    # Proposals left out because the records they make fail the content checks: why.
+    refused: dict[str, str] = field(default_factory=dict)
     examples: dict[str, str] = field(default_factory=dict)  # skip reason -> a trace id
     scored_after: int | None = None  # with the suggestion
     # The content checks' verdicts on its answers: "sources all", "answer confirmed" ...
@@ -335,7 +337,9 @@ def _propose(
             for t, observations in group.items()
             for p in proposals(observations, group_results[t], current)
         ]
-        best = _most_common(found)
+        best = _sound(
+            _most_common(found), mapping, current, group, rules_with, generation_names, report
+        )
         if not _with(mapping, best, current, generation_names):
             break
         report.proposals += [p for p in best if p not in report.proposals]
@@ -343,6 +347,34 @@ def _propose(
     for result in group_results.values():
         if isinstance(result.result, Skip) and result.result.reason in FIXABLE:
             report.notes[f"{result.result.reason}: {result.result.detail}"] += 1
+
+
+def _sound(
+    found: list[Proposal],
+    mapping: Mapping[str, list[str]],
+    current: MappingRules,
+    group: Traces,
+    rules_with: RulesWith,
+    generation_names: Sequence[str],
+    report: NameReport,
+) -> list[Proposal]:
+    """The proposals whose records pass the content checks, each applied to the name's
+    traces on its own: one that makes a record the checks refute (its answer not the
+    generated text, the answer or a tool call's arguments among its sources) is left out,
+    noted with why (docs/explain.md#discover)."""
+    kept = []
+    for proposal in found:
+        trial = {k: list(v) for k, v in mapping.items()}
+        _with(trial, [proposal], current, generation_names)
+        results = _explain_all(group, rules_with(trial))
+        wrong = [why for t, r in results.items() if (why := refuted(group[t], r)) is not None]
+        if wrong:
+            report.refused[f"{proposal.key} + {proposal.value!r}"] = (
+                f"{Counter(wrong).most_common(1)[0][0]} ({len(wrong)} of {len(group)} traces)"
+            )
+        else:
+            kept.append(proposal)
+    return kept
 
 
 def _ordered(reports: Mapping[str, NameReport]) -> tuple[NameReport, ...]:

@@ -319,7 +319,7 @@ def _map(
     note(
         trail, "answer", f"{answered.which}; {shape}; the root's output: {answer_check}", generation
     )
-    found = find_sources(view, answered.index, rules, trail, TOOL_TYPES)
+    found = find_sources(view, answered.index, rules, trail, TOOL_TYPES, answer)
     provenance = Provenance(
         answer=f"{name_of(generation)}: {shape}",
         answer_check=answer_check,

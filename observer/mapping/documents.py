@@ -319,8 +319,12 @@ def payload_documents(payload: Any, rules: MappingRules) -> tuple[Read, str] | N
 
 def _text_parts(payload: Any) -> str | None:
     """A tool result given as content parts (`[{"type": "text", "text": ...}]`): their text."""
-    if isinstance(payload, list) and payload and all(
-        isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text") for p in payload
+    if (
+        isinstance(payload, list)
+        and payload
+        and all(
+            isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text") for p in payload
+        )
     ):
         return content_text(payload)
     return None

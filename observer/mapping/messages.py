@@ -229,6 +229,39 @@ def tool_calls_in(output: Any) -> list[str]:
     return found
 
 
+def tool_call_arguments(value: Any, depth: int = 0) -> list[str]:
+    """Every tool call's arguments (`arguments`, `input`, `args`) in a decoded completion, as
+    text, and the strings inside them: what a tool was asked, never a document or an answer."""
+    found: list[str] = []
+    if depth > 8:
+        return found
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key in ("arguments", "input", "args") and inner is not None:
+                found.append(inner if isinstance(inner, str) else str(inner))
+                if isinstance(inner, dict | list):
+                    found += [s for s in _strings(inner, 0)]
+            elif isinstance(inner, dict | list):
+                found += tool_call_arguments(inner, depth + 1)
+    elif isinstance(value, list):
+        for inner in value:
+            found += tool_call_arguments(inner, depth + 1)
+    return found
+
+
+def _strings(value: Any, depth: int) -> Iterator[str]:
+    if depth > 8:
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for inner in value.values():
+            yield from _strings(inner, depth + 1)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from _strings(inner, depth + 1)
+
+
 def tool_results_in(value: Any) -> Iterator[tuple[str, Any]]:
     """Every tool result a recorded prompt holds, in order: (where, payload). A `tool`
     (or `function`) message's content; a `tool_result`, `tool-result` or

@@ -22,8 +22,14 @@ from typing import Any
 
 from observer.mapping.convention import Explained
 from observer.mapping.decode import as_str, decode
-from observer.mapping.evidence import positions, prompt_text
-from observer.mapping.messages import answer_of, is_object_name
+from observer.mapping.documents import document_lists, to_sources, unwrapped_text
+from observer.mapping.evidence import normalised, positions, prompt_text
+from observer.mapping.messages import (
+    answer_of,
+    is_object_name,
+    tool_call_arguments,
+    tool_results_in,
+)
 from observer.mapping.rules import MappingRules, Skip, Step
 from observer.mapping.tree import tree_order
 from observer.times import parse_time
@@ -99,6 +105,10 @@ def document_text_key(items: Sequence[Any]) -> str | None:
     return max(sorted(common), key=lambda k: sum(len(texts[k]) for texts in per_item))
 
 
+# Numbers in 0..1 that are no retrieval score: a distance (lower is better), a position.
+_NOT_A_SCORE = re.compile(r"dist|index|page|position|offset|rank$|start|end", re.IGNORECASE)
+
+
 def _number_key(items: Sequence[Mapping[str, Any]], suffix: str | None) -> str | None:
     """A key every item holds: a number in [0, 1] (suffix None), or a string id."""
     keys: set[str] | None = None
@@ -108,6 +118,8 @@ def _number_key(items: Sequence[Mapping[str, Any]], suffix: str | None) -> str |
             if not isinstance(key, str):
                 continue
             if suffix is None:
+                if _NOT_A_SCORE.search(key):
+                    continue
                 if (
                     isinstance(value, int | float)
                     and not isinstance(value, bool)
@@ -324,6 +336,65 @@ def _shown_source_proposals(
     return []
 
 
+# Score keys in other words or languages: proposed when a document holds a number under one.
+_SCORE_WORDS = re.compile(
+    r"^(?:similarity|relevance|rank(?:ing)?_?score|cohere_?score|confidence|分数|得分|相关度|相似度)$",
+    re.IGNORECASE,
+)
+
+
+def _flat(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A document's keys with its metadata's (where the mapping looks too)."""
+    inner = item.get("metadata") or item.get("meta")
+    return {**(inner if isinstance(inner, Mapping) else {}), **item}
+
+
+def _known_score_key(items: Sequence[Mapping[str, Any]]) -> str | None:
+    """A key every document holds a number under whose name says it is a score."""
+    keys = None
+    for item in items:
+        these = {
+            k
+            for k, v in _flat(item).items()
+            if isinstance(k, str)
+            and _SCORE_WORDS.match(k)
+            and isinstance(v, int | float)
+            and not isinstance(v, bool)
+        }
+        keys = these if keys is None else keys & these
+    return sorted(keys)[0] if keys else None
+
+
+def _raw_documents(
+    observations: Sequence[Observation],
+    result: Explained,
+    sources: Sequence[Any],
+    rules: MappingRules,
+) -> tuple[str, list[Mapping[str, Any]]] | None:
+    """The list of objects the record's sources were read from, wherever it sits (an
+    observation's output, a tool result in the answer's prompt), and its holder's name."""
+    texts = {normalised(s.text) for s in sources}
+    if not texts:
+        return None
+    places: list[tuple[str, Any]] = [
+        (as_str(o.get("name")) or "(unnamed)", unwrapped_text(o.get("output")))
+        for o in observations
+    ]
+    generation = _answer_generation(observations, result)
+    if generation is not None:
+        name = as_str(generation.get("name")) or "(unnamed)"
+        places += [
+            (f"{name}'s {where}", unwrapped_text(p))
+            for where, p in tool_results_in(generation.get("input"))
+        ]
+    for name, value in places:
+        for items, _ in document_lists(value, rules):
+            read = {normalised(s.text) for s in to_sources(items, rules)}
+            if read == texts and all(isinstance(i, Mapping) for i in items):
+                return name, items
+    return None
+
+
 def _refinements(
     observations: Sequence[Observation],
     result: Explained,
@@ -342,21 +413,12 @@ def _refinements(
             found.append(
                 Proposal("question_keys", key, f"the root holds its question under input.{key}")
             )
-    sources_step = last_step(result, "sources")
-    retriever = _by_id(observations, sources_step.observation_id if sources_step else None)
-    if retriever is None or not sources:
+    held = _raw_documents(observations, result, sources, rules)
+    if held is None:
         return found
-    output = decode(retriever.get("output"))
-    items = output
-    if isinstance(output, Mapping):
-        items = next(
-            (output[k] for k in rules.sources_keys if isinstance(output.get(k), list)), None
-        )
-    if not isinstance(items, list) or not all(isinstance(i, Mapping) for i in items):
-        return found
-    name = as_str(retriever.get("name")) or "(unnamed)"
+    name, items = held
     if all(s.score is None for s in sources):
-        key = _number_key(items, None)
+        key = _number_key([_flat(i) for i in items], None) or _known_score_key(items)
         if key is not None and key not in rules.score_keys:
             found.append(
                 Proposal("score_keys", key, f"the documents of {name!r} hold a score under {key}")
@@ -368,3 +430,74 @@ def _refinements(
                 Proposal("chunk_id_keys", key, f"the documents of {name!r} hold an id under {key}")
             )
     return found
+
+
+def refuted(observations: Sequence[Observation], result: Explained) -> str | None:
+    """Why a record the content checks would refute is wrong, or None when none does: an
+    answer that is not the text the model generated (an object's name, a response dumped
+    whole, another observation's text), a source that holds the answer itself or a tool
+    call's arguments, sources the answer's prompt contradicts. A proposal that makes one
+    is never shown (docs/explain.md#discover)."""
+    record = result.result
+    if isinstance(record, Skip):
+        return None
+    if result.provenance is not None and result.provenance.sources_check == "none":
+        return "the answer's prompt shows none of its sources"
+    generation = _answer_generation(observations, result)
+    if generation is None:
+        return None
+    if _not_an_answer(record.answer):
+        return "its answer is an object's name or a whole response, not a text"
+    said = normalised(" ".join(_generated(decode(generation.get("output")), 0)))
+    answer = normalised(record.answer)
+    if answer not in said:
+        return "its answer is not the text the model generated"
+    prompt = prompt_text(generation.get("input"))
+    if prompt is not None and len(answer) >= 20 and answer in prompt:
+        return "its answer is the model's prompt, not its completion"
+    calls = {
+        normalised(a)
+        for o in observations
+        for a in tool_call_arguments(decode(o.get("output")))
+        if a.strip()
+    }
+    for source in record.sources:
+        text = normalised(source.text)
+        if len(answer) >= 20 and answer[:60] in text:
+            return "a source holds the answer itself"
+        if text in calls:
+            return "a source is a tool call's arguments"
+    return None
+
+
+# Keys of a completion whose values the model did not write: ids, names, the model's name,
+# bookkeeping, and tool calls (their arguments are no answer).
+_NOT_WRITTEN = _NOT_TEXT_KEYS | {
+    "created",
+    "system_fingerprint",
+    "usage",
+    "tool_calls",
+    "function_call",
+    "toolName",
+    "input",
+    "arguments",
+}
+
+
+def _generated(value: Any, depth: int) -> list[str]:
+    """The texts a completion holds that the model wrote (not its ids, model or calls)."""
+    if depth > 12:
+        return []
+    if isinstance(value, str):
+        inner = decode(value)
+        return _generated(inner, depth + 1) if isinstance(inner, Mapping | list) else [value]
+    if isinstance(value, Mapping):
+        return [
+            text
+            for key, inner in value.items()
+            if isinstance(key, str) and key not in _NOT_WRITTEN and not key.lower().endswith("id")
+            for text in _generated(inner, depth + 1)
+        ]
+    if isinstance(value, list):
+        return [text for inner in value for text in _generated(inner, depth + 1)]
+    return []

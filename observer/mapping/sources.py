@@ -31,8 +31,8 @@ from observer.mapping.documents import (
     text_key,
     unwrapped_text,
 )
-from observer.mapping.evidence import positions, prompt_passages, prompt_text
-from observer.mapping.messages import tool_results_in
+from observer.mapping.evidence import normalised, positions, prompt_passages, prompt_text
+from observer.mapping.messages import tool_call_arguments, tool_results_in
 from observer.mapping.rules import (
     CHECK_ALL,
     CHECK_NO_RETRIEVAL,
@@ -231,6 +231,7 @@ def find_sources(
     rules: MappingRules,
     trail: Trail | None,
     tool_types: Sequence[str] = ("TOOL",),
+    answer: str = "",
 ) -> Found:
     """The documents the answering model saw (docs/trace-convention.md#checked-by-content)."""
     picked = rules_pick(view, generation, rules, trail)
@@ -256,11 +257,12 @@ def find_sources(
         if not rules.verify_sources:
             return _as_picked(picked, [c for c in every if c.index < generation], every)
         detail = "; ".join(c.named() for c in every)
+        # The setting is suggested only where what it would score passes the checks.
+        hint = _fallback_hint(view, picked, answer)
         return Found(
             Skip(
                 "sources_unverified",
-                f"the answer's prompt shows none of the document lists: {detail} (a prompt "
-                "recorded without its documents: mapping.verify_sources = false)",
+                f"the answer's prompt shows none of the document lists: {detail}{hint}",
             ),
             "",
             CHECK_NONE,
@@ -294,6 +296,26 @@ def find_sources(
     observation = best.candidate.observation
     name = as_str(observation.get("name")) or as_str(observation.get("id")) or "?"
     return Found(sources, f"{name} {best.candidate.where}", CHECK_ALL if best.whole else CHECK_SOME)
+
+
+def _fallback_hint(view: TraceView, picked: Read | Skip | None, answer: str) -> str:
+    """` (a prompt recorded without its documents: mapping.verify_sources = false)` when the
+    rules' own pick is something to score: documents, none holding the answer or a tool
+    call's arguments; else nothing."""
+    if not isinstance(picked, Read) or not picked.sources:
+        return ""
+    calls = {
+        normalised(a)
+        for i in range(len(view.ordered))
+        for a in tool_call_arguments(view.output(i))
+        if a.strip()
+    }
+    said = normalised(answer)[:60]
+    for source in picked.sources:
+        text = normalised(source.text)
+        if text in calls or (len(said) >= 20 and said in text):
+            return ""
+    return " (a prompt recorded without its documents: mapping.verify_sources = false)"
 
 
 def _as_picked(

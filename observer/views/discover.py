@@ -87,6 +87,8 @@ def _report_lines(report: NameReport) -> list[str]:
         lines.append(f"  tried     scored {report.scored} -> {report.scored_after}")
     for reason, trace_id in report.examples.items():
         lines.append(f"  see       observer explain {trace_id}  (a {reason} skip)")
+    for refused, why in report.refused.items():
+        lines.append(f"  not proposed {refused}: {why}")
     for note, count in report.notes.most_common(3):
         lines.append(f"  no mapping key reads {count}: {note} (a mapping.hook can)")
     return lines
@@ -145,6 +147,7 @@ def discovery_json(discovery: Discovery, window: str) -> dict[str, Any]:
                 "proposals": [{"key": p.key, "value": p.value, "why": p.why} for p in r.proposals],
                 "checks": dict(r.checks.most_common()),
                 "unreadable": dict(r.notes.most_common()),
+                "not_proposed": dict(r.refused),
                 "examples": r.examples,
                 "scored_after": r.scored_after,
             }
