@@ -500,9 +500,8 @@ def test_a_proposal_whose_records_the_checks_refute_is_never_shown() -> None:
     found = discovered(observations, Settings())
     report = found.names[0]
     assert report.proposals == []
-    assert report.refused == {
-        "answer_keys + 'echo'": "its answer is the model's prompt, not its completion (1 of 1 traces)"
-    }
+    why = "its answer is the model's prompt, not its completion (1 of 1 traces)"
+    assert report.refused == {"answer_keys + 'echo'": why}
     assert found.suggestion is None
 
 

@@ -51,7 +51,8 @@ def read(observations: list[dict[str, Any]]) -> tuple[RagRecord | Skip, Any]:
 
 PROXY_TEMPLATES = [
     pytest.param(
-        f"Answer from the sources.\n\nSources:\n[1] {REFUNDS}\n[2] {CARDS}\n\nQuestion: How long do refunds take?",
+        f"Answer from the sources.\n\nSources:\n[1] {REFUNDS}\n[2] {CARDS}\n\n"
+        "Question: How long do refunds take?",
         "How long do refunds take?",
         "cut",
         id="labelled",
