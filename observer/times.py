@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 
@@ -15,11 +16,20 @@ def parse_time(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         moment = value
     elif isinstance(value, str) and value:
-        try:
-            moment = datetime.fromisoformat(value)
-        except ValueError:
-            return None
+        return _parsed(value)
     else:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+@lru_cache(maxsize=4096)
+def _parsed(value: str) -> datetime | None:
+    """A timestamp string parsed once while recent: every rule of a trace reads its times."""
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
         return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)

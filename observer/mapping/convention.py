@@ -180,6 +180,13 @@ def _clean(record: RagRecord) -> RagRecord:
     def clean(value: Any) -> Any:
         return clean_text(value) if isinstance(value, str) else value
 
+    texts = [record.question, record.answer, *(s.text for s in record.sources)]
+    if (
+        not _SURROGATE.search("".join(texts))
+        and not any(dirty(v) for v in (record.trace_id, record.environment, record.context))
+        and not any(dirty(v) for s in record.sources for v in (s.chunk_id, s.doc_id, s.title))
+    ):
+        return record  # the usual case: nothing to clean
     if any(dirty(getattr(record, f.name)) for f in fields(record)):
         record = replace(
             record,
@@ -200,40 +207,51 @@ def _clean(record: RagRecord) -> RagRecord:
 
 
 class _Meta:
-    """A metadata object read by bare keys: the key itself, else under a vendor prefix
-    (`traceloop.association.properties.query_type`, `langfuse.trace.metadata.query_type`),
-    else in a nested object (`{"traceloop": {...}}`). Its prefixed keys indexed once."""
+    """A metadata object read by the bare keys the convention reads (`MappingRules.
+    metadata_keys`): the key itself, else under a vendor prefix (`traceloop.association.
+    properties.query_type`, `langfuse.trace.metadata.query_type`: the first such name in
+    sorted order), else in a nested object (`{"traceloop": {...}}`, in sorted order, four
+    levels at most). Indexed once, on the first key it lacks, for those keys only."""
 
-    __slots__ = ("_bare", "_depth", "data")
+    __slots__ = ("_data", "_depth", "_index", "_wanted")
 
-    def __init__(self, data: Mapping[str, Any], depth: int = 0) -> None:
-        self.data = data
+    def __init__(self, data: Mapping[str, Any], wanted: tuple[str, ...], depth: int = 0) -> None:
+        self._data = data
+        self._wanted = wanted
         self._depth = depth
-        self._bare: dict[str, str] | None = None
+        self._index: dict[str, Any] | None = None
 
     def get(self, key: str) -> Any:
-        value = self.data.get(key)
+        value = self._data.get(key)
         if value is not None:
             return value
-        if self._bare is None:
-            self._bare = {}
-            for name, inner in self.data.items():
-                if isinstance(name, str) and inner is not None and "." in name:
-                    bare = name.rsplit(".", 1)[1]
-                    if bare not in self._bare or name < self._bare[bare]:
-                        self._bare[bare] = name
-        prefixed = self._bare.get(key)
-        if prefixed is not None:
-            return self.data[prefixed]
-        if self._depth >= 4:
-            return None
-        for name in sorted(
-            k for k, v in self.data.items() if isinstance(k, str) and isinstance(v, dict)
-        ):
-            value = _Meta(self.data[name], self._depth + 1).get(key)
-            if value is not None:
-                return value
-        return None
+        if self._index is None:
+            self._index = self._indexed()
+        return self._index.get(key)
+
+    def _indexed(self) -> dict[str, Any]:
+        prefixed: dict[str, str] = {}
+        nested: list[str] = []
+        for name, inner in self._data.items():
+            if not isinstance(name, str) or inner is None:
+                continue
+            if isinstance(inner, dict):
+                nested.append(name)
+            dot = name.rfind(".")
+            if dot >= 0:
+                bare = name[dot + 1 :]
+                if bare in self._wanted and (bare not in prefixed or name < prefixed[bare]):
+                    prefixed[bare] = name
+        index = {bare: self._data[name] for bare, name in prefixed.items()}
+        if self._depth < 4:
+            for name in sorted(nested):
+                inner = _Meta(self._data[name], self._wanted, self._depth + 1)
+                for key in self._wanted:
+                    if key not in index:
+                        value = inner.get(key)
+                        if value is not None:
+                            index[key] = value
+        return index
 
 
 def _question(
@@ -303,7 +321,7 @@ def _map(
         return _from_hook(trace_id, observations, rules), Provenance(
             "the mapping hook", "the mapping hook", trace_name=trace_name
         )
-    view = TraceView(tree_order(observations))
+    view = TraceView(tree_order(observations), rules)
     answered = answering_generation(view.ordered, rules)
     if isinstance(answered, Skip):
         last = [o for o in view.ordered if is_generation(o, rules)][-1:]
@@ -386,7 +404,8 @@ def _record(
     sources: tuple[Source, ...],
     trace_name: str,
 ) -> RagRecord:
-    root_meta, gen_meta = _Meta(metadata_of(root)), _Meta(metadata_of(generation))
+    wanted = rules.metadata_keys
+    root_meta, gen_meta = _Meta(metadata_of(root), wanted), _Meta(metadata_of(generation), wanted)
 
     def meta(key: str) -> Any:
         value = gen_meta.get(key)

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 from typing import Any
+
+import orjson
+
+# Texts shorter than this are decoded once while they are recent: one trace's input and
+# output are read by several rules. What decode returns is never changed by its callers.
+_CACHED_CHARS = 65_536
 
 
 def decode(value: Any) -> Any:
@@ -17,11 +24,31 @@ def decode(value: Any) -> Any:
     if isinstance(value, str):
         stripped = value.strip()
         if stripped and stripped[0] in '[{"-0123456789tfn':
-            try:
-                return json.loads(stripped)
-            except (ValueError, RecursionError):  # not JSON, or nested past any reason
-                return value
+            if len(stripped) < _CACHED_CHARS:
+                found = _decoded(stripped)
+                return value if found is _NOT_JSON else found
+            found = _loads(stripped)
+            return value if found is _NOT_JSON else found
     return value
+
+
+_NOT_JSON = object()
+
+
+@lru_cache(maxsize=32)
+def _decoded(text: str) -> Any:
+    return _loads(text)
+
+
+def _loads(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass  # NaN, a lone surrogate's escape, deep nesting: the standard library's rules
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, or nested past any reason
+        return _NOT_JSON
 
 
 def as_bool(value: Any) -> bool | None:

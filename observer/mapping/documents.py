@@ -19,7 +19,7 @@ from functools import cache
 from typing import Any
 
 from observer.mapping.decode import as_float, as_str, decode
-from observer.mapping.evidence import normalised, passages_in
+from observer.mapping.evidence import normalised_start, passages_in
 from observer.mapping.messages import content_text
 from observer.mapping.rules import MappingRules, Skip
 from observer.model import Source
@@ -76,18 +76,27 @@ class _Item:
 
 
 def _index(obj: Mapping[str, Any]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for key, value in obj.items():
-        if isinstance(key, str) and value is not None:
-            found.setdefault(_fold(key), value)
-    return found
+    """The object's values by folded key; of keys that fold alike, the first."""
+    return {
+        _fold(k): v for k, v in reversed(list(obj.items())) if v is not None and isinstance(k, str)
+    }
 
 
 def is_document(item: Any, rules: MappingRules) -> bool:
     """An object with a text (a chat message, an object with a `role`, is not one)."""
     if not isinstance(item, dict) or "role" in item:
         return False
-    return as_str(_Item(item).first(rules.text_keys)) is not None
+    return text_of(item, rules) is not None
+
+
+def text_of(item: Mapping[str, Any], rules: MappingRules) -> str | None:
+    """A document's text: under a text key as written, else in another case style or in
+    its metadata."""
+    for key in rules.text_keys:
+        text = as_str(item.get(key))
+        if text is not None:
+            return text
+    return as_str(_Item(item).first(rules.text_keys))
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +112,10 @@ def read_documents(items: Sequence[Mapping[str, Any]], rules: MappingRules) -> R
     sources = []
     ranks = []
     for raw in items:
-        item = _Item(raw)
-        text = as_str(item.first(rules.text_keys))
+        text = text_of(raw, rules)
         if text is None:
             continue
+        item = _Item(raw)
         score, rank = item.ranked(rules.score_keys)
         origin = as_str(item.first(("origin",)))
         sources.append(
@@ -365,7 +374,7 @@ def literal_of(text: str) -> Any:
 
 def text_key(text: str) -> str:
     """How a passage is matched across copies: its normalised start."""
-    return normalised(text)[:80]
+    return normalised_start(text, 80)
 
 
 def merge_copies(chosen: Read, copies: Sequence[Read]) -> tuple[Source, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from observer.mapping.decode import decode
@@ -18,11 +19,28 @@ from observer.mapping.decode import decode
 # Of a document's text, this much (whitespace collapsed) must be found in the prompt for
 # the document to count as shown: prompts quote chunks whole, or cut their ends.
 PREFIX_CHARS = 60
-_SPACE = re.compile(r"\s+")
 
 
 def normalised(text: str) -> str:
-    return _SPACE.sub(" ", text).strip()
+    """The text with every run of whitespace one space, and none at either end."""
+    if len(text) < 4096:
+        return _normalised(text)  # the same texts are compared again and again
+    return " ".join(text.split())
+
+
+@lru_cache(maxsize=1024)
+def _normalised(text: str) -> str:
+    return " ".join(text.split())
+
+
+def normalised_start(text: str, chars: int) -> str:
+    """`normalised(text)[:chars]`, reading only as much of the text as it needs."""
+    window = chars * 4
+    while True:
+        start = normalised(text[:window])
+        if len(start) >= chars + 1 or window >= len(text):
+            return start[:chars]
+        window *= 4
 
 
 def strings_in(value: Any, depth: int = 0) -> Iterator[str]:
@@ -55,7 +73,7 @@ def prompt_text(value: Any) -> str | None:
 
 
 def _probe(text: str) -> str:
-    return normalised(text)[:PREFIX_CHARS]
+    return normalised_start(text, PREFIX_CHARS)
 
 
 def positions(texts: Sequence[str], prompt: str) -> list[int | None]:

@@ -29,6 +29,7 @@ from observer.mapping.documents import (
     read_documents,
     sources_of,
     text_key,
+    text_of,
     unwrapped_text,
 )
 from observer.mapping.evidence import normalised, positions, prompt_passages, prompt_text
@@ -53,12 +54,28 @@ from observer.model import Source
 class TraceView:
     """A trace in tree order, each observation's output and metadata decoded once."""
 
-    __slots__ = ("_metadata", "_outputs", "ordered")
+    __slots__ = ("_lists", "_metadata", "_outputs", "_reads", "ordered", "rules")
 
-    def __init__(self, ordered: Sequence[Observation]) -> None:
+    def __init__(self, ordered: Sequence[Observation], rules: MappingRules) -> None:
         self.ordered = ordered
+        self.rules = rules
         self._outputs: dict[int, Any] = {}
         self._metadata: dict[int, Mapping[str, Any]] = {}
+        self._lists: dict[int, list[tuple[list[Any], str]]] = {}
+        self._reads: dict[int, Read] = {}
+
+    def lists(self, index: int) -> list[tuple[list[Any], str]]:
+        """The lists of documents an observation's output holds (`document_lists`)."""
+        if index not in self._lists:
+            self._lists[index] = document_lists(self.output(index), self.rules)
+        return self._lists[index]
+
+    def read(self, items: list[Any]) -> Read:
+        """A list of documents read into Sources, once per trace whoever asks."""
+        found = self._reads.get(id(items))
+        if found is None:
+            found = self._reads[id(items)] = read_documents(items, self.rules)
+        return found
 
     def output(self, index: int) -> Any:
         if index not in self._outputs:
@@ -79,17 +96,50 @@ def metadata_of(observation: Observation | None) -> Mapping[str, Any]:
     return metadata if isinstance(metadata, dict) else {}
 
 
-@dataclass(frozen=True, slots=True)
 class Candidate:
-    """A list of documents somewhere in the trace: a candidate for what the model saw."""
+    """A list of documents somewhere in the trace: a candidate for what the model saw. Its
+    texts are read first (what the prompt check needs); its Sources only when asked."""
 
-    index: int  # place in the tree order
-    observation: Observation
-    where: str
-    read: Read
-    # Read from a text (a tool's result as passages): it competes only where no list of
-    # documents does as well, and it carries no ids or scores of its own.
-    from_text: bool = False
+    __slots__ = ("_items", "_read", "_texts", "_view", "from_text", "index", "observation", "where")
+
+    def __init__(
+        self,
+        index: int,
+        observation: Observation,
+        where: str,
+        read: Read | None = None,
+        from_text: bool = False,
+        items: list[Any] | None = None,
+        view: TraceView | None = None,
+    ) -> None:
+        self.index = index  # place in the tree order
+        self.observation = observation
+        self.where = where
+        # Read from a text (a tool's result as passages): it competes only where no list of
+        # documents does as well, and it carries no ids or scores of its own.
+        self.from_text = from_text
+        self._read = read
+        self._items = items or []
+        self._view = view
+        self._texts: tuple[str, ...] | None = None
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        if self._texts is None:
+            if self._read is not None:
+                self._texts = tuple(s.text for s in self._read.sources)
+            else:
+                assert self._view is not None
+                found = (text_of(item, self._view.rules) for item in self._items)
+                self._texts = tuple(t for t in found if t is not None)
+        return self._texts
+
+    @property
+    def read(self) -> Read:
+        if self._read is None:
+            assert self._view is not None
+            self._read = self._view.read(self._items)
+        return self._read
 
     @property
     def sources(self) -> tuple[Source, ...]:
@@ -97,7 +147,7 @@ class Candidate:
 
     def named(self) -> str:
         name = as_str(self.observation.get("name")) or as_str(self.observation.get("id")) or "?"
-        return f"{name} {self.where} ({len(self.sources)})"
+        return f"{name} {self.where} ({len(self.texts)})"
 
 
 def candidates(
@@ -110,13 +160,13 @@ def candidates(
     for index, observation in enumerate(view.ordered):
         if index == generation:
             continue
-        output = view.output(index)
-        for items, where in document_lists(output, rules):
-            found.append(Candidate(index, observation, where, read_documents(items, rules)))
+        for items, where in view.lists(index):
+            found.append(Candidate(index, observation, where, items=items, view=view))
         documents = openinference_documents(view.metadata(index))
         if documents is not None:
             read, kind = documents
             found.append(Candidate(index, observation, f"metadata {kind}", read))
+        output = view.output(index)
         if observation.get("type") in tool_types and isinstance(output, str):
             passages = payload_documents(output, rules)
             if passages is not None and passages[0].sources:
@@ -153,7 +203,7 @@ def rules_pick(
         if named and observation.get("name") not in rules.retriever_names:
             continue
         retriever = named or observation.get("type") in rules.retriever_types
-        lists = document_lists(view.output(index), rules)
+        lists = view.lists(index)
         documents = None if lists else openinference_documents(view.metadata(index))
         nested = observation.get("id") in enclosing
         if malformed is not None and (lists or documents) and not nested:
@@ -162,7 +212,7 @@ def rules_pick(
             items, where = lists[0]
             noun = "document" if len(items) == 1 else "documents"
             note(trail, "sources", f"{where}: {len(items)} {noun}", observation)
-            return read_documents(items, rules)
+            return view.read(items)
         if documents is not None:
             read, kind = documents
             noun = "document" if len(read.sources) == 1 else "documents"
@@ -244,11 +294,11 @@ def find_sources(
         return _as_picked(picked, before, every)
     if not every:
         return _untraced(view, generation, picked, trail)
-    shown = [_Shown(c, tuple(positions([s.text for s in c.sources], prompt))) for c in every]
+    shown = [_Shown(c, tuple(positions(c.texts, prompt))) for c in every]
     picked_key = _picked_key(picked)
 
     def preference(entry: _Shown) -> tuple[int, bool, bool, bool, int]:
-        is_picked = _sources_key(entry.candidate.sources) == picked_key
+        is_picked = _texts_key(entry.candidate.texts) == picked_key
         structured = not entry.candidate.from_text
         return (entry.found, entry.whole, structured, is_picked, entry.candidate.index)
 
@@ -270,7 +320,7 @@ def find_sources(
     if rules.retriever_names:
         # A configured mapping is not overridden: its list stands when the prompt shows it
         # as well as any other, else the contradiction is a skip.
-        mine = [e for e in shown if _sources_key(e.candidate.sources) == picked_key]
+        mine = [e for e in shown if _texts_key(e.candidate.texts) == picked_key]
         if not mine or (mine[-1].found, mine[-1].whole) < (best.found, best.whole):
             return Found(
                 Skip(
@@ -282,7 +332,7 @@ def find_sources(
                 CHECK_NONE,
             )
         best = mine[-1]
-    if _sources_key(best.candidate.sources) != picked_key:
+    if _texts_key(best.candidate.texts) != picked_key:
         note(
             trail,
             "check",
@@ -333,7 +383,7 @@ def _as_picked(
 def _merged(chosen: Read, every: Sequence[Candidate]) -> tuple[Source, ...]:
     """The chosen list completed from the copies of its passages anywhere in the trace."""
     wanted = {text_key(s.text) for s in chosen.sources}
-    copies = [c.read for c in every if any(text_key(s.text) in wanted for s in c.sources)]
+    copies = [c.read for c in every if any(text_key(t) in wanted for t in c.texts)]
     return merge_copies(chosen, copies)
 
 
@@ -395,17 +445,19 @@ def retrieval_signs(
     return signs
 
 
-def _sources_key(sources: Sequence[Source]) -> tuple[str, ...]:
-    return tuple(sorted(s.text for s in sources))
+def _texts_key(texts: Sequence[str]) -> tuple[str, ...]:
+    return tuple(sorted(texts))
 
 
 def _picked_key(picked: Read | Skip | None) -> tuple[str, ...] | None:
-    return _sources_key(picked.sources) if isinstance(picked, Read) and picked.sources else None
+    if isinstance(picked, Read) and picked.sources:
+        return _texts_key([s.text for s in picked.sources])
+    return None
 
 
 def _where_picked(picked: Read, found: Sequence[Candidate]) -> str:
     key = _picked_key(picked)
-    named = [c for c in found if _sources_key(c.sources) == key]
+    named = [c for c in found if _texts_key(c.texts) == key]
     return named[-1].named() if named else ""
 
 
