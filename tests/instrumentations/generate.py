@@ -630,12 +630,19 @@ RUNNERS: dict[str, Callable[[ToolCallingStub], None]] = {
 }
 
 
+# What each app's trace holds of the kept chunks, when not everything (``scenarios.py``
+# ``Scenario.expected``): ``{"chunk_ids": bool, "scores": bool}``.
+HOLDS: dict[str, dict[str, bool]] = {}
+
+
 def _more_apps() -> None:
-    """The apps under ``apps/``, one module each: its ``DESCRIPTION`` and ``run(stub)``."""
+    """The apps under ``apps/``, one module each: its ``DESCRIPTION`` and ``run(stub)``, and
+    ``HOLDS`` when its trace lacks the chunks' ids or scores."""
     for path in sorted((HERE / "apps").glob("[!_]*.py")):
         module = importlib.import_module(f"tests.instrumentations.apps.{path.stem}")
         APPS[path.stem] = module.DESCRIPTION
         RUNNERS[path.stem] = module.run
+        HOLDS[path.stem] = getattr(module, "HOLDS", {})
 
 
 _more_apps()
@@ -731,7 +738,11 @@ def expectations(app: str, observations: list[dict[str, Any]]) -> list[dict[str,
         assert len(matching) == 1, f"{app}/{scenario.key}: {len(matching)} traces"
         generation = answer_generation(traces[matching[0]], scenario.answer)
         out.append(
-            {"trace_id": matching[0], "observation_id": generation["id"], **scenario.expected()}
+            {
+                "trace_id": matching[0],
+                "observation_id": generation["id"],
+                **scenario.expected(**HOLDS.get(app, {})),
+            }
         )
     return out
 
