@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+
 from tests.instrumentations.kit import (
     CHUNKS,
     MODEL,
