@@ -8,7 +8,8 @@ traffic (``tool_use`` and ``tool_result`` content blocks); it answers only what 
 What it models of the documented API (docs.anthropic.com, "Messages" and "Errors"; "Tool
 use": handling tool results), the inconvenient parts first:
 
-- every request needs an ``x-api-key`` header (401 ``authentication_error`` without) and an
+- every request needs its key, in an ``x-api-key`` header or (what the Python SDK 2 sends)
+  ``Authorization: Bearer`` (401 ``authentication_error`` without), and an
   ``anthropic-version`` header (400 ``invalid_request_error`` without);
 - the body needs ``model`` (string), ``max_tokens`` (integer >= 1) and a non-empty
   ``messages`` list whose roles are ``user`` or ``assistant`` only (the system prompt is the
@@ -103,7 +104,9 @@ class AnthropicStub(LoopbackService):
         handler.wfile.flush()
 
     def _messages(self, handler: LoopbackHandler, raw: bytes) -> tuple[int, Any]:
-        if not (handler.headers.get("x-api-key") or "").strip():
+        scheme, _, token = (handler.headers.get("Authorization") or "").partition(" ")
+        bearer = scheme.lower() == "bearer" and token.strip()
+        if not (handler.headers.get("x-api-key") or "").strip() and not bearer:
             return _error(401, "authentication_error", "invalid x-api-key")
         if not (handler.headers.get("anthropic-version") or "").strip():
             return _error(400, "invalid_request_error", "anthropic-version: header is required")

@@ -74,6 +74,13 @@ def test_a_scripted_tool_use_then_its_result_then_the_answer(stub: AnthropicStub
     assert len(stub.requests) == 2 and stub.pending_script == 0
 
 
+def test_the_key_may_come_as_a_bearer_token(stub: AnthropicStub) -> None:
+    stub.script("ok")
+    headers = {"Authorization": "Bearer sk-ant-test", "anthropic-version": "2023-06-01"}
+    status, reply, _ = post(stub, body(), headers)
+    assert (status, reply["content"][0]["text"]) == (200, "ok")
+
+
 def test_a_tool_use_without_its_result_is_refused(stub: AnthropicStub) -> None:
     stub.script("never sent")
     call = {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {}}
