@@ -716,9 +716,15 @@ def run_child(app: str) -> None:
 
 def answer_generation(trace: list[dict[str, Any]], answer: str) -> dict[str, Any]:
     """The GENERATION that produced the answer: it holds the answer text; the innermost and
-    latest of several (a wrapper such as LlamaIndex's predict holds it too)."""
+    latest of several (a wrapper such as LlamaIndex's predict holds it too). When none holds
+    it but the root returned it (OpenLIT 1.33 records a placeholder as every completion), the
+    latest generation made it."""
     first = answer.split(" [")[0]
-    found = [o for o in trace if o["type"] == "GENERATION" and first in (o.get("output") or "")]
+    generations = [o for o in trace if o["type"] == "GENERATION"]
+    found = [o for o in generations if first in (o.get("output") or "")]
+    roots = [o for o in trace if o["isRootObservation"]]
+    if not found and any(first in (o.get("output") or "") for o in roots):
+        return max(generations, key=lambda o: o["startTime"])
     assert found, "no generation holds the answer"
     parents = {o.get("parentObservationId") for o in found}
     innermost = [o for o in found if o["id"] not in parents]

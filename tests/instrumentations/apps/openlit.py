@@ -24,6 +24,7 @@ with ``tools``; this one records the completion.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from tests.instrumentations.kit import (
@@ -73,12 +74,18 @@ def search_knowledge_base(query: str) -> list[dict[str, Any]]:
 
 def run(stub: ToolCallingStub) -> None:
     import openlit
+
+    # The guide's tracer=langfuse._otel_tracer is gone; the Langfuse provider is reused.
+    run_loop(stub, lambda _langfuse: openlit.init(disable_batch=True))
+
+
+def run_loop(stub: ToolCallingStub, init: Callable[[Any], object]) -> None:
+    """Every scenario through the function-calling loop, after ``init(get_client())``."""
     from langfuse import get_client, observe
     from openai import OpenAI
 
     langfuse = get_client()
-    # The guide's tracer=langfuse._otel_tracer is gone; the Langfuse provider is reused.
-    openlit.init(disable_batch=True)
+    init(langfuse)
     client = OpenAI(max_retries=0)
 
     @observe(name="support-agent")
@@ -97,7 +104,7 @@ def run(stub: ToolCallingStub) -> None:
             message = response.choices[0].message
             if not message.tool_calls:
                 return message.content or ""
-            messages.append(message.model_dump(exclude_none=True))
+            messages.append(message.model_dump())
             for call in message.tool_calls:
                 arguments = json.loads(call.function.arguments)  # type: ignore[union-attr]
                 messages.append(
