@@ -652,7 +652,8 @@ _more_apps()
 
 
 def _request_text(request: dict[str, Any]) -> str:
-    return json.dumps(request.get("messages"), ensure_ascii=False)
+    """The conversation a model request carries (Gemini's ``contents``, others' ``messages``)."""
+    return json.dumps(request.get("messages") or request.get("contents"), ensure_ascii=False)
 
 
 def check_model_saw_reranked(requests: list[dict[str, Any]]) -> None:
