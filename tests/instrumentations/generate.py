@@ -109,6 +109,20 @@ def _hex_ids(node: Any) -> Any:
     return node
 
 
+def _base64_ids(node: Any) -> Any:
+    """OTLP/JSON's hex ids -> the base64 protobuf's JSON mapping wants."""
+    if isinstance(node, dict):
+        return {
+            k: base64.b64encode(bytes.fromhex(v)).decode()
+            if k in ("traceId", "spanId", "parentSpanId") and isinstance(v, str)
+            else _base64_ids(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_base64_ids(v) for v in node]
+    return node
+
+
 class CaptureServer:
     """Loopback stand-in for Langfuse's OTLP/HTTP traces endpoint; keeps every request."""
 
@@ -181,7 +195,9 @@ class CaptureServer:
 
         message = ExportTraceServiceRequest()
         if "json" in content_type:
-            json_format.Parse(body, message)
+            # OTLP/JSON sends ids as hex (the OTLP spec); protobuf's JSON mapping reads bytes as
+            # base64 (@langfuse/otel's default exporter, which Mastra's exporter uses, is JSON).
+            json_format.ParseDict(_base64_ids(json.loads(body)), message)
         else:
             message.ParseFromString(body)
         self.requests.append(_hex_ids(json_format.MessageToDict(message)))

@@ -162,6 +162,9 @@ NO_ROOT_OUTPUT = {"openai_agents"}
 # Apps whose only observation is the generation (an LLM proxy's callback): the answer is the
 # root's own output, and the sources are the prompt's numbered passages (no list traced).
 GENERATION_ONLY = {"litellm"}
+# Apps whose answer generation records no prompt (Mastra's exporter leaves its input empty, and
+# its step span shows "[tool-result: ...]" placeholders): the sources cannot be checked.
+PROMPT_NOT_RECORDED = {"mastra"}
 
 
 @pytest.mark.parametrize("app", APPS)
@@ -173,6 +176,7 @@ def test_every_answer_is_confirmed_by_its_content(app: str) -> None:
         read = read_trace(expected["trace_id"], trace(app, expected["trace_id"]), MappingRules())
         assert read.provenance is not None
         sources = "prompt_passages" if app in GENERATION_ONLY else "all"
+        sources = "not_recorded" if app in PROMPT_NOT_RECORDED else sources
         assert read.provenance.sources_check == sources, expected["scenario"]
         answer = "no_root_output" if app in NO_ROOT_OUTPUT else "confirmed"
         answer = "root" if app in GENERATION_ONLY else answer
