@@ -26,7 +26,8 @@ in [n] order (the stub's recorded request), then writes the raw capture,
 its trace id and the id of the GENERATION that produced the answer (the innermost, latest
 generation whose output holds the answer text).
 
-All seven apps run offline here; none had to be left out.
+All apps run offline here; none had to be left out. The apps under ``apps/`` each pin
+their packages and run in a virtualenv of their own (README.md, Regenerate).
 """
 
 from __future__ import annotations
