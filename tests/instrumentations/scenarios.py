@@ -127,17 +127,27 @@ class Scenario:
         ordered = sorted(self.candidates, key=lambda c: self.rerank[c[0]], reverse=True)
         return [(chunk_id, self.rerank[chunk_id]) for chunk_id, _ in ordered[: self.keep]]
 
-    def expected(self) -> dict[str, Any]:
-        """The expectations of one trace of this scenario (ids filled in by the generator)."""
+    def expected(self, *, chunk_ids: bool = True, scores: bool = True) -> dict[str, Any]:
+        """The expectations of one trace of this scenario (ids filled in by the generator).
+
+        ``chunk_ids`` / ``scores``: whether the trace holds the kept chunks' ids and rerank
+        scores anywhere (an agent's tool may hand the model bare texts). A source's missing
+        id or score is null; with no score in the trace, the score signals (rerank top1, CRAG
+        grade, confidence) are unknown, null (docs/signals.md, unknown is not zero); the text
+        signals (coverage, ghost refs) are the same either way.
+        """
         return {
             "scenario": self.key,
             "question": self.question,
-            "sources": [{"chunk_id": c, "score": s} for c, s in self.reranked()],
+            "sources": [
+                {"chunk_id": c if chunk_ids else None, "score": s if scores else None}
+                for c, s in self.reranked()
+            ],
             "coverage": self.coverage,
             "invalid_refs": list(self.invalid_refs),
-            "rerank_top1": self.rerank_top1,
-            "crag_grade": self.crag_grade,
-            "confidence": self.confidence,
+            "rerank_top1": self.rerank_top1 if scores else None,
+            "crag_grade": self.crag_grade if scores else None,
+            "confidence": self.confidence if scores else None,
         }
 
 

@@ -110,17 +110,26 @@ def _actual(record: RagRecord, signals: Signals, field: str) -> Any:
         return signals.citations.coverage
     if field == "invalid_refs":
         return list(signals.citations.invalid_refs)
+    # The score signals are unknown (None) when the trace records no retrieval score
+    # (docs/signals.md, unknown is not zero); ``getattr`` reads them before and after
+    # Signals' score fields became Optional.
     if field == "rerank_top1":
         return signals.rerank_top1
     if field == "crag_grade":
-        return signals.crag.grade.value
+        crag = getattr(signals, "crag", None)
+        return crag.grade.value if crag is not None and crag.grade is not None else None
     return signals.confidence
 
 
 def _wanted(expected: dict[str, Any], field: str) -> Any:
+    """The expected value; null means unknown (a source's id or score the trace does not
+    hold, a score signal of a trace without retrieval scores): None, never 0."""
     value = expected[field]
     if field == "sources":
-        return [(s["chunk_id"], pytest.approx(s["score"], abs=1e-9)) for s in value]
+        return [
+            (s["chunk_id"], None if s["score"] is None else pytest.approx(s["score"], abs=1e-9))
+            for s in value
+        ]
     if isinstance(value, float):
         return pytest.approx(value, abs=1e-9)
     return value
@@ -150,6 +159,12 @@ def test_a_trace_that_is_not_an_answer_is_skipped(app: str) -> None:
 QUERY_TYPES = {"openllmetry": "policy"}
 # Apps whose root records no output: the answer cannot be checked against what the user got.
 NO_ROOT_OUTPUT = {"openai_agents"}
+# Apps whose only observation is the generation (an LLM proxy's callback): the answer is the
+# root's own output, and the sources are the prompt's numbered passages (no list traced).
+GENERATION_ONLY = {"litellm"}
+# Apps whose answer generation records no prompt (Mastra's exporter leaves its input empty, and
+# its step span shows "[tool-result: ...]" placeholders): the sources cannot be checked.
+PROMPT_NOT_RECORDED = {"mastra"}
 
 
 @pytest.mark.parametrize("app", APPS)
@@ -160,8 +175,11 @@ def test_every_answer_is_confirmed_by_its_content(app: str) -> None:
     for expected in EXPECTED["apps"][app]["traces"]:
         read = read_trace(expected["trace_id"], trace(app, expected["trace_id"]), MappingRules())
         assert read.provenance is not None
-        assert read.provenance.sources_check == "all", expected["scenario"]
+        sources = "prompt_passages" if app in GENERATION_ONLY else "all"
+        sources = "not_recorded" if app in PROMPT_NOT_RECORDED else sources
+        assert read.provenance.sources_check == sources, expected["scenario"]
         answer = "no_root_output" if app in NO_ROOT_OUTPUT else "confirmed"
+        answer = "root" if app in GENERATION_ONLY else answer
         assert read.provenance.answer_check == answer, expected["scenario"]
 
 
