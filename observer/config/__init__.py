@@ -137,7 +137,7 @@ class MappingSettings(_Section):
     retriever_types: list[str] = Field(default_factory=lambda: ["RETRIEVER"])
     retriever_names: list[str] = Field(default_factory=list)
     question_keys: list[str] = Field(
-        default_factory=lambda: ["question", "query", "input", "message"]
+        default_factory=lambda: ["question", "query", "input", "message", "task"]
     )
     answer_keys: list[str] = Field(
         default_factory=lambda: ["content", "text", "answer", "response"]

@@ -14,9 +14,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from observer.mapping.decode import as_str, decode
+from observer.mapping.decode import as_str, decode, decode_all
 from observer.mapping.evidence import normalised, reduced, strings_in
-from observer.mapping.messages import PLACEHOLDERS, answer_of, tool_calls_in, tool_results_in
+from observer.mapping.messages import (
+    PLACEHOLDERS,
+    answer_of,
+    tool_call_arguments,
+    tool_calls_in,
+    tool_results_in,
+)
 from observer.mapping.rules import (
     ANSWER_CONFIRMED,
     ANSWER_DIFFERS,
@@ -47,53 +53,128 @@ class Answered:
     which: str
 
 
-def answering_generation(ordered: Sequence[Observation], rules: MappingRules) -> Answered | Skip:
+def answering_generation(
+    ordered: Sequence[Observation], rules: MappingRules, root: Observation
+) -> Answered | Skip:
     places = [i for i, o in enumerate(ordered) if is_generation(o, rules)]
     if not places:
         return Skip("no_generation", "no generation observation")
-    read = {i: answer_of(ordered[i].get("output"), rules) for i in places}
+    read = {i: _read(ordered[i], rules) for i in places}
+    # A second record of a call another generation holds (an SDK's own span, empty, inside
+    # the instrumentation's): not a generation of its own.
+    places = [i for i in places if not _echo(ordered, i, places, read)]
     not_answers = _not_answers(ordered, places, read)
-    last = places[-1]
+    last = _last(ordered, places, read, not_answers)
     which = f"the last of {len(places)} generations" if len(places) > 1 else "the generation"
     if last not in not_answers:
         text, shape = read[last]
         if not text or not text.strip():
             return Skip("no_answer_text", "generation output holds no text")
         return Answered(last, text, shape, which)
-    # The last one called a tool or holds a placeholder. The clock may have ordered it after
-    # the answer: one that wrote text in the same millisecond is the answer (a tool call
-    # never is); else the one that went on after tool results, if one did.
-    tied = [
-        i
-        for i in places
-        if i not in not_answers
-        and (read[i][0] or "").strip()
-        and _moment(ordered[i]) == _moment(ordered[last])
-    ]
-    if tied:
-        text, shape = read[tied[-1]]
-        assert text is not None
-        return Answered(
-            tied[-1],
-            text,
-            shape,
-            "the generation that wrote text (another called a tool at the same time)",
-        )
-    after_tools = [
-        (sum(1 for _ in tool_results_in(ordered[i].get("input"))), i)
-        for i in places
-        if i not in not_answers and (read[i][0] or "").strip()
-    ]
-    after_tools = [(n, i) for n, i in after_tools if n]
-    if after_tools:
-        _, index = max(after_tools)
-        text, shape = read[index]
-        assert text is not None
-        return Answered(index, text, shape, "the generation that went on after the tool results")
+    found = _instead(ordered, places, read, not_answers, root, rules)
+    if found is not None:
+        return found
     return Skip(
         "no_final_answer",
         f"the last generation {not_answers[last]}: the final answer is not in the trace",
     )
+
+
+def _read(observation: Observation, rules: MappingRules) -> tuple[str | None, str]:
+    text, shape = answer_of(observation.get("output"), rules)
+    if text is not None and text.strip() in ("None", "null"):  # a None content as text
+        return None, f"{shape}: {text.strip()}"
+    return text, shape
+
+
+def _last(
+    ordered: Sequence[Observation],
+    places: Sequence[int],
+    read: Mapping[int, tuple[str | None, str]],
+    not_answers: Mapping[int, str],
+) -> int:
+    """The last generation in tree order; among generations the clock cannot order (the
+    same start and end), the one content puts last: one that wrote text before one that
+    did not, then the one whose prompt holds the most tool results (it went on after
+    them), then the longest prompt."""
+    last = places[-1]
+    tied = [i for i in places if _moment(ordered[i]) == _moment(ordered[last])]
+    # A wrapper and the call it wraps tie too: the tree already puts the inner one after.
+    inner = {a for i in tied for a in ancestors(ordered[i], ordered)}
+    tied = [i for i in tied if as_str(ordered[i].get("id")) not in inner]
+    if len(tied) < 2:
+        return last
+
+    def later(i: int) -> tuple[bool, int, int, int]:
+        wrote = i not in not_answers and bool((read[i][0] or "").strip())
+        asked = ordered[i].get("input")
+        results = sum(1 for _ in tool_results_in(asked))
+        size = len(asked) if isinstance(asked, str) else 0
+        return wrote, results, size, i
+
+    return max(tied, key=later)
+
+
+def _instead(
+    ordered: Sequence[Observation],
+    places: Sequence[int],
+    read: Mapping[int, tuple[str | None, str]],
+    not_answers: Mapping[int, str],
+    root: Observation,
+    rules: MappingRules,
+) -> Answered | None:
+    """The answer when the last generation called a tool or holds a placeholder. The clock
+    may have ordered it after the answer: one that wrote text in the same millisecond is the
+    answer (a tool call never is); else the one that went on after tool results. With none,
+    the app's answer, when the root returned it and it was the last call's: its tool call's
+    arguments hold it (an agent's `final_answer` tool), or the call recorded a placeholder."""
+    last = _last(ordered, places, read, not_answers)
+    texts = [i for i in places if i not in not_answers and (read[i][0] or "").strip()]
+    tied = [i for i in texts if _moment(ordered[i]) == _moment(ordered[last])]
+    if tied:
+        text, shape = read[tied[-1]]
+        why = "the generation that wrote text (another called a tool at the same time)"
+        return Answered(tied[-1], text or "", shape, why)
+    after_tools = [(sum(1 for _ in tool_results_in(ordered[i].get("input"))), i) for i in texts]
+    after_tools = [(n, i) for n, i in after_tools if n]
+    if after_tools:
+        _, index = max(after_tools)
+        text, shape = read[index]
+        return Answered(
+            index, text or "", shape, "the generation that went on after the tool results"
+        )
+    returned, _ = answer_of(root.get("output"), rules) if root is not ordered[last] else (None, "")
+    if not returned or not returned.strip() or normalised(returned).lower() in PLACEHOLDERS:
+        return None
+    arguments = normalised(" ".join(tool_call_arguments(decode_all(ordered[last].get("output")))))
+    if normalised(returned) in arguments:
+        why = "the last generation, whose tool call's arguments hold the answer the root returned"
+        return Answered(last, returned, "the root's output", why)
+    if not_answers[last].startswith("recorded a placeholder"):
+        why = f"the last generation, which {not_answers[last]}: the answer the root returned"
+        return Answered(last, returned, "the root's output", why)
+    return None
+
+
+def _echo(
+    ordered: Sequence[Observation],
+    index: int,
+    places: Sequence[int],
+    read: Mapping[int, tuple[str | None, str]],
+) -> bool:
+    """A generation with no output at all whose time overlaps another generation's that
+    has one: a second record of that call."""
+    output = ordered[index].get("output")
+    if output not in (None, "", "null") or read[index][0]:
+        return False
+    start, end = sibling_key(ordered[index])[:2]
+    for other in places:
+        if other == index or ordered[other].get("output") in (None, "", "null"):
+            continue
+        other_start, other_end = sibling_key(ordered[other])[:2]
+        if start <= other_end and other_start <= end:
+            return True
+    return False
 
 
 def _not_answers(
@@ -166,7 +247,24 @@ def user_answer(text: str, root: Observation, generation: Observation) -> tuple[
     parts = [h for h, n in zip(held, shown, strict=True) if len(n) >= _MIN_PART and n in whole]
     if parts:
         return max(parts, key=len), "the part the root's output holds", ANSWER_CONFIRMED
+    if any(_cut_short(s, whole) for s in shown):
+        return text, "the root's output holds it cut short", ANSWER_CONFIRMED
     return fallback[0], fallback[1], ANSWER_DIFFERS
+
+
+_ELLIPSIS = ("...", "…")
+
+
+def _cut_short(shown: str, whole: str) -> bool:
+    """An output an instrumentation cut to a length, ending in an ellipsis: from where the
+    answer starts in it, what it holds is the answer's start."""
+    if not shown.endswith(_ELLIPSIS) or len(whole) < _MIN_PART:
+        return False
+    at = shown.find(whole[:_MIN_PART])
+    if at < 0:
+        return False
+    held = shown[at:].rstrip(".…").rstrip()
+    return len(held) >= _MIN_PART and whole.startswith(held)
 
 
 def name_of(observation: Observation) -> str:

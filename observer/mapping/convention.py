@@ -29,7 +29,7 @@ from observer.mapping.answer import (
     user_answer,
 )
 from observer.mapping.decode import as_bool, as_float_list, as_str, clean_text, decode
-from observer.mapping.evidence import cut_question, holds_passages
+from observer.mapping.evidence import cut_question, holds_passages, labelled_question
 from observer.mapping.messages import answer_of, is_object_name, question_of
 from observer.mapping.rules import (
     QUESTION_ASKED,
@@ -287,6 +287,9 @@ def _asked(
     question, where, asked = _question(root, ordered, rules)
     texts = [s.text for s in sources]
     if not texts or not holds_passages(question, texts):
+        labelled = labelled_question(question) if asked is not root else None
+        if labelled is not None:  # a prompt template's text around the user's question
+            return labelled, f"{where}, after its label", asked, QUESTION_CUT
         return question, where, asked, QUESTION_ASKED
     cut = cut_question(question, texts)
     if cut is not None:
@@ -322,7 +325,7 @@ def _map(
             "the mapping hook", "the mapping hook", trace_name=trace_name
         )
     view = TraceView(tree_order(observations), rules)
-    answered = answering_generation(view.ordered, rules)
+    answered = answering_generation(view.ordered, rules, root)
     if isinstance(answered, Skip):
         last = [o for o in view.ordered if is_generation(o, rules)][-1:]
         if last:

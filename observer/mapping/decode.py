@@ -51,6 +51,16 @@ def _loads(text: str) -> Any:
         return _NOT_JSON
 
 
+def decode_all(value: Any) -> Any:
+    """`decode`, again while the result is JSON text (a value encoded twice or more)."""
+    for _ in range(4):
+        inner = decode(value)
+        if inner is value or not isinstance(value, str):
+            return inner
+        value = inner
+    return value
+
+
 def as_bool(value: Any) -> bool | None:
     value = decode(value)
     if isinstance(value, bool):

@@ -320,10 +320,19 @@ def payload_documents(payload: Any, rules: MappingRules) -> tuple[Read, str] | N
         return None
     if not isinstance(value, str) or not value.strip():
         return None
-    passages = passages_in(value) or [p for p in _blocks(value) if p]
-    form = "one text" if len(passages) == 1 else f"{len(passages)} passages of one text"
-    sources = tuple(Source(text=p) for p in passages)
-    return Read(sources, (len(rules.score_keys),) * len(sources)), form
+    embedded = embedded_list(value)
+    if embedded is not None:
+        lists = document_lists(embedded, rules, "result")
+        if lists:
+            items, where = lists[0]
+            return read_documents(items, rules), f"documents in a text ({where})"
+    numbered = passages_in(value)
+    if numbered:
+        items = [{rules.text_keys[0]: p} for p in numbered]
+    else:
+        items = _headed_blocks(value, rules)
+    form = "one text" if len(items) == 1 else f"{len(items)} passages of one text"
+    return read_documents(items, rules), form
 
 
 def _text_parts(payload: Any) -> str | None:
@@ -340,16 +349,79 @@ def _text_parts(payload: Any) -> str | None:
 
 
 _BLANK = re.compile(r"\n[ \t]*\n")
+# A block of `field_name: value` lines before a passage is its header (LlamaIndex formats a
+# node for the model as its metadata lines, a blank line, then its text).
+_HEADER_LINE = re.compile(r"^[ \t]*([a-z_][a-z0-9_]{0,39})[ \t]*:[ \t]*(\S.{0,199})$")
 
 
-def _blocks(text: str) -> list[str]:
-    return [block.strip() for block in _BLANK.split(text)]
+def _headed_blocks(text: str, rules: MappingRules) -> list[dict[str, Any]]:
+    """The blocks of a text between blank lines, each a passage; a block of `key: value`
+    lines only is the header of the passage after it, read as its fields."""
+    items: list[dict[str, Any]] = []
+    header: dict[str, Any] = {}
+    for block in (b.strip() for b in _BLANK.split(text)):
+        if not block:
+            continue
+        lines = block.splitlines()
+        fields = [_HEADER_LINE.match(line) for line in lines]
+        if len(lines) <= 8 and all(fields):
+            header = {m.group(1).strip(): m.group(2).strip() for m in fields if m is not None}
+            continue
+        items.append({**header, rules.text_keys[0]: block})
+        header = {}
+    return items
+
+
+# Where a list of objects may start inside a text (`Observation:\n[{'id': ...}]`).
+_LIST_START = re.compile(r"\[\s*\{")
+
+
+def embedded_list(text: str) -> Any:
+    """The first list of objects written inside a text, as JSON or a Python literal; None
+    when there is none. A bounded number of starts is tried, each read once."""
+    if len(text) > MAX_REPR_CHARS:
+        return None
+    for tries, start in enumerate(_LIST_START.finditer(text)):
+        if tries >= 8:
+            break
+        end = _closing(text, start.start())
+        if end is None:
+            continue
+        value = unwrapped_text(text[start.start() : end])
+        if isinstance(value, list):
+            return value
+    return None
+
+
+def _closing(text: str, start: int) -> int | None:
+    """The end of the bracketed value opening at `start`: a linear scan that skips quoted
+    strings (either quote, with escapes)."""
+    depth = 0
+    quote = ""
+    index = start
+    while index < len(text):
+        char = text[index]
+        if quote:
+            if char == "\\":
+                index += 1
+            elif char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif char in "[{(":
+            depth += 1
+        elif char in "]})":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+        index += 1
+    return None
 
 
 def unwrapped_text(value: Any) -> Any:
     """A value with its text decoded: JSON, JSON inside a JSON string (a tool's result
     encoded twice), or a Python literal; the text itself when it is none of these."""
-    for _ in range(3):
+    for _ in range(4):
         if not isinstance(value, str):
             return value
         decoded = decode(value)

@@ -173,7 +173,8 @@ def reduced(text: str) -> tuple[str, str] | None:
 
 # A prompt template's label before the user's question: `Question: …`, `Query: …`, `问题：…`.
 _QUESTION_LABEL = re.compile(
-    r"(?im)^[ \t#*>-]*(?:the\s+|user(?:'s)?\s+)?(?:question|query|问题|提问)[ \t]*[:：][ \t]*"
+    r"(?im)^[ \t#*>-]*(?:the |user(?:'s)? |current |new )?(?:question|query|task|问题|提问)"
+    r"[ \t]*[:：][ \t]*"
 )
 _LINE_MARK = re.compile(
     r"^\s*(?:\[\d{1,3}\]|(?:source|document|passage|context|chunk)\s*#?\d{1,3}\s*[:.)=]?)\s*",
@@ -185,6 +186,16 @@ def holds_passages(text: str, passages: Sequence[str]) -> bool:
     """The text shows one of the passages (a normalised prefix of it)."""
     flat = normalised(text)
     return any(probe and probe in flat for probe in (_probe(p) for p in passages))
+
+
+def labelled_question(text: str) -> str | None:
+    """The text after a prompt template's question label (`Question:`, `Current Task:`),
+    to the next blank line; None without one."""
+    labels = list(_QUESTION_LABEL.finditer(text))
+    if not labels:
+        return None
+    after = _BLANK_LINE.split(text[labels[-1].end() :], maxsplit=1)[0].strip()
+    return after or None
 
 
 def cut_question(text: str, passages: Sequence[str]) -> str | None:

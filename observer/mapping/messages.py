@@ -11,11 +11,12 @@ Pure: decoded JSON in, texts out.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from observer.mapping.decode import as_str, decode
+from observer.mapping.decode import as_str, decode, decode_all
 from observer.mapping.rules import MappingRules
 
 
@@ -61,12 +62,18 @@ def _question_in_object(value: dict[str, Any], rules: MappingRules) -> tuple[str
             found = keyed(inner, rules.question_keys)
             if found is not None:
                 return found[1], f"input.{component}.{found[0]}"
-    messages = value.get("messages")
-    if isinstance(messages, list):
-        text = last_user_text(messages)
-        if text is not None:
-            return text, "input.messages: the last user message"
+    for key in _MESSAGE_KEYS:
+        messages = value.get(key)
+        if isinstance(messages, list):
+            text = last_user_text(messages)
+            if text is not None:
+                return text, f"input.{key}: the last user message"
     return "", "input is an object without a question key"
+
+
+# Where a call's record keeps the chat: OpenAI's `messages`, LlamaIndex's `chat_history`,
+# Gemini's `contents`.
+_MESSAGE_KEYS = ("messages", "chat_history", "history", "contents")
 
 
 def _question_of_call(
@@ -87,8 +94,10 @@ def _question_of_call(
 
 
 def last_user_text(messages: list[Any]) -> str | None:
-    """A chat transcript: the last thing the user said (the last user message with text)."""
-    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    """A chat transcript: the last thing the user said (the last user message with text).
+    Messages recorded as their Python repr count too."""
+    read = [repr_message(m) if isinstance(m, str) else m for m in messages]
+    users = [m for m in read if isinstance(m, dict) and m.get("role") == "user"]
     for message in reversed(users):
         # A tool's result comes back as a user message without text (GenAI, Anthropic):
         # passed over.
@@ -139,8 +148,19 @@ def parts_text(parts: Any) -> str | None:
     return "".join(texts) if texts else None
 
 
+# A completion rendered as `role: content` (LlamaIndex's ChatResponse as text).
+_ROLE_PREFIX = re.compile(r"^assistant: ")
+
+
 def answer_of(output: Any, rules: MappingRules) -> tuple[str | None, str]:
     """The answer held by a generation's output, and which shape held it."""
+    text, shape = _answer_of(output, rules)
+    if text is not None and _ROLE_PREFIX.match(text):
+        return text[len("assistant: ") :], f"{shape}, its `assistant: ` prefix cut"
+    return text, shape
+
+
+def _answer_of(output: Any, rules: MappingRules) -> tuple[str | None, str]:
     if isinstance(output, str):
         decoded = decode(output)
         # A number or boolean is the raw text itself ("42"); a JSON string is its value,
@@ -184,6 +204,11 @@ def _answer_in(output: Any, rules: MappingRules) -> tuple[str | None, str]:
         if isinstance(message, dict):
             return content_text(message.get("content")), "choices[0].message.content"
         return as_str(choices[0].get("text")), "choices[0].text"
+    candidates = output.get("candidates")  # Gemini's GenerateContentResponse
+    if isinstance(candidates, list) and candidates and isinstance(candidates[0], dict):
+        content = candidates[0].get("content")
+        parts = content.get("parts") if isinstance(content, dict) else None
+        return parts_text(parts), "candidates[0].content.parts"
     for key in rules.answer_keys:
         if key in output:
             text = content_text(output[key])
@@ -211,8 +236,8 @@ def tool_calls_in(output: Any) -> list[str]:
     `tool_use` blocks, GenAI `tool_call` parts, Gemini `functionCall`, Vercel
     `tool-call`); [] when it calls none."""
     found: list[str] = []
-    for node in _nodes(decode(output), 0):
-        calls = node.get("tool_calls")
+    for node in _nodes(decode_all(output), 0):
+        calls = node.get("tool_calls") or node.get("toolCalls")
         if isinstance(calls, list):
             for call in calls:
                 function = call.get("function") if isinstance(call, dict) else None
@@ -267,7 +292,7 @@ def tool_results_in(value: Any) -> Iterator[tuple[str, Any]]:
     (or `function`) message's content; a `tool_result`, `tool-result` or
     `tool_call_response` part's content, output or result; a Gemini `functionResponse`'s
     response."""
-    for node in _nodes(decode(value), 0):
+    for node in _nodes(decode_all(value), 0):
         role = node.get("role")
         if isinstance(role, str) and role in _TOOL_ROLES and "content" in node:
             content = node["content"]
@@ -304,7 +329,9 @@ def _unwrapped(payload: Any) -> Any:
 
 
 def _nodes(value: Any, depth: int) -> Iterator[dict[str, Any]]:
-    """Every object in a decoded value, outermost first, to a bounded depth."""
+    """Every object in a decoded value, outermost first, to a bounded depth; a message
+    recorded as its Python repr or a prompt recorded as `role: content` lines read as
+    messages."""
     if depth > 12:
         return
     if isinstance(value, dict):
@@ -316,6 +343,58 @@ def _nodes(value: Any, depth: int) -> Iterator[dict[str, Any]]:
         for inner in value:
             if isinstance(inner, dict | list):
                 yield from _nodes(inner, depth + 1)
+            elif isinstance(inner, str):
+                message = repr_message(inner)
+                if message is not None:
+                    yield message
+    elif isinstance(value, str) and depth == 0:
+        yield from transcript(value)
+
+
+# A chat message recorded as its Python repr: LlamaIndex's and smolagents'
+# `ChatMessage(role=<MessageRole.USER: 'user'>, ... text='...' ...)`.
+_REPR_ROLE = re.compile(r"^\w*Message\(role=(?:<\w+\.\w+: )?'([\w-]+)'>?")
+_REPR_TEXT = re.compile(r"""(?:\btext=|'text': )('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
+_REPR_ROLES = {"tool-response": "tool", "tool-call": "assistant", "model": "assistant"}
+# Past this a repr is not read (a literal parse per text block; bounded work per trace).
+_MAX_REPR = 200_000
+
+
+def repr_message(text: str) -> dict[str, Any] | None:
+    """A message object's repr as `{"role", "content"}` (its text blocks joined); None when
+    the text is no such repr."""
+    if len(text) > _MAX_REPR:
+        return None
+    found = _REPR_ROLE.match(text)
+    if found is None:
+        return None
+    texts = []
+    for literal in _REPR_TEXT.findall(text):
+        try:
+            value = ast.literal_eval(literal)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+        if isinstance(value, str):
+            texts.append(value)
+    role = _REPR_ROLES.get(found.group(1), found.group(1))
+    return {"role": role, "content": "\n".join(texts) if texts else None}
+
+
+# A prompt recorded as `role: content` lines (OpenLIT before 1.34 flattened the messages).
+_TRANSCRIPT_LINE = re.compile(r"(?m)^(system|user|assistant|tool|function): ?")
+
+
+def transcript(text: str) -> Iterator[dict[str, Any]]:
+    """The messages of a prompt flattened into `role: content` lines; none when the text is
+    not one (at least two such lines, the first at its start)."""
+    if len(text) > _MAX_REPR or not _TRANSCRIPT_LINE.match(text):
+        return
+    marks = list(_TRANSCRIPT_LINE.finditer(text))
+    if len(marks) < 2:
+        return
+    for index, mark in enumerate(marks):
+        end = marks[index + 1].start() if index + 1 < len(marks) else len(text)
+        yield {"role": mark.group(1), "content": text[mark.end() : end].rstrip("\n")}
 
 
 # An object's name where a text was expected: `OpenAI`, `openai.OpenAI`, `<Client object at

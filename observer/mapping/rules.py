@@ -32,7 +32,7 @@ class MappingRules:
     generation_names: tuple[str, ...] = ()
     retriever_types: tuple[str, ...] = ("RETRIEVER",)
     retriever_names: tuple[str, ...] = ()
-    question_keys: tuple[str, ...] = ("question", "query", "input", "message")
+    question_keys: tuple[str, ...] = ("question", "query", "input", "message", "task")
     answer_keys: tuple[str, ...] = ("content", "text", "answer", "response")
     sources_keys: tuple[str, ...] = ("documents", "sources", "chunks", "nodes")
     text_keys: tuple[str, ...] = ("text", "content", "page_content")

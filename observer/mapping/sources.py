@@ -342,7 +342,10 @@ def find_sources(
         )
     else:
         note(trail, "check", f"sources: the prompt shows {best.found} of {len(best.at)} texts")
-    sources = _merged(best.numbered(), every)
+    # Copies in the order the prompt confirms them: a score of equal rank comes from the
+    # list the prompt shows best (the reranked one, not the first stage's superset).
+    ordered = [e.candidate for e in sorted(shown, key=preference, reverse=True)]
+    sources = _merged(best.numbered(), ordered)
     observation = best.candidate.observation
     name = as_str(observation.get("name")) or as_str(observation.get("id")) or "?"
     return Found(sources, f"{name} {best.candidate.where}", CHECK_ALL if best.whole else CHECK_SOME)
@@ -377,11 +380,13 @@ def _as_picked(
         return Found(picked, "", CHECK_NO_RETRIEVAL)
     if not picked.sources:
         return Found((), "", CHECK_NOT_RECORDED)
-    return Found(_merged(picked, every), _where_picked(picked, before), CHECK_NOT_RECORDED)
+    latest_first = sorted(every, key=lambda c: c.index, reverse=True)
+    return Found(_merged(picked, latest_first), _where_picked(picked, before), CHECK_NOT_RECORDED)
 
 
 def _merged(chosen: Read, every: Sequence[Candidate]) -> tuple[Source, ...]:
-    """The chosen list completed from the copies of its passages anywhere in the trace."""
+    """The chosen list completed from the copies of its passages anywhere in the trace,
+    `every` best first (of copies whose scores rank alike, the first one's score)."""
     wanted = {text_key(s.text) for s in chosen.sources}
     copies = [c.read for c in every if any(text_key(t) in wanted for t in c.texts)]
     return merge_copies(chosen, copies)

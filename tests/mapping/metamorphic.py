@@ -47,21 +47,28 @@ def _encoded(value: Any, like: Any) -> Any:
     return value
 
 
-def _walk(value: Any, change: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
-    """`change` on every object of a value, JSON text inside strings included."""
+def _walk(
+    value: Any,
+    change: Callable[[dict[str, Any]], dict[str, Any]],
+    text: Callable[[str], str] = lambda t: t,
+) -> Any:
+    """`change` on every object of a value, JSON text and Python reprs inside strings
+    included; `text` on every other string."""
     if isinstance(value, dict):
-        return change({k: _walk(v, change) for k, v in value.items()})
+        return change({k: _walk(v, change, text) for k, v in value.items()})
     if isinstance(value, list):
-        return [_walk(v, change) for v in value]
+        return [_walk(v, change, text) for v in value]
     if isinstance(value, str) and value[:1] in "[{":
         inner = _decoded(value)
         if not isinstance(inner, str):
-            return json.dumps(_walk(inner, change), ensure_ascii=False)
+            return json.dumps(_walk(inner, change, text), ensure_ascii=False)
         try:  # a Python repr (the OpenAI Agents SDK's tool messages)
             literal = ast.literal_eval(value)
         except (ValueError, SyntaxError):
-            return value
-        return repr(_walk(literal, change))
+            return text(value)
+        return repr(_walk(literal, change, text))
+    if isinstance(value, str):
+        return text(value)
     return value
 
 
@@ -76,6 +83,23 @@ def _on_fields(trace: Trace, fields: tuple[str, ...], change: Callable[[Any], An
     return out
 
 
+# A score written inside a text (a prompt flattened into lines, a tool's text).
+_SCORE_IN_TEXT = (
+    re.compile(
+        r""",\s*\\?["'](?:score|rerank_score|relevance_score|similarity)\\?["']\s*:\s*[-0-9.eE]+"""
+    ),
+    re.compile(
+        r"""\\?["'](?:score|rerank_score|relevance_score|similarity)\\?["']\s*:\s*[-0-9.eE]+\s*,\s*"""
+    ),
+)
+
+
+def _strip_text(text: str) -> str:
+    for pattern in _SCORE_IN_TEXT:
+        text = pattern.sub("", text)
+    return text
+
+
 def drop_scores(trace: Trace) -> Trace:
     """Every retrieval score gone: a retriever traced without them."""
 
@@ -86,7 +110,10 @@ def drop_scores(trace: Trace) -> Trace:
             if not (_SCORE_KEYS.match(k) or _OPENINFERENCE_SCORE.search(k))
         }
 
-    return _on_fields(trace, ("output", "input", "metadata"), lambda v: _walk(v, strip))
+    def drop(value: Any) -> Any:
+        return _walk(value, strip, _strip_text)
+
+    return _on_fields(trace, ("output", "input", "metadata"), drop)
 
 
 def tie_timestamps(trace: Trace) -> Trace:
@@ -129,9 +156,12 @@ def _holds_documents(value: Any) -> bool:
 
 
 def nest_outputs(trace: Trace) -> Trace:
-    """Outputs that hold documents one level deeper (`{"result": <output>}`)."""
+    """Outputs that hold documents one level deeper (`{"result": <output>}`); a model's
+    completion stays as it is."""
     out = copy.deepcopy(trace)
     for observation in out:
+        if observation.get("type") == "GENERATION":
+            continue
         value = _decoded(observation.get("output"))
         if _holds_documents(value):
             observation["output"] = json.dumps({"result": value}, ensure_ascii=False)
@@ -192,8 +222,8 @@ def _answering(trace: Trace) -> tuple[RagRecord, dict[str, Any]] | None:
 def tool_call_before_answer(trace: Trace) -> Trace:
     """A generation that called a tool, beside the final one and started just before it."""
     found = _answering(trace)
-    if found is None:
-        return trace
+    if found is None or found[1].get("isRootObservation"):
+        return trace  # a trace that is one generation has no call before it
     _, final = found
     call = copy.deepcopy(final)
     call["id"] = f"{final['id'][:12]}call"
