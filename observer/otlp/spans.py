@@ -6,8 +6,8 @@ back from Langfuse by the poller. Pure, no network, stdlib only (the tests also 
 the captured traces of ``tests/instrumentations`` into their v2 rows with it). The input is
 an OTLP/JSON ``ExportTraceServiceRequest`` body (``{"resourceSpans": [...]}``,
 them merged; the output is a list of plain dicts with the API's camelCase keys, as the v2
-route puts them on the wire for ``fields=core,basic,time,io,metadata,trace_context`` (what
-observer requests, ``observer/sources/langfuse.py``).
+route puts them on the wire for ``fields=core,basic,time,io,metadata,model,prompt,
+trace_context`` (what observer requests, ``observer/sources/langfuse.py``).
 
 It follows the path Langfuse SDK 5 traffic takes (it sends ``x-langfuse-ingestion-version:
 4``, so the worker writes events directly: ``worker/src/queues/otelIngestionQueue.ts``
@@ -89,7 +89,9 @@ rule here is one of the Langfuse server's, read in github:langfuse/langfuse at 6
   ``parseJsonPrioritised``; ``packages/shared/src/eventsTable.ts``
   ``eventsTableIsRootObservationSqlForAlias``, ``eventsTableTraceNameSqlForAlias``;
   ``packages/shared/src/server/queries/clickhouse-sql/event-query-builder.ts``
-  ``EVENTS_FIELDS``; ``web/src/pages/api/public/v2/observations/index.ts``): input and
+  ``EVENTS_FIELDS``; ``web/src/pages/api/public/v2/observations/index.ts``): ``model`` is the
+  provided model name (``extractModelName``), ``promptName`` / ``promptVersion`` a
+  generation's (``canLinkPrompt``); input and
   output come back as the raw stored text (the v2 API never JSON-parses them; an empty one
   is null); every flattened metadata value comes back JSON-decoded when it parses (so the
   SDK's ``"\\"faq\\""`` reads ``"faq"`` and ``"0.82"`` reads ``0.82``), else as text; for a
@@ -433,6 +435,65 @@ def _seconds_between(start: str | None, end: str | None) -> float | None:
     return js_number((parse_iso(end) - parse_iso(start)).total_seconds())
 
 
+_MODEL_KEYS = (
+    "langfuse.observation.model.name",
+    "gen_ai.response.model",
+    "ai.model.id",
+    "gen_ai.request.model",
+    "llm.response.model",
+    "llm.model_name",
+    "model",
+)
+
+
+def _model_name(attributes: Mapping[str, Any]) -> str | None:
+    """``extractModelName`` (none on the Vercel AI SDK's agent spans: ``isAiSdkAgentOperation``),
+    read back as the v2 ``model`` field (``provided_model_name``)."""
+    if attributes.get("gen_ai.operation.name") in ("invoke_agent", "agent_step"):
+        return None
+    keys: tuple[str, ...] = _MODEL_KEYS
+    if attributes.get("genkit:metadata:subtype") == "model":
+        keys = (*keys, "genkit:name")
+    for key in keys:
+        value = attributes.get(key)
+        if truthy(value):
+            return value if isinstance(value, str) else js_stringify(value)
+    return None
+
+
+def _prompt(attributes: Mapping[str, Any], kind: str, part: str) -> Any:
+    """``promptName`` / ``promptVersion`` of ``processToEvent``: a GENERATION's only
+    (``canLinkPrompt``), from the SDK's attribute, ``langfuse.prompt.<part>``, or the Vercel
+    AI SDK's ``ai.telemetry.metadata.langfusePrompt`` JSON."""
+    if kind != "GENERATION":
+        return None
+    for key in (f"langfuse.observation.prompt.{part}", f"langfuse.prompt.{part}"):
+        if attributes.get(key) is not None:
+            return attributes[key]
+    carried = attributes.get("ai.telemetry.metadata.langfusePrompt")
+    if truthy(carried) and isinstance(carried, str):
+        try:
+            parsed = js_parse(carried)
+        except ValueError:
+            return None
+        if isinstance(parsed, dict):
+            return parsed.get(part)
+    return None
+
+
+def _prompt_version(value: Any) -> int | None:
+    """The stored ``prompt_version`` is a number column: an integral value, else none."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
 def span_observation(
     span: Mapping[str, Any],
     scope: Mapping[str, Any],
@@ -481,6 +542,7 @@ def span_observation(
     if release is None:
         release = resource_attributes.get("langfuse.release")
     name = _name(str(span.get("name") or ""), attributes)
+    kind = observation_type(attributes, resource_attributes, scope, str(span.get("name") or ""))
     is_root = not parent or is_app_root
     trace_name = attributes.get("langfuse.trace.name")
     if not truthy(trace_name):
@@ -493,9 +555,7 @@ def span_observation(
         "endTime": end,
         "projectId": project_id,
         "parentObservationId": parent,
-        "type": observation_type(
-            attributes, resource_attributes, scope, str(span.get("name") or "")
-        ),
+        "type": kind,
         "name": name,
         "level": level,
         "statusMessage": status_message,
@@ -537,6 +597,9 @@ def span_observation(
         "traceName": trace_name,
         "latency": _seconds_between(start, end),
         "timeToFirstToken": _seconds_between(start, completion_start),
+        "model": _model_name(attributes),
+        "promptName": _prompt(attributes, kind, "name"),
+        "promptVersion": _prompt_version(_prompt(attributes, kind, "version")),
         "modelId": None,
         "inputPrice": None,
         "outputPrice": None,
