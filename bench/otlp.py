@@ -188,18 +188,19 @@ def main() -> None:
         lost = sum(1 for t in ends if t not in fake.stored)
         warm = [m for at, m in rss if at >= 60] or [m for _, m in rss]
         print(f"rate {args.rate:g}/s for {args.seconds:g} s, settle_s {args.settle_s:g}, "
-              f"SDK flush_interval {args.flush_interval:g} s, load before {load[0]:.2f}")  # fmt: skip
+              f"SDK flush_interval {args.flush_interval:g} s, load {load[0]:.2f}")  # fmt: skip
         print(f"traces sent {len(ends)} ({len(ends) / args.seconds:.1f}/s), scored "
               f"{len(lags)}, lost {lost}")  # fmt: skip
         if lags:
             print(f"trace end -> scores stored: p50 {statistics.median(lags):.2f} s, "
                   f"p95 {quantile(lags, 0.95):.2f} s, p99 {quantile(lags, 0.99):.2f} s, "
                   f"max {max(lags):.2f} s")  # fmt: skip
-        print(f"scores stored {sum(fake.count.values())} "
-              f"(per trace {min(fake.count.values(), default=0)}-{max(fake.count.values(), default=0)})")  # fmt: skip
+        counts = list(fake.count.values()) or [0]
+        print(f"scores stored {sum(counts)} (per trace {min(counts)}-{max(counts)})")
         if warm:
+            peak = max(m for _, m in rss)
             print(f"observer RSS: after 1 min {warm[0]:.0f} MB, end {warm[-1]:.0f} MB, "
-                  f"peak {max(m for _, m in rss):.0f} MB, load at end {os.getloadavg()[0]:.2f}")  # fmt: skip
+                  f"peak {peak:.0f} MB, load at end {os.getloadavg()[0]:.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":
