@@ -344,8 +344,9 @@ def build(
     or when the returned Parts is closed. A `telemetry` passed in stays the caller's to
     shut down. Mode "member" connects to the fleet's Redis (or uses `redis_client`).
     """
-    event_path.check(settings)
-    settings = event_path.with_backstop(settings)
+    if mode != "once":  # the receiver runs in the daemon only; a one-shot reads as configured
+        event_path.check(settings)
+        settings = event_path.with_backstop(settings)
     with ExitStack() as closing:
         parts = _build(
             closing,

@@ -46,6 +46,7 @@ BATCH = 200  # traces scored per step at most: one state query for their fingerp
 STOPPING_RETRY_S = 5.0
 OUTBOX_RETRY_S = 10.0
 PROJECT_RETRY_S = 10.0
+EXPIRE_EVERY_S = 1.0
 
 
 def observations_of(decoded: Decoded, project_id: str | None) -> list[SpanIn]:
@@ -104,6 +105,7 @@ class Receiver:
         )
         self.outbox_full = False  # set by a step whose trace found no room in the outbox
         self._paused_until = 0.0  # the project could not be read: no step scores before
+        self._expired_at = 0.0
 
     # -- the HTTP side --------------------------------------------------------------------
 
@@ -166,7 +168,9 @@ class Receiver:
         if now < self._paused_until:
             return False
         with self._lock:
-            dropped = self.assembly.expire(now)
+            dropped: list[Dropped] = []
+            if now - self._expired_at >= EXPIRE_EVERY_S:  # a walk over all it holds
+                dropped, self._expired_at = self.assembly.expire(now), now
             handed = self.assembly.due(now, BATCH)
             self._gauges()
         if dropped:
