@@ -1,4 +1,4 @@
-"""`[otlp]`: the event path's receiver (docs/configuration.md#otlp, docs/daemon.md).
+"""`[otlp]`: the event path's receiver (docs/configuration.md#otlp-receiver, docs/daemon.md).
 
 Off by default. `enabled = true` serves on `listen` (`127.0.0.1:4318`, the OTLP/HTTP
 port); setting `listen` (`OBSERVER_OTLP__LISTEN`) alone turns it on too. Listening

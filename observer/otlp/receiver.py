@@ -30,7 +30,7 @@ import structlog
 
 from observer.background import Deadline, Worker
 from observer.otlp.assembly import Assembly, Dropped, Handed, Limits, SpanIn
-from observer.otlp.server import Result, Verdict
+from observer.otlp.server import ExportAnswer, Result
 from observer.otlp.spans import span_observation
 from observer.otlp.values import attributes_of
 from observer.otlp.wire import Decoded
@@ -109,12 +109,12 @@ class Receiver:
 
     # -- the HTTP side --------------------------------------------------------------------
 
-    def accept(self, decoded: Decoded) -> Verdict:
+    def accept(self, decoded: Decoded) -> ExportAnswer:
         """Take an export's spans, or say when to come back (never blocks on scoring)."""
         if self.worker.stopping.is_set():
-            return Verdict("unavailable", STOPPING_RETRY_S, "observer is stopping")
+            return ExportAnswer("unavailable", STOPPING_RETRY_S, "observer is stopping")
         if self.outbox_full and self.state.outbox_size() >= self.state.max_outbox:
-            return Verdict(
+            return ExportAnswer(
                 "unavailable",
                 OUTBOX_RETRY_S,
                 "observer's outbox is full (Langfuse is not taking scores): try again later",
@@ -136,13 +136,13 @@ class Receiver:
                 held_bytes=self.assembly.size,
                 retry_after_s=admission.retry_after_s,
             )
-            return Verdict(
+            return ExportAnswer(
                 "throttled",
                 admission.retry_after_s,
                 "observer's assembly is full: the oldest traces are being scored early",
             )
         self.otlp.spans.inc(admission.new_spans)
-        return Verdict("accepted")
+        return ExportAnswer("accepted")
 
     def count(self, result: Result) -> None:
         self.otlp.requests.labels(result=result).inc()

@@ -55,7 +55,7 @@ Result = Literal[
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class ExportAnswer:
     """What the receiver made of a decoded export: taken, or come back after a while."""
 
     result: Literal["accepted", "throttled", "unavailable"]
@@ -95,7 +95,7 @@ def _normalised(header: str) -> bytes:
     return f"{scheme.capitalize()} {rest.strip()}".encode()
 
 
-Accept = Callable[[wire.Decoded], Verdict]
+Accept = Callable[[wire.Decoded], ExportAnswer]
 
 
 class OtlpApp:

@@ -1,5 +1,6 @@
-"""Both paths give the same record, fingerprint and scores, byte for byte (DESIGN §11, §4).
+"""Both paths give the same record, fingerprint and scores, byte for byte.
 
+DESIGN: docs/daemon.md#the-event-path (the same record as a poll).
 Every captured app of tests/instrumentations goes through both:
 - **polled**: its observations, as the Observations API v2 returns them, served by the
   fake Langfuse and read by the daemon's pipeline (LangfuseSource over HTTP);
