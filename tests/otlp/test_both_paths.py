@@ -1,6 +1,6 @@
-"""Both paths give the same record, fingerprint and scores, byte for byte.
+"""Both paths give the same record, fingerprint and scores, byte for byte
+(docs/daemon.md#the-event-path, "The same record as a poll").
 
-DESIGN: docs/daemon.md#the-event-path (the same record as a poll).
 Every captured app of tests/instrumentations goes through both:
 - **polled**: its observations, as the Observations API v2 returns them, served by the
   fake Langfuse and read by the daemon's pipeline (LangfuseSource over HTTP);
