@@ -71,6 +71,8 @@ class Daemon:
         parts = self.parts
         self.server = start_http(parts.settings, parts.metrics, parts.health)
         parts.dispatcher.start()
+        if parts.receiver is not None:
+            parts.receiver.start()
         if parts.member is not None:
             parts.member.start()
         parts.evaluator.start()
@@ -97,6 +99,8 @@ class Daemon:
                 return
             if parts.member is not None:
                 return  # the fleet member's own threads read and score
+            if parts.settings.otlp.on and parts.settings.otlp.poller == "off":
+                return  # the OTLP receiver alone: nothing is read from Langfuse
             if parts.health.not_ready_because and not self._state_writable_again():
                 return  # no new traces while nothing can be recorded
             parts.passes.tick(self.clock())
@@ -152,9 +156,13 @@ class Daemon:
         parts = self.parts
         parts.stop.set()
         reserve = min(3.0, parts.settings.run.shutdown_grace_s / 4)
+        # Spans no longer taken (503, the sender retries elsewhere or later); what is in
+        # assembly is the poller's backstop's after a restart.
+        received = parts.receiver is None or parts.receiver.stop(deadline.before(reserve))
         ended = self._busy.acquire(timeout=deadline.before(reserve).left())
         if not ended:
             log.warning("poll_abandoned", reason="still inside a request at the grace's end")
+        ended = ended and received
         if parts.member is not None:  # no new entries; the lease given up for the next reader
             ended = parts.member.shutdown(deadline.before(reserve)) and ended
         if parts.judge is not None:

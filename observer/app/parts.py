@@ -20,6 +20,8 @@ from observer.alerts.delivery import Delivery
 from observer.alerts.evaluator import AlertEvaluator
 from observer.alerts.notifiers import Notifier, NotifyError
 from observer.alerts.service import AlertService, SharedTraceRules
+from observer.app import event_path
+from observer.app.event_path import EventPath
 from observer.app.passes import Passes
 from observer.config import ConfigError, Settings
 from observer.errors import RemoteError, UnsupportedServer
@@ -295,6 +297,8 @@ class Parts:
     # The judge's own health looked at on a schedule: its agreement with people (with
     # judge.human_score set), its canary (with judge.canary_file set).
     judge_checks: tuple[background.Worker, ...] = ()
+    # The event path's receiver (`[otlp]`, docs/daemon.md#the-event-path), in the daemon.
+    receiver: EventPath | None = None
 
     def __enter__(self) -> Parts:
         return self
@@ -340,6 +344,9 @@ def build(
     or when the returned Parts is closed. A `telemetry` passed in stays the caller's to
     shut down. Mode "member" connects to the fleet's Redis (or uses `redis_client`).
     """
+    if mode != "once":  # the receiver runs in the daemon only; a one-shot reads as configured
+        event_path.check(settings)
+        settings = event_path.with_backstop(settings)
     with ExitStack() as closing:
         parts = _build(
             closing,
@@ -556,6 +563,19 @@ def _build(
         check_server=_server_check(settings, source, sink),
         **_pass_report(state, fleet),
     )
+    receiver = event_path.build_event_path(
+        mode == "solo",
+        settings,
+        pipeline.traces,
+        state,
+        metrics,
+        api=api,
+        limiter=limiter,
+        stop=stop,
+        lookup=resolver,
+        notify=dispatcher.notify,
+        clock=clock,
+    )
     member = None
     if fleet is not None:
         assert fleet_alerts is not None and evaluation is not None
@@ -604,6 +624,7 @@ def _build(
             stop,
             evaluation.active if evaluation is not None else lambda: True,
         ),
+        receiver=receiver,
     )
 
 
@@ -866,15 +887,18 @@ def _beating(health: Health, stop: threading.Event) -> Callable[[], bool]:
 
 
 def build_health(settings: Settings, state: State, metrics: Metrics) -> Health:
+    # The OTLP receiver alone reads nothing: no watermark lag, no Langfuse reads to wait for.
+    alone = settings.otlp.on and settings.otlp.poller == "off"
     return Health(
         stale_after_s=max(60.0, 3 * settings.source.poll_interval_s),
         langfuse_within_s=max(
             settings.http.ready_langfuse_within_s, 2 * settings.source.poll_interval_s
         ),
         max_lag_s=settings.http.ready_max_lag_s,
-        lag_s=lambda: metrics.value("observer_watermark_lag_seconds"),
+        lag_s=(lambda: 0.0) if alone else lambda: metrics.value("observer_watermark_lag_seconds"),
         outbox=state.outbox_size,
         max_outbox=settings.sink.max_outbox,
+        langfuse_not_used="not read: otlp.poller = off" if alone else None,
     )
 
 

@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from observer.config.otlp import OtlpSettings
 from observer.config.signals import BandSettings, CragSettings, SignalsSettings, signal_params
 from observer.config.signals import Section as _Section
 from observer.config.sources import (
@@ -545,6 +546,7 @@ class Settings(BaseModel):
     telemetry: TelemetrySettings = TelemetrySettings()
     log: LogSettings = LogSettings()
     fleet: FleetSettings | None = None  # [fleet]: join a fleet (docs/operating.md)
+    otlp: OtlpSettings = OtlpSettings()  # the event path's receiver (docs/daemon.md)
 
     def signal_params(self) -> SignalParams:
         return signal_params(self.signals, self.crag, self.band)
@@ -571,6 +573,10 @@ class Settings(BaseModel):
     def resolver_secret(self) -> str | None:
         """The value of the variable `resolver.secret_env` names (or its `_FILE`)."""
         return _named_secret(self.resolver.secret_env, "resolver.secret_env")
+
+    def otlp_token(self) -> str | None:
+        """The bearer token from the variable `otlp.secret_env` names (or its `_FILE`)."""
+        return _named_secret(self.otlp.secret_env, "otlp.secret_env")
 
     def fleet_url(self) -> str:
         """The Redis URL from the variable `fleet.secret_env` names (or its `_FILE`).

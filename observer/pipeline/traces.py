@@ -14,6 +14,7 @@ counts.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -157,6 +158,13 @@ class TraceRecorder:
         self.on_scored = on_scored
         self.on_signals = on_signals
         self._params_digest = params_digest(params)
+
+    def settled_elsewhere(self) -> TraceRecorder:
+        """This recorder for traces whose settling another part decided (the OTLP
+        receiver's assembly, docs/daemon.md#the-event-path): same hooks, no settle delay."""
+        twin = copy.copy(self)
+        twin.settle = timedelta(0)
+        return twin
 
     def prepare(
         self,

@@ -29,8 +29,11 @@ from observer.model import Band, Grade, RagRecord, Signals
 
 RATIO_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
 # From a trace's last activity to its scores in Langfuse: the settle delay (20 s) plus a
-# poll interval (30 s) is the normal case; minutes mean a backlog, an hour an outage.
-TRACE_TO_SCORE_BUCKETS = (5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600)
+# poll interval (30 s) is the normal case; minutes mean a backlog, an hour an outage. The
+# event path (docs/daemon.md#the-event-path) takes seconds: the buckets below 5.
+TRACE_TO_SCORE_BUCKETS = (
+    1, 2, 3, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600,
+)  # fmt: skip
 OTHER = "other"
 NO_QUERY_TYPE = "none"
 
@@ -111,6 +114,60 @@ class FleetMetrics:
             registry=r,
         )
         _zero(self.entries, "event", FLEET_EVENTS)
+
+
+OTLP_REQUEST_RESULTS = (
+    "accepted",
+    "throttled",
+    "unavailable",
+    "unauthorized",
+    "bad_request",
+    "too_large",
+    "unsupported",
+)
+OTLP_HANDED_REASONS = ("settled", "max_traces", "max_bytes")
+OTLP_DROP_REASONS = ("no_root", "late_forgotten", "partial")
+
+
+class OtlpMetrics:
+    """The OTLP receiver's (docs/daemon.md#the-event-path), registered when it runs."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "observer_otlp_requests_total",
+            "Trace export requests by result (throttled: 429, unavailable: 503; the sender "
+            "retries both after Retry-After)",
+            ["result"],
+            registry=r,
+        )
+        self.spans = Counter(
+            "observer_otlp_spans_total",
+            "Spans received (a span sent again counts once)",
+            registry=r,
+        )
+        self.handed = Counter(
+            "observer_otlp_traces_settled_total",
+            "Traces handed to scoring by reason (settled: root in and quiet for settle_s; "
+            "max_traces, max_bytes: settled early, the assembly was full)",
+            ["reason"],
+            registry=r,
+        )
+        self.dropped = Counter(
+            "observer_otlp_traces_dropped_total",
+            "Traces not scored from here by reason (no_root; late_forgotten, partial: left "
+            "to the poller's backstop)",
+            ["reason"],
+            registry=r,
+        )
+        self.held_traces = Gauge(
+            "observer_otlp_assembly_traces", "Traces held: assembling, due or kept", registry=r
+        )
+        self.held_bytes = Gauge(
+            "observer_otlp_assembly_bytes", "Span bytes held (protobuf size)", registry=r
+        )
+        _zero(self.requests, "result", OTLP_REQUEST_RESULTS)
+        _zero(self.handed, "reason", OTLP_HANDED_REASONS)
+        _zero(self.dropped, "reason", OTLP_DROP_REASONS)
 
 
 # Releases (and models) with series of their own at once: the most recently seen.
@@ -476,6 +533,11 @@ class Metrics:
     def fleet(self) -> FleetMetrics:
         """The fleet member's metrics, registered on first use."""
         return FleetMetrics(self.registry)
+
+    @cached_property
+    def otlp(self) -> OtlpMetrics:
+        """The OTLP receiver's metrics, registered on first use."""
+        return OtlpMetrics(self.registry)
 
     def notifiers_known(self, names: Iterable[str]) -> None:
         """Each configured notifier's notification counters, at 0 from the start."""

@@ -8,6 +8,8 @@ Routes:
 - ``GET /api/public/health`` (no auth, no rate limit) -> ``{"status": "OK", "version": ...}``
 - ``GET /api/public/v2/observations`` -> ``{"data": [...], "meta": {"cursor": str}}``, ``meta``
   empty at the end
+- ``GET /api/public/projects`` -> ``{"data": [the keys' project]}`` (``project_id``; a
+  project-scoped key sees its own project only)
 - ``POST /api/public/scores`` (JSON array, as SDK 5 sends it) -> 202, or 207 when told to
   reject some scores; before server 4.59 one object -> 200 ``{"id"}``
 - ``DELETE /api/public/scores/{scoreId}`` -> 202 ``{"message": "Score deletion queued
@@ -171,6 +173,7 @@ __all__ = [
 
 HEALTH_PATH: Final = "/api/public/health"
 OBSERVATIONS_PATH: Final = "/api/public/v2/observations"
+PROJECTS_PATH: Final = "/api/public/projects"
 SCORES_PATH: Final = "/api/public/scores"
 SCORES_V3_PATH: Final = "/api/public/v3/scores"
 SCORE_CONFIGS_PATH: Final = "/api/public/score-configs"
@@ -808,6 +811,7 @@ class FakeLangfuse(LoopbackService):
         super().__init__()
         self.public_key = "pk-lf-test"
         self.secret_key = "sk-lf-test"
+        self.project_id = DEFAULT_PROJECT_ID  # the keys' project (GET /api/public/projects)
         self.latency_s = 0.0
         self.post_latency_s = 0.0  # on top of latency_s, for POSTs only (slow score pushes)
         self.clock = clock or (lambda: datetime.now(UTC))
@@ -1301,6 +1305,7 @@ class FakeLangfuse(LoopbackService):
         routes = {
             HEALTH_PATH: "GET",
             OBSERVATIONS_PATH: "GET",
+            PROJECTS_PATH: "GET",
             SCORES_PATH: "POST",
             SCORES_V3_PATH: "GET",
         }
@@ -1316,6 +1321,14 @@ class FakeLangfuse(LoopbackService):
             return _Response(200, self._list_observations(query))
         if path == SCORES_V3_PATH:
             return _Response(200, self._list_scores_v3(query))
+        if path == PROJECTS_PATH:
+            project = {
+                "id": self.project_id,
+                "name": "fake project",
+                "organization": {"id": "fake-org", "name": "Fake org"},
+                "metadata": {},
+            }
+            return _Response(200, {"data": [project]})
         return self._create_scores(body)
 
     def _consume(self, bucket: str) -> None:

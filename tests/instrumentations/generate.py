@@ -21,7 +21,7 @@ from a table.
 The child checks, for every question, that the model was shown exactly the reranked chunks
 in [n] order (the stub's recorded request), then writes the raw capture,
 ``fixtures/<app>.otlp.json`` (OTLP/JSON, ids in hex). The parent converts it with
-``otel_to_v2.convert`` into ``fixtures/<app>.observations.json`` and writes
+``observer.otlp.spans.convert`` into ``fixtures/<app>.observations.json`` and writes
 ``expected.json``: per trace, the scenario's hand-derived expectations (``scenarios.py``),
 its trace id and the id of the GENERATION that produced the answer (the innermost, latest
 generation whose output holds the answer text).
@@ -54,6 +54,7 @@ EXPECTED = HERE / "expected.json"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from observer.otlp.spans import convert  # noqa: E402
 from tests.instrumentations.kit import (  # noqa: E402
     CHUNKS,
     MODEL,
@@ -68,7 +69,7 @@ from tests.instrumentations.kit import (  # noqa: E402
     rerank_ids,
     scenario_for,
 )
-from tests.instrumentations.otel_to_v2 import convert  # noqa: E402
+from tests.instrumentations.scenarios import PROJECT_ID  # noqa: E402
 
 APPS: dict[str, str] = {
     "sdk_typed": "Langfuse SDK 5 @observe: retriever typed as_type='retriever' (5 candidates), "
@@ -789,7 +790,7 @@ def main(argv: list[str]) -> int:
     for app in apps:
         subprocess.run([sys.executable, __file__, "--child", app], check=True, cwd=ROOT)
         otlp = json.loads((FIXTURES / f"{app}.otlp.json").read_text())
-        observations = convert(otlp)
+        observations = convert(otlp, PROJECT_ID)
         (FIXTURES / f"{app}.observations.json").write_text(
             json.dumps(observations, indent=1, ensure_ascii=False) + "\n"
         )

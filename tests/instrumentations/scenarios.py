@@ -14,7 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["CHUNKS", "SCENARIOS", "Chunk", "Scenario"]
+__all__ = ["CHUNKS", "PROJECT_ID", "SCENARIOS", "Chunk", "Scenario"]
+
+# The Langfuse project the fixtures' observations belong to (their `projectId`).
+PROJECT_ID: Final = "fixture-project"
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 What is read is docs/trace-convention.md, what is computed docs/signals.md.
 
 The fixtures were captured by ``generate.py`` from small RAG apps traced with each library
-as its Langfuse guide says, and converted to Observations API v2 rows by ``otel_to_v2``.
+as its Langfuse guide says, and converted to Observations API v2 rows by
+``observer.otlp.spans`` (the OTLP receiver's converter).
 These tests need only the fixtures: no instrumentation package, no network.
 
 - the converter turns each raw capture into exactly the committed observations;
@@ -27,8 +28,9 @@ import pytest
 from observer.mapping import MappingRules, Skip, map_trace
 from observer.mapping.convention import read_trace
 from observer.model import RagRecord, Signals
+from observer.otlp.spans import convert
 from observer.signals import SignalParams, compute
-from tests.instrumentations.otel_to_v2 import convert
+from tests.instrumentations.scenarios import PROJECT_ID
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
@@ -86,7 +88,7 @@ def _cases() -> list[Any]:
 
 @pytest.mark.parametrize("app", APPS)
 def test_the_converter_gives_the_committed_observations(app: str) -> None:
-    assert convert(_load(f"{app}.otlp.json")) == observations(app)
+    assert convert(_load(f"{app}.otlp.json"), PROJECT_ID) == observations(app)
 
 
 @pytest.mark.parametrize("app", APPS)

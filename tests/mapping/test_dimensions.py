@@ -18,6 +18,7 @@ import pytest
 from observer.mapping import MappingRules, Skip, map_trace
 from observer.model import RagRecord
 from observer.records import parse_record
+from tests.instrumentations.kit import MODEL
 from tests.instrumentations.test_instrumentations import APPS, EXPECTED, observations
 
 RELEASE = "2026.12.03-rc2"
@@ -75,8 +76,10 @@ def test_a_trace_with_release_version_model_and_prompt_yields_them(app: str) -> 
 
 
 @pytest.mark.parametrize("app", APPS)
-def test_every_fixture_still_maps_with_its_trace_name_and_no_other_dimension(app: str) -> None:
-    """The fixtures were read without the model and prompt groups: nothing is invented."""
+def test_every_fixture_maps_with_its_trace_name_and_model_and_nothing_invented(app: str) -> None:
+    """The fixtures carry the model and prompt groups as Langfuse stores them (the converter,
+    observer.otlp.spans): every library's generation names its model; no app set a release,
+    a version or a managed prompt, and none is invented."""
     by_trace: dict[str, list[dict[str, Any]]] = {}
     for observation in observations(app):
         by_trace.setdefault(observation["traceId"], []).append(observation)
