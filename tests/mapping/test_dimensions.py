@@ -18,7 +18,6 @@ import pytest
 from observer.mapping import MappingRules, Skip, map_trace
 from observer.model import RagRecord
 from observer.records import parse_record
-from tests.instrumentations.kit import MODEL
 from tests.instrumentations.test_instrumentations import APPS, EXPECTED, observations
 
 RELEASE = "2026.12.03-rc2"
