@@ -36,6 +36,18 @@ def _parsed(value: str) -> datetime | None:
     return moment.astimezone(UTC)
 
 
+def iso_text(value: Any) -> str | None:
+    """An API timestamp written as `iso` writes it (None when it is no time); a string
+    already written so is kept as it is."""
+    if isinstance(value, str) and _CANONICAL.match(value):
+        return value
+    moment = parse_time(value)
+    return iso(moment) if moment is not None else None
+
+
+_CANONICAL = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
 def iso(moment: datetime) -> str:
     """UTC ISO-8601 with milliseconds and Z, as Langfuse writes it."""
     return (

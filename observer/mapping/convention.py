@@ -51,7 +51,7 @@ from observer.mapping.tree import sibling_key, tree_order
 from observer.model import RagRecord, Source
 from observer.records import RecordError, record_from_obj
 from observer.signals.text import prepare
-from observer.times import iso, parse_time
+from observer.times import iso_text
 
 JUDGE_ENVIRONMENT = "langfuse-llm-as-a-judge"
 DEFAULT_ENVIRONMENT = "default"
@@ -206,6 +206,10 @@ def _clean(record: RagRecord) -> RagRecord:
     return record
 
 
+# What the SDK adds to every observation's metadata: never an app's flag.
+_SDK_KEYS = frozenset({"resourceAttributes", "scope"})
+
+
 class _Meta:
     """A metadata object read by the bare keys the convention reads (`MappingRules.
     metadata_keys`): the key itself, else under a vendor prefix (`traceloop.association.
@@ -231,11 +235,15 @@ class _Meta:
 
     def _indexed(self) -> dict[str, Any]:
         prefixed: dict[str, str] = {}
+        if not any(
+            "." in k or (isinstance(v, dict) and k not in _SDK_KEYS) for k, v in self._data.items()
+        ):
+            return {}  # flat and unprefixed: the key itself or nothing
         nested: list[str] = []
         for name, inner in self._data.items():
             if not isinstance(name, str) or inner is None:
                 continue
-            if isinstance(inner, dict):
+            if isinstance(inner, dict) and name not in _SDK_KEYS:
                 nested.append(name)
             dot = name.rfind(".")
             if dot >= 0:
@@ -420,7 +428,6 @@ def _record(
             note(trail, "flags", f"metadata.{key} of the root", root)
         return value
 
-    started = parse_time(generation.get("startTime"))
     context = decode(meta("context"))
     return RagRecord(
         trace_id=trace_id,
@@ -428,7 +435,7 @@ def _record(
         answer=answer,
         sources=sources,
         observation_id=as_str(generation.get("id")),
-        timestamp=iso(started) if started is not None else None,
+        timestamp=iso_text(generation.get("startTime")),
         environment=as_str(generation.get("environment")) or environment,
         rerank_scores=as_float_list(meta("rerank_scores")),
         needs_fallback=as_bool(meta("needs_fallback")),

@@ -57,22 +57,32 @@ class _Item:
 
     def first(self, keys: Sequence[str]) -> Any:
         """The first of `keys` on the item, else in its metadata."""
-        wanted = _folded(tuple(keys))
-        for index in (self.own, *self.inner):
+        return self.first_folded(_folded(tuple(keys)))
+
+    def first_folded(self, wanted: tuple[str, ...]) -> Any:
+        for key in wanted:
+            value = self.own.get(key)
+            if value is not None:
+                return value
+        for index in self.inner:
             for key in wanted:
                 value = index.get(key)
                 if value is not None:
                     return value
         return None
 
-    def ranked(self, keys: Sequence[str]) -> tuple[Any, int]:
-        """The first of `keys` in order of preference wherever it sits, and its rank."""
-        for rank, key in enumerate(_folded(tuple(keys))):
-            for index in (self.own, *self.inner):
-                value = index.get(key)
-                if value is not None:
-                    return value, rank
-        return None, len(keys)
+    def ranked_folded(self, wanted: tuple[str, ...]) -> tuple[Any, int]:
+        """The first of `wanted` in order of preference wherever it sits, and its rank."""
+        for rank, key in enumerate(wanted):
+            value = self.own.get(key)
+            if value is None:
+                for index in self.inner:
+                    value = index.get(key)
+                    if value is not None:
+                        break
+            if value is not None:
+                return value, rank
+        return None, len(wanted)
 
 
 def _index(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -108,24 +118,29 @@ class Read:
     score_ranks: tuple[int, ...]
 
 
+_DOC_ID, _TITLE, _TEXT_HASH, _ORIGIN = ("docid",), ("title",), ("texthash",), ("origin",)
+
+
 def read_documents(items: Sequence[Mapping[str, Any]], rules: MappingRules) -> Read:
+    """Each document's Source (its fields on it, else in its metadata) and score rank."""
+    ids, scores = _folded(rules.chunk_id_keys), _folded(rules.score_keys)
     sources = []
     ranks = []
     for raw in items:
         text = text_of(raw, rules)
         if text is None:
             continue
-        item = _Item(raw)
-        score, rank = item.ranked(rules.score_keys)
-        origin = as_str(item.first(("origin",)))
+        found = _Item(raw)
+        score, rank = found.ranked_folded(scores)
+        origin = found.first_folded(_ORIGIN)
         sources.append(
             Source(
                 text=text,
-                chunk_id=as_str(item.first(rules.chunk_id_keys)),
-                doc_id=as_str(item.first(("doc_id",))),
-                title=as_str(item.first(("title",))),
+                chunk_id=as_str(found.first_folded(ids)),
+                doc_id=as_str(found.first_folded(_DOC_ID)),
+                title=as_str(found.first_folded(_TITLE)),
                 score=as_float(score),
-                text_hash=as_str(item.first(("text_hash",))),
+                text_hash=as_str(found.first_folded(_TEXT_HASH)),
                 origin="web" if origin == "web" else "kb",
             )
         )

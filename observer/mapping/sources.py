@@ -387,6 +387,8 @@ def _as_picked(
 def _merged(chosen: Read, every: Sequence[Candidate]) -> tuple[Source, ...]:
     """The chosen list completed from the copies of its passages anywhere in the trace,
     `every` best first (of copies whose scores rank alike, the first one's score)."""
+    if all(s.score is not None and s.chunk_id and s.doc_id for s in chosen.sources):
+        return chosen.sources  # nothing a copy could add that a signal reads
     wanted = {text_key(s.text) for s in chosen.sources}
     copies = [c.read for c in every if any(text_key(t) in wanted for t in c.texts)]
     return merge_copies(chosen, copies)
