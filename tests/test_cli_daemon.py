@@ -248,7 +248,9 @@ def test_run_once_against_a_dead_langfuse_exits_3(
     fake.stop()
     result = run(["run", "--once", "--state", str(tmp_path / "s.sqlite")])
     assert result.exit_code == 3
-    assert "reading observations" in result.stderr
+    # The URL it tried, and for how long (within source.first_contact_s).
+    assert f"{fake.url}/api/public/health: ConnectError" in result.stderr
+    assert re.search(r"\(tried \d+ times over \d+\.\d s\)", result.stderr)
 
 
 def test_backfill_scores_a_past_window_with_progress(fake: FakeLangfuse, tmp_path: Path) -> None:

@@ -65,7 +65,8 @@ def test_thirty_labelled_traces_give_what_a_person_computes_by_hand(
     now = datetime.now(UTC)
     labelled(fake, now)
     settings = configure(monkeypatch, fake, OBSERVER_JUDGE__HUMAN_SCORE="faithful")
-    found, link = judge_agreement(settings, now - timedelta(days=1), now)
+    found, link, empty = judge_agreement(settings, now - timedelta(days=1), now)
+    assert empty is None
     assert found.pairs == 30
     assert found.kappa == pytest.approx(260 / 410)
     assert found.precision == pytest.approx(0.8)
