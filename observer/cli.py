@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # each command imports what it needs: `observer --help` stays
     from observer.config import Settings
     from observer.sinks.jsonl import JsonlScoreSink
     from observer.sources.langfuse import LangfuseSource
+    from observer.views.lines import JudgeTally
 
 # pydantic looks for plugins in the entry points of every installed distribution when it
 # builds its first model: tens of milliseconds of every start in a large environment, for
@@ -120,7 +121,9 @@ class _Commands(click.Group):
         except Exception as error:
             code = user_error_exit(error)
             if code is None:
-                if ctx.meta.get(_DEBUG):
+                # `score` reads no [log]: its variable asks for the traceback all the same.
+                asked = os.environ.get("OBSERVER_LOG__LEVEL", "").strip().lower() == "debug"
+                if ctx.meta.get(_DEBUG) or asked:
                     raise
                 click.echo(
                     f"observer: unexpected error: {type(error).__name__}: {error}\n"
@@ -432,19 +435,23 @@ def check(config_path: str | None, state_path: str | None) -> None:
 
 
 def _langfuse_read(settings: Settings, read: Callable[[LangfuseSource], T]) -> T:
-    """Run `read` on the source `run` would build; exit 2, 3 or 4 as `run --once` does."""
+    """Run `read` on the source `run` would build, after the same first contact; exit 2,
+    3 or 4 as `run --once` does."""
     from observer import app
+    from observer.app.contact import langfuse_ready
     from observer.errors import RemoteError
     from observer.telemetry.metrics import Metrics
 
     try:
+        langfuse_ready(settings, None, posting=False)
         source = app.build_source(
             settings, Metrics(), max_attempts=min(2, settings.source.max_attempts)
         )
         return read(source)
     except RemoteError as error:
         shown = without_credentials(settings.langfuse.base_url)
-        click.echo(f"observer: Langfuse {shown}: {error}", err=True)
+        said = str(error) if shown in str(error) else f"Langfuse {shown}: {error}"
+        click.echo(f"observer: {said}", err=True)
         raise SystemExit(app.exit_code(error)) from None
 
 
@@ -712,6 +719,7 @@ def judge_canary_command(path: Path | None, as_json: bool, config_path: str | No
 
     from observer.app.judge_canary import canary_cases, judge_canary
     from observer.views.judge import canary_lines
+    from observer.views.lines import JudgeTally
 
     settings = _settings(config_path)
     _quiet_logging(settings)
@@ -723,15 +731,22 @@ def judge_canary_command(path: Path | None, as_json: bool, config_path: str | No
         console=console(stderr=True),
         disable=not sys.stderr.isatty(),
     )
+    tally = JudgeTally()
     with progress:
         task = progress.add_task("canary", total=len(cases))
-        found, tokens = judge_canary(settings, cases, lambda _c, _r: progress.advance(task))
+
+        def each(_case: Any, result: Any) -> None:
+            tally.add(result)
+            progress.advance(task)
+
+        found, tokens = judge_canary(settings, cases, each)
     if as_json:
         click.echo(json.dumps({**found.as_dict(cases), "tokens": tokens}, indent=2))
-        return
-    for line in canary_lines(found, cases):
-        click.echo(line)
-    click.echo(f"tokens used: {tokens:,}")
+    else:
+        for line in canary_lines(found, cases):
+            click.echo(line)
+        click.echo(f"tokens used: {tokens:,}")
+    _exit_if_unreachable(settings, tally)
 
 
 @judge.command("file", short_help="Judge RagRecord JSON lines offline with the LLM.")
@@ -750,7 +765,6 @@ def judge_file(source: IO[bytes], config_path: str | None, strict: bool) -> None
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from observer import app
     from observer.app.judge_file import FileJudge
     from observer.signals.output import dumps_line
     from observer.views.lines import BadLines, JudgeTally, judge_json
@@ -780,12 +794,19 @@ def judge_file(source: IO[bytes], config_path: str | None, strict: bool) -> None
     tally.bad_lines = bad_lines.count
     # The output lines say it per record; this says it at once, where a person looks.
     click.echo(tally.line(), err=True)
+    _exit_if_unreachable(settings, tally)
+    if strict and (tally.bad_lines or tally.failed):
+        raise SystemExit(1)
+
+
+def _exit_if_unreachable(settings: Settings, tally: JudgeTally) -> None:
+    """Exit 3, naming the endpoint, when no call of the judge reached it."""
+    from observer import app
+
     if tally.none_reached():
         endpoint = without_credentials(settings.judge.base_url) or "the OpenAI API"
         click.echo(f"observer: the judge endpoint could not be reached ({endpoint})", err=True)
         raise SystemExit(app.EXIT_UNREACHABLE)
-    if strict and (tally.bad_lines or tally.failed):
-        raise SystemExit(1)
 
 
 @main.group()

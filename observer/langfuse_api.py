@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
 import httpx
@@ -74,6 +74,12 @@ def build_api(base_url: str, public_key: str, secret_key: str, timeout_s: float)
         headers={"User-Agent": USER_AGENT},
         timeout=timeout_s,
     )
+
+
+def seconds(timeout_s: float) -> int:
+    """A request's timeout for the SDK's `timeout_in_seconds`, typed int but handed to
+    httpx as it is: a fraction of a second stays one."""
+    return cast(int, timeout_s)
 
 
 def _retry_after(headers: dict[str, str] | None) -> float | None:
@@ -193,7 +199,7 @@ def assess_server_version(version: str | None, base_url: str) -> ServerVersion:
 
 
 def check_server_version(
-    api: LangfuseAPI, base_url: str, timeout_s: int | None = None
+    api: LangfuseAPI, base_url: str, timeout_s: float | None = None
 ) -> ServerVersion:
     """`GET /api/public/health`, judged by `assess_server_version`.
 
@@ -203,7 +209,7 @@ def check_server_version(
     """
     options: RequestOptions = {"max_retries": 0}
     if timeout_s is not None:  # a first contact's try: within what is left of its bound
-        options["timeout_in_seconds"] = timeout_s
+        options["timeout_in_seconds"] = seconds(timeout_s)
     try:
         health = api.health.health(request_options=options)
         version: str | None = health.version

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from observer.app.contact import judge_ready, langfuse_ready
+from observer.app.contact import ProjectMismatch, judge_ready, langfuse_ready
 from observer.app.exits import EXIT_CONFIG, EXIT_OK, exit_code
 from observer.app.parts import (
     build_notifiers,
@@ -205,7 +205,10 @@ def _check_langfuse(
     state = State(state_path) if state_path is not None and state_path.exists() else None
     try:
         reached = langfuse_ready(settings, state, record=False)
-    except ConfigError as error:  # too old, or another project's state file
+    except ProjectMismatch as error:
+        found.fail("project", f"REFUSED: {error}", EXIT_CONFIG)
+        return
+    except ConfigError as error:  # too old for score batches
         found.fail("server", f"REFUSED: {error}", EXIT_CONFIG)
         return
     except RemoteError as error:

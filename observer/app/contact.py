@@ -27,7 +27,6 @@ A server that does not answer that route (a proxy's 404) leaves the project unch
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -51,14 +50,15 @@ log = structlog.get_logger("observer.app")
 T = TypeVar("T")
 
 PROJECT_NOTE = "langfuse_project"  # the state file's note: host, id and name, as JSON
+MIN_TRY_S = 0.1  # the shortest try: what is left of a bound, or this
 
 
-def reach(call: Callable[[int], T], bound_s: float, stop: threading.Event | None = None) -> T:
+def reach(call: Callable[[float], T], bound_s: float, stop: threading.Event | None = None) -> T:
     """`call(timeout_s)` until it returns or `bound_s` has passed (or `stop` is set).
 
     An Unreachable is tried again after observer.retry's backoff, each try's timeout cut
-    to what is left of the bound (a second at least); any other error is raised at once.
-    Given up, the last Unreachable is raised, saying how often and for how long."""
+    to what is left of the bound; any other error is raised at once. Given up, the last
+    Unreachable is raised, saying how often and for how long."""
     began = time.monotonic()
     tries = 0
 
@@ -68,7 +68,7 @@ def reach(call: Callable[[int], T], bound_s: float, stop: threading.Event | None
     def once() -> T:
         nonlocal tries
         tries += 1
-        return call(max(1, math.ceil(left())))
+        return call(max(MIN_TRY_S, left()))
 
     def pause(seconds: float) -> None:
         wait = min(seconds, max(0.0, left()))
@@ -94,6 +94,10 @@ def reach(call: Callable[[int], T], bound_s: float, stop: threading.Event | None
 # -- Langfuse ---------------------------------------------------------------------------
 
 
+class ProjectMismatch(ConfigError):
+    """The state file was written for another Langfuse project (exit 2)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Project:
     """The Langfuse project a pair of keys belongs to, and where it was reached."""
@@ -106,7 +110,7 @@ class Project:
         return f"project {self.name!r} ({self.id}) at {self.host}"
 
 
-def read_project(api: LangfuseAPI, host: str, timeout_s: int) -> Project | None:
+def read_project(api: LangfuseAPI, host: str, timeout_s: float) -> Project | None:
     """`GET /api/public/projects`: the keys' project, or None when the server does not
     answer that route with one (a proxy's 404, a body without an id). Read off the JSON
     itself: older servers send no `organization`, which the SDK's model requires."""
@@ -116,7 +120,10 @@ def read_project(api: LangfuseAPI, host: str, timeout_s: int) -> Project | None:
         response = http.request(
             "api/public/projects",
             method="GET",
-            request_options={**langfuse_api.NO_RETRIES, "timeout_in_seconds": timeout_s},
+            request_options={
+                **langfuse_api.NO_RETRIES,
+                "timeout_in_seconds": langfuse_api.seconds(timeout_s),
+            },
         )
     except Exception as error:
         raise langfuse_api.translate(error, what) from None
@@ -161,8 +168,8 @@ def project_conflict(
     return (
         f"state file {path} was written for Langfuse {recorded.describe()}, but the keys "
         f"are for {current.describe()}. A state file serves one project: give this one "
-        "its own (--state, state.path), or start afresh by moving the file away (the "
-        f"next run reads the last {lookback_s:g} s, source.lookback_s)"
+        f"its own (--state, state.path), or, to start afresh, move {path} away (the next "
+        f"run then reads the last {lookback_s:g} s, source.lookback_s)"
     )
 
 
@@ -172,7 +179,7 @@ def check_project(state: State, current: Project, lookback_s: float, *, record: 
     recorded = recorded_project(state)
     conflict = project_conflict(recorded, current, state.path, lookback_s)
     if conflict is not None:
-        raise ConfigError(conflict)
+        raise ProjectMismatch(conflict)
     if record and recorded != current:
         state.note(PROJECT_NOTE, json.dumps(asdict(current)))
 
@@ -201,7 +208,7 @@ def langfuse_ready(
     host = without_credentials(settings.langfuse.base_url)
     bound = settings.source.first_contact_s
 
-    def version(timeout_s: int) -> str:
+    def version(timeout_s: float) -> str:
         try:
             return langfuse_api.check_server_version(api, host, timeout_s).describe
         except UnsupportedServer as error:
@@ -212,8 +219,13 @@ def langfuse_ready(
             log.warning("server_version_unread", error=str(error))
             return f"version not read: {error}"
 
-    found = reach(version, bound, stop)
-    project = reach(lambda timeout_s: read_project(api, host, timeout_s), bound, stop)
+    try:
+        found = reach(version, bound, stop)
+        project = reach(lambda timeout_s: read_project(api, host, timeout_s), bound, stop)
+    except (Unreachable, AuthRejected) as error:  # every such message names where it went
+        if host in str(error):
+            raise
+        raise type(error)(f"Langfuse at {host}: {error}", error.status) from None
     if project is not None and state is not None:
         check_project(state, project, settings.source.lookback_s, record=record)
     return Reached(found, project)
@@ -233,7 +245,7 @@ def judge_ready(settings: Settings, stop: threading.Event | None = None) -> str:
     url = without_credentials(str(client.base_url)).rstrip("/")
     model = settings.judge.model
 
-    def models(timeout_s: int) -> str:
+    def models(timeout_s: float) -> str:
         try:
             listed = [m.id for m in client.with_options(timeout=timeout_s).models.list().data]
         except openai.APIConnectionError as error:  # APITimeoutError among them

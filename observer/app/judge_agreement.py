@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from observer.app.contact import langfuse_ready
 from observer.app.parts import build_api, build_budget
 from observer.config import ConfigError, Settings
 from observer.judge.agreement import Agreement, Pair
@@ -56,6 +57,7 @@ def judge_agreement(
     """The agreement over the labels made in [start, end), how to link a pair, and why
     there is no pair (None when there is one)."""
     name = human_score(settings)
+    langfuse_ready(settings, None, posting=False)  # within source.first_contact_s, or why not
     reader = AnnotationReader(build_api(settings), build_budget(settings, Metrics()))
     base = without_credentials(settings.langfuse.base_url).rstrip("/")
 
