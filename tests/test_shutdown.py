@@ -234,3 +234,63 @@ def test_sigterm_during_a_long_flush_ends_in_the_grace_without_a_traceback(
     assert result.exit_code == 0, result.error
     assert len(fake.scores) == SCORES
     assert fake.duplicates() == []
+
+
+@pytest.mark.parametrize(
+    ("signum", "posts_fail", "code"),
+    [(signal.SIGTERM, False, 0), (signal.SIGINT, True, 3)],
+    ids=["sigterm-delivered", "ctrl-c-left-in-the-outbox"],
+)
+def test_run_once_stops_like_the_daemon(
+    fake: FakeLangfuse,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    signum: signal.Signals,
+    posts_fail: bool,
+    code: int,
+) -> None:
+    """SIGTERM (a CronJob's) or Ctrl-C in the middle of `run --once`: it stops reading,
+    delivers what it scored within the grace, prints the summary with what is left in
+    the outbox and exits 0 (all delivered) or 3 (left for the next run), never
+    "Aborted!"; the next run goes on from there, nothing lost, nothing twice."""
+    state = tmp_path / "state.sqlite"
+    if posts_fail:
+        fake.fail_next(503, count=10_000, path_prefix="/api/public/scores", method="POST")
+    proc: subprocess.Popen[bytes] | None = None
+
+    def on_request(record: Any) -> None:  # the stop lands while the 4th page is in flight
+        if proc is not None and record.path.endswith("/observations"):
+            if fake.observation_requests() == 4:
+                proc.send_signal(signum)
+
+    env = daemon_env(fake)
+    env.update(OBSERVER_RUN__SHUTDOWN_GRACE_S="2", OBSERVER_SINK__MAX_BACKOFF_S="0.2")
+    fake.on_request = on_request
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "observer", "run", "--once", "--state", str(state)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    fake.on_request = None
+    said = out.decode() + err.decode()
+    assert proc.returncode == code, said[-3000:]
+    assert "observer run --once" in out.decode()  # the summary
+    assert "stopped before the end of the window" in err.decode()
+    assert "Aborted" not in said and "Traceback" not in said
+    assert fake.observation_requests() < 16, "the pass was not stopped"
+    if posts_fail:
+        assert "scores left in the outbox" in out.decode()
+        assert "kept in the outbox for the next run" in err.decode()
+
+    fake.clear_failures()
+    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400))
+    result = once(settings, state, after(demo_observations()) + timedelta(days=1))
+    assert result.exit_code == 0, result.error
+    assert len(fake.scores) == SCORES
+    assert fake.duplicates() == []

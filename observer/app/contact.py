@@ -44,6 +44,7 @@ from observer.config import ConfigError, Settings
 from observer.errors import AuthRejected, Rejected, Unreachable, UnsupportedServer
 from observer.retry import call_with_retries
 from observer.state import State
+from observer.times import format_duration
 from observer.urls import without_credentials
 
 log = structlog.get_logger("observer.app")
@@ -169,7 +170,7 @@ def project_conflict(
         f"state file {path} was written for Langfuse {recorded.describe()}, but the keys "
         f"are for {current.describe()}. A state file serves one project: give this one "
         f"its own (--state, state.path), or, to start afresh, move {path} away (the next "
-        f"run then reads the last {lookback_s:g} s, source.lookback_s)"
+        f"run then reads the last {format_duration(lookback_s)}, source.lookback_s)"
     )
 
 
