@@ -10,7 +10,8 @@ fragment. Every URL observer prints or logs goes through it first.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+import re
+from urllib.parse import urlsplit
 
 
 def without_credentials(url: str) -> str:
@@ -20,11 +21,9 @@ def without_credentials(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:  # a malformed host ("[::1"): cut by hand
         scheme, sep, rest = url.partition("://")
-        host = rest.split("/", 1)[0].rpartition("@")[2]
+        host = re.split(r"[/?#]", rest, maxsplit=1)[0].rpartition("@")[2]
         return f"{scheme}{sep}{host}" if sep else url
-    if not parts.scheme or (not parts.netloc and parts.scheme not in ("unix", "file")):
+    if not parts.scheme or "://" not in url:  # a path, `:memory:`, `C:\\...`
         return url
-    if not parts.netloc:  # unix:///path: urlunsplit would drop the empty host's "//"
-        return f"{parts.scheme}://{parts.path}"
     host = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+    return f"{parts.scheme}://{host}{parts.path}"

@@ -259,9 +259,9 @@ def test_run_once_stops_like_the_daemon(
     proc: subprocess.Popen[bytes] | None = None
 
     def on_request(record: Any) -> None:  # the stop lands while the 4th page is in flight
-        if proc is not None and record.path.endswith("/observations"):
-            if fake.observation_requests() == 4:
-                proc.send_signal(signum)
+        pages = fake.observation_requests() if record.path.endswith("/observations") else 0
+        if proc is not None and pages == 4:
+            proc.send_signal(signum)
 
     env = daemon_env(fake)
     env.update(OBSERVER_RUN__SHUTDOWN_GRACE_S="2", OBSERVER_SINK__MAX_BACKOFF_S="0.2")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from observer.judge.agreement import Agreement, Pair
 from observer.times import iso
+from observer.views.words import counted
 
 if TYPE_CHECKING:
     from observer.app.judge_agreement import Empty
@@ -31,7 +32,7 @@ def empty_line(empty: Empty) -> str:
     name = empty.name
     if empty.labels:
         return (
-            f"{empty.labels:,} labels named {name!r} in the window, none on an answer the "
+            f"{counted(empty.labels, 'label')} named {name!r} in the window, none on an answer the "
             "judge scored: nothing to compare (pairs 0); the judge samples judge.rate of "
             "the answers, so label judged ones (a faithfulness score on the trace)"
         )
