@@ -96,6 +96,11 @@ def prove(client: redis.Redis, settings: Settings) -> Fitness:
             info = cast(dict[str, Any], client.info())
     except FleetUnreachable as error:
         raise error.tried(time.monotonic() - began) from None
+    except TypeError as error:  # a query parameter redis-py takes no keyword for
+        raise ConfigError(
+            f"fleet.secret_env: the URL in {settings.fleet.secret_env} cannot be used: "
+            f"{_scrubbed(str(error), url)}"
+        ) from None
     version = str(info.get("redis_version", "?"))
     try:
         numbers = tuple(int(part) for part in version.split(".")[:2])
