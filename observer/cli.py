@@ -443,7 +443,7 @@ def _langfuse_read(settings: Settings, read: Callable[[LangfuseSource], T]) -> T
     from observer.telemetry.metrics import Metrics
 
     try:
-        langfuse_ready(settings, None, posting=False)
+        langfuse_ready(settings, app.build_api(settings), None, posting=False)
         source = app.build_source(
             settings, Metrics(), max_attempts=min(2, settings.source.max_attempts)
         )

@@ -13,7 +13,9 @@ import structlog
 from observer.app.contact import ProjectMismatch, judge_ready, langfuse_ready
 from observer.app.exits import EXIT_CONFIG, EXIT_OK, exit_code
 from observer.app.parts import (
+    build_api,
     build_notifiers,
+    build_openai,
     build_resolver,
     build_source,
     now_utc,
@@ -204,7 +206,7 @@ def _check_langfuse(
     usable state file's, not recorded: `check` writes nothing), the keys proven by a read."""
     state = State(state_path) if state_path is not None and state_path.exists() else None
     try:
-        reached = langfuse_ready(settings, state, record=False)
+        reached = langfuse_ready(settings, build_api(settings), state, record=False)
     except ProjectMismatch as error:
         found.fail("project", f"REFUSED: {error}", EXIT_CONFIG)
         return
@@ -236,7 +238,7 @@ def _check_judge(settings: Settings, found: _Found) -> None:
     failed: `run` starts without it (each sampled trace a judge error, which pages
     through judge_error_rate_high; the deterministic scores go on)."""
     try:
-        found.add("judge", judge_ready(settings))
+        found.add("judge", judge_ready(settings, build_openai(settings)))
     except ConfigError as error:
         found.fail("judge", f"NOT USABLE: {error}", EXIT_CONFIG)
     except RemoteError as error:

@@ -1,10 +1,12 @@
 """First contact: the servers a command needs, reached before it relies on them.
 
     reach(call, bound_s)            a call tried until it answers or `bound_s` has passed
-    langfuse_ready(settings, state) Langfuse answers (`GET /api/public/health`, its
-                                    version), then the project its keys belong to,
+    langfuse_ready(settings, api, state)  Langfuse answers (`GET /api/public/health`,
+                                    its version), then the project its keys belong to,
                                     checked against the one the state file was written for
-    judge_ready(settings)           the judge's endpoint answers (`GET {base_url}/models`)
+    judge_ready(settings, client)   the judge's endpoint answers (`GET {base_url}/models`)
+
+The clients are the caller's, built where every client is (observer.app.parts).
 
 `check`, `run --once`, `backfill` and the daemon's first pass go through the same
 functions (the daemon through `Passes.check`, tried again on every pass until they
@@ -32,20 +34,22 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 from langfuse.api.client import LangfuseAPI
 from langfuse.api.core.api_error import ApiError
 
 from observer import langfuse_api
-from observer.app.parts import build_api, build_openai
 from observer.config import ConfigError, Settings
 from observer.errors import AuthRejected, Rejected, Unreachable, UnsupportedServer
 from observer.retry import call_with_retries
 from observer.state import State
 from observer.times import format_duration
 from observer.urls import without_credentials
+
+if TYPE_CHECKING:
+    import openai
 
 log = structlog.get_logger("observer.app")
 T = TypeVar("T")
@@ -195,6 +199,7 @@ class Reached:
 
 def langfuse_ready(
     settings: Settings,
+    api: LangfuseAPI,
     state: State | None,
     *,
     posting: bool = True,
@@ -205,7 +210,6 @@ def langfuse_ready(
     new enough to take score batches when `posting` (ConfigError), accepts the keys
     (AuthRejected) and is the project `state` was written for (ConfigError); recorded
     there with `record`."""
-    api = build_api(settings)
     host = without_credentials(settings.langfuse.base_url)
     bound = settings.source.first_contact_s
 
@@ -235,14 +239,15 @@ def langfuse_ready(
 # -- the judge --------------------------------------------------------------------------
 
 
-def judge_ready(settings: Settings, stop: threading.Event | None = None) -> str:
+def judge_ready(
+    settings: Settings, client: openai.OpenAI, stop: threading.Event | None = None
+) -> str:
     """The judge's endpoint answers within `source.first_contact_s`: `GET {base_url}/models`
     (any answer but a 5xx will do: an endpoint without the route answers 404). An
     Unreachable names the URL; a refused key is an AuthRejected. What was found, as one
     phrase for `check` (whether the endpoint lists the model, when it lists models)."""
     import openai
 
-    client = build_openai(settings)
     url = without_credentials(str(client.base_url)).rstrip("/")
     model = settings.judge.model
 
@@ -272,7 +277,14 @@ def judge_ready(settings: Settings, stop: threading.Event | None = None) -> str:
     return reach(models, settings.source.first_contact_s, stop)
 
 
-def ready(settings: Settings, state: State | None, *, posting: bool, stop: threading.Event) -> None:
+def ready(
+    settings: Settings,
+    api: LangfuseAPI,
+    state: State | None,
+    *,
+    posting: bool,
+    stop: threading.Event,
+) -> None:
     """What a pass needs before it reads: Langfuse. The judge is not waited for: a dead
     judge costs no deterministic score, and its errors page (judge_error_rate_high)."""
-    langfuse_ready(settings, state, posting=posting, stop=stop)
+    langfuse_ready(settings, api, state, posting=posting, stop=stop)

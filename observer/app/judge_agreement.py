@@ -57,8 +57,9 @@ def judge_agreement(
     """The agreement over the labels made in [start, end), how to link a pair, and why
     there is no pair (None when there is one)."""
     name = human_score(settings)
-    langfuse_ready(settings, None, posting=False)  # within source.first_contact_s, or why not
-    reader = AnnotationReader(build_api(settings), build_budget(settings, Metrics()))
+    api = build_api(settings)
+    langfuse_ready(settings, api, None, posting=False)  # within source.first_contact_s, or why
+    reader = AnnotationReader(api, build_budget(settings, Metrics()))
     base = without_credentials(settings.langfuse.base_url).rstrip("/")
 
     def link(pair: Pair) -> str | None:

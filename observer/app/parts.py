@@ -20,6 +20,7 @@ from observer.alerts.delivery import Delivery
 from observer.alerts.evaluator import AlertEvaluator
 from observer.alerts.notifiers import Notifier, NotifyError
 from observer.alerts.service import AlertService, SharedTraceRules
+from observer.app.contact import ready
 from observer.app.passes import Passes
 from observer.config import ConfigError, Settings
 from observer.fleet.alerts import Evaluation, FleetAlerts, publish_row
@@ -546,7 +547,7 @@ def _build(
         health,
         evaluator,
         clock,
-        check_server=_server_check(settings, source, sink, state, stop),
+        check_server=_server_check(settings, api, source, sink, state, stop),
         **_pass_report(state, fleet),
     )
     member = None
@@ -782,6 +783,7 @@ def _now() -> datetime:
 
 def _server_check(
     settings: Settings,
+    api: LangfuseAPI | None,
     source: ObservationSource,
     sink: ScoreSink,
     state: State,
@@ -792,10 +794,9 @@ def _server_check(
     answers (observer.app.contact)."""
     if not isinstance(source, LangfuseSource):
         return None
-    from observer.app.contact import ready
-
     posting = isinstance(sink, LangfuseScoreSink)
-    return functools.partial(ready, settings, state, posting=posting, stop=stop)
+    api = api or build_api(settings)
+    return functools.partial(ready, settings, api, state, posting=posting, stop=stop)
 
 
 def _pass_report(state: State, fleet: _Fleet | None) -> dict[str, Any]:

@@ -98,9 +98,7 @@ def test_check_sees_the_fleets_redis_as_run_does(
         "AOF is off (appendonly no)",
         "maxmemory-policy is allkeys-lru",
     ]
-    assert [e["problem"] for e in logs if e["event"] == "fleet_redis_unfit"] == list(
-        unfit.warnings
-    )
+    assert [e["problem"] for e in logs if e["event"] == "fleet_redis_unfit"] == list(unfit.warnings)
 
 
 def test_an_unreachable_redis_says_where_it_went_and_how_long_it_tried(
