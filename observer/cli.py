@@ -1,14 +1,17 @@
 """The `observer` command line. Thin: parse arguments, call the core, print.
 
-Exit codes: 0 success; 1 `--strict` and some input was bad, or the trace
-`explain` was asked for is not there; 2 bad usage, bad configuration or a bad
-file; 3 Langfuse unreachable; 4 Langfuse rejected the keys.
+Exit codes (README, "Exit codes", is the contract): 0 success; 1 `--strict` and
+some input was bad, the trace `explain` was asked for is not there, or an unexpected
+error; 2 bad usage, bad configuration or a bad file; 3 Langfuse (or the fleet's
+Redis) unreachable; 4 Langfuse rejected the keys; 130 Ctrl-C where no graceful stop
+applies.
 
-The errors that mean 1 or 2 (ConfigError, StateError, ExplainError) are turned
-into `observer: <message>` on stderr and the exit code in one place, the group
-every command runs under (`_Commands.invoke`); the commands let them rise. What
-the commands do is in `observer.app` (and `observer.app.score_file`); what they print,
-in `observer.views`.
+The errors a user can act on (ConfigError, StateError, ExplainError, RemoteError ...)
+are turned into `observer: <message>` on stderr and the exit code in one place, the
+group every command runs under (`_Commands.invoke`); the commands let them rise.
+Any other error is a bug: one line says so, and its traceback shows only under
+`--debug` or log level debug. What the commands do is in `observer.app` (and
+`observer.app.score_file`); what they print, in `observer.views`.
 """
 
 from __future__ import annotations

@@ -57,10 +57,13 @@ def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None)
     grace = parts.settings.run.shutdown_grace_s
     waiting = parts.state.outbox_size()  # an earlier run's, delivered with this one's
     try:
-        # First contact (Langfuse, the state file's project, the judge): within
+        # First contact (Langfuse, the state file's project): within
         # source.first_contact_s, before anything is read or judged.
         parts.passes.check()
     except RemoteError as error:
+        if parts.stop.is_set():  # SIGTERM or Ctrl-C while Langfuse was being reached
+            code = EXIT_UNREACHABLE if waiting else EXIT_OK
+            return OnceResult(code, None, waiting, "stopped before it read anything", waiting)
         return OnceResult(exit_code(error), None, waiting, str(error), waiting)
     if parts.judge is not None:
         parts.judge.start()
