@@ -1,14 +1,17 @@
 """The `observer` command line. Thin: parse arguments, call the core, print.
 
-Exit codes: 0 success; 1 `--strict` and some input was bad, or the trace
-`explain` was asked for is not there; 2 bad usage, bad configuration or a bad
-file; 3 Langfuse unreachable; 4 Langfuse rejected the keys.
+Exit codes (README, "Exit codes", is the contract): 0 success; 1 `--strict` and
+some input was bad, the trace `explain` was asked for is not there, or an unexpected
+error; 2 bad usage, bad configuration or a bad file; 3 Langfuse (or the fleet's
+Redis) unreachable; 4 Langfuse rejected the keys; 130 Ctrl-C where no graceful stop
+applies.
 
-The errors that mean 1 or 2 (ConfigError, StateError, ExplainError) are turned
-into `observer: <message>` on stderr and the exit code in one place, the group
-every command runs under (`_Commands.invoke`); the commands let them rise. What
-the commands do is in `observer.app` (and `observer.app.score_file`); what they print,
-in `observer.views`.
+The errors a user can act on (ConfigError, StateError, ExplainError, RemoteError ...)
+are turned into `observer: <message>` on stderr and the exit code in one place, the
+group every command runs under (`_Commands.invoke`); the commands let them rise.
+Any other error is a bug: one line says so, and its traceback shows only under
+`--debug` or log level debug. What the commands do is in `observer.app` (and
+`observer.app.score_file`); what they print, in `observer.views`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
@@ -27,6 +31,7 @@ import click
 
 from observer import __version__
 from observer.times import iso, parse_duration, parse_time
+from observer.urls import without_credentials
 from observer.views.console import closed_pipe_exit, console, self_command
 from observer.views.words import counted
 
@@ -36,6 +41,7 @@ if TYPE_CHECKING:  # each command imports what it needs: `observer --help` stays
     from observer.config import Settings
     from observer.sinks.jsonl import JsonlScoreSink
     from observer.sources.langfuse import LangfuseSource
+    from observer.views.lines import JudgeTally
 
 # pydantic looks for plugins in the entry points of every installed distribution when it
 # builds its first model: tens of milliseconds of every start in a large environment, for
@@ -59,13 +65,22 @@ def _config_option(func: F) -> F:
 
 
 def _settings(config_path: str | None) -> Settings:
+    """The settings, at debug level under --debug; a debug level also asks for tracebacks."""
     from observer.config import load_settings
 
-    return load_settings(config_path)
+    settings = load_settings(config_path)
+    meta = click.get_current_context().meta
+    if meta.get(_DEBUG) and settings.log.level != "debug":
+        log = settings.log.model_copy(update={"level": "debug"})
+        settings = settings.model_copy(update={"log": log})
+    meta[_DEBUG] = settings.log.level == "debug"
+    return settings
 
 
 EXIT_BAD_INPUT = 2  # bad configuration, state file or input file (app.EXIT_CONFIG)
 EXIT_NOT_FOUND = 1  # the trace `explain` was asked for is not there
+EXIT_UNEXPECTED = 1  # an error observer did not expect: a bug (--debug: its traceback)
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
 
 # The errors a user can fix, by exit code: (module, class) so that none is imported
 # to be caught (`observer --help` and `observer score` stay quick). The first match wins.
@@ -75,7 +90,12 @@ _USER_ERRORS = (
     ("observer.errors", "ConfigError", EXIT_BAD_INPUT),
     ("observer.state.db", "StateError", EXIT_BAD_INPUT),
     ("observer.records", "NotRecords", EXIT_BAD_INPUT),
+    ("observer.errors", "UnsupportedServer", EXIT_BAD_INPUT),
+    ("observer.errors", "AuthRejected", 4),  # app.EXIT_AUTH
+    ("observer.errors", "RemoteError", 3),  # app.EXIT_UNREACHABLE: unreachable, 5xx, refused
 )
+# ctx.meta's key: show the traceback of an unexpected error (--debug, or log.level debug).
+_DEBUG = "observer.debug"
 
 
 def user_error_exit(error: BaseException) -> int | None:
@@ -96,18 +116,39 @@ class _Commands(click.Group):
             return super().invoke(ctx)
         except BrokenPipeError:
             closed_pipe_exit()
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # click's own: usage errors (2), --help, --version
+        except KeyboardInterrupt:  # where no graceful stop is set up: never click's "Aborted!"
+            click.echo("observer: interrupted", err=True)
+            raise SystemExit(EXIT_INTERRUPTED) from None
         except Exception as error:
             code = user_error_exit(error)
             if code is None:
-                raise
+                # `score` reads no [log]: its variable asks for the traceback all the same.
+                asked = os.environ.get("OBSERVER_LOG__LEVEL", "").strip().lower() == "debug"
+                if ctx.meta.get(_DEBUG) or asked:
+                    raise
+                click.echo(
+                    f"observer: unexpected error: {type(error).__name__}: {error}\n"
+                    "  This is a bug in observer; `observer --debug ...` shows where it happened.",
+                    err=True,
+                )
+                raise SystemExit(EXIT_UNEXPECTED) from None
             click.echo(f"observer: {error}", err=True)
             raise SystemExit(code) from None
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="observer")
-def main() -> None:
+@click.option(
+    "--debug",
+    is_flag=True,
+    help="Log at debug level, and show the traceback of an unexpected error.",
+)
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """Trust signals for RAG answers traced in Langfuse."""
+    ctx.meta[_DEBUG] = debug
 
 
 def _stderr_line(line: str) -> None:
@@ -211,14 +252,17 @@ def run(config_path: str | None, state_path: str | None, once: bool, dry_run: st
         raise click.UsageError("--dry-run needs --once (or use backfill --dry-run)")
     settings = _settings(config_path)
     _logging(settings)
+    # SIGTERM and Ctrl-C from here on stop a one-shot run gracefully (docs/daemon.md).
+    stop = threading.Event()
     if dry_run is not None:  # no score post, so no server version to require
         with (
+            app.signals_set(stop),
             _dry_run(settings, state_path, dry_run) as (scratch, sink),
-            app.build(settings, state_path=scratch, sink=sink) as parts,
+            app.build(settings, state_path=scratch, sink=sink, stop=stop) as parts,
         ):
             _run_once_command(parts, dry_run)
     if once:
-        with app.build(settings, state_path=state_path) as parts:
+        with app.signals_set(stop), app.build(settings, state_path=state_path, stop=stop) as parts:
             _run_once_command(parts, None)
     mode: app.Mode = "solo" if settings.fleet is None else "member"
     with _daemon_parts(settings, mode, state_path) as parts:
@@ -255,7 +299,7 @@ def _run_once_command(parts: app.Parts, dry_run: str | None) -> NoReturn:
         extra = {} if dry_run is None else _dry_run_rows(parts, dry_run)
         title = "observer run --once" + (" --dry-run" if dry_run is not None else "")
         # With the scores on stdout, the table goes to stderr.
-        table = pass_table(title, outcome.passed, parts, extra, outcome.waiting)
+        table = pass_table(title, outcome.passed, parts, extra, outcome.waiting, dry_run)
         console(stderr=dry_run == "-").print(table)
     if outcome.error:
         click.echo(f"observer: {outcome.error}", err=True)
@@ -270,10 +314,15 @@ def _dry_run(
     import tempfile
 
     from observer.app.dryrun import scores_sink, scratch_state
+    from observer.config import ConfigError
 
     real = Path(state_path or settings.state.path)
     with tempfile.TemporaryDirectory(prefix="observer-dry-run-") as scratch:
-        yield scratch_state(real, Path(scratch)), scores_sink(target)
+        copy = scratch_state(real, Path(scratch))
+        try:
+            yield copy, scores_sink(target)
+        except ConfigError as error:  # another project's state file: named by its own path
+            raise ConfigError(str(error).replace(str(copy), str(real))) from None
 
 
 def _written(parts: app.Parts) -> int:
@@ -345,16 +394,13 @@ def backfill(
         _backfill_command(parts, begin, finish, chunk_hours, dry_run)
 
 
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
-
-
 def _backfill_command(
     parts: app.Parts, begin: datetime, finish: datetime, chunk_hours: float, dry_run: str | None
 ) -> NoReturn:
     from observer import app
     from observer.views.passes import backfill_bar, pass_table, window_done
 
-    with backfill_bar(begin, finish) as progress, app.signals_set(parts.stop):
+    with backfill_bar(begin, finish, parts.metrics) as progress, app.signals_set(parts.stop):
         outcome = app.backfill(parts, begin, finish, timedelta(hours=chunk_hours), progress.update)
     stopped = outcome.error == "stopped"
     if outcome.passed is not None:
@@ -362,7 +408,7 @@ def _backfill_command(
         if stopped:
             extra["window done"] = window_done(begin, progress.reached, outcome.passed)
         title = "observer backfill" + (" --dry-run" if dry_run is not None else "")
-        table = pass_table(title, outcome.passed, parts, extra, outcome.waiting)
+        table = pass_table(title, outcome.passed, parts, extra, outcome.waiting, dry_run)
         console(stderr=dry_run == "-").print(table)
     if stopped:
         resume = f"{self_command()} backfill --from {iso(progress.reached)} --to {iso(finish)}"
@@ -392,18 +438,23 @@ def check(config_path: str | None, state_path: str | None) -> None:
 
 
 def _langfuse_read(settings: Settings, read: Callable[[LangfuseSource], T]) -> T:
-    """Run `read` on the source `run` would build; exit 2, 3 or 4 as `run --once` does."""
+    """Run `read` on the source `run` would build, after the same first contact; exit 2,
+    3 or 4 as `run --once` does."""
     from observer import app
+    from observer.app.contact import langfuse_ready
     from observer.errors import RemoteError
     from observer.telemetry.metrics import Metrics
 
     try:
+        langfuse_ready(settings, app.build_api(settings), None, posting=False)
         source = app.build_source(
             settings, Metrics(), max_attempts=min(2, settings.source.max_attempts)
         )
         return read(source)
     except RemoteError as error:
-        click.echo(f"observer: Langfuse {settings.langfuse.base_url}: {error}", err=True)
+        shown = without_credentials(settings.langfuse.base_url)
+        said = str(error) if shown in str(error) else f"Langfuse {shown}: {error}"
+        click.echo(f"observer: {said}", err=True)
         raise SystemExit(app.exit_code(error)) from None
 
 
@@ -456,7 +507,11 @@ def explain_command(
     def fetch(source: LangfuseSource) -> list[dict[str, Any]]:
         end = source.now()
         return fetch_trace(
-            source, trace_id, _since(since, end), end, f"at {settings.langfuse.base_url}"
+            source,
+            trace_id,
+            _since(since, end),
+            end,
+            f"at {without_credentials(settings.langfuse.base_url)}",
         )
 
     if file_path is not None:
@@ -533,10 +588,11 @@ def discover_command(
 
 
 def _quiet_logging(settings: Settings) -> None:
-    """Reading commands: their output is the report; the log says only what went wrong."""
+    """Reading commands: their output is the report; the log says only what went wrong
+    (everything at log.level debug, or under --debug)."""
     from observer.telemetry.logging import configure_logging
 
-    configure_logging(settings.log.format, "warning")
+    configure_logging(settings.log.format, "debug" if settings.log.level == "debug" else "warning")
 
 
 @main.command(short_help="The daemon on bundled traces: no Langfuse account needed.")
@@ -640,11 +696,12 @@ def judge_agreement_command(since: str, as_json: bool, config_path: str | None) 
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--since") from None
     end = datetime.now(UTC)
-    found, link = judge_agreement(settings, end - window, end)
+    found, link, empty = judge_agreement(settings, end - window, end)
     if as_json:
-        click.echo(json.dumps(found.as_dict(link), indent=2))
+        extra = {"empty": empty.as_dict()} if empty is not None else {}
+        click.echo(json.dumps({**found.as_dict(link), **extra}, indent=2))
         return
-    for line in agreement_lines(found, link):
+    for line in agreement_lines(found, link, empty):
         click.echo(line)
 
 
@@ -665,6 +722,7 @@ def judge_canary_command(path: Path | None, as_json: bool, config_path: str | No
 
     from observer.app.judge_canary import canary_cases, judge_canary
     from observer.views.judge import canary_lines
+    from observer.views.lines import JudgeTally
 
     settings = _settings(config_path)
     _quiet_logging(settings)
@@ -676,15 +734,22 @@ def judge_canary_command(path: Path | None, as_json: bool, config_path: str | No
         console=console(stderr=True),
         disable=not sys.stderr.isatty(),
     )
+    tally = JudgeTally()
     with progress:
         task = progress.add_task("canary", total=len(cases))
-        found, tokens = judge_canary(settings, cases, lambda _c, _r: progress.advance(task))
+
+        def each(_case: Any, result: Any) -> None:
+            tally.add(result)
+            progress.advance(task)
+
+        found, tokens = judge_canary(settings, cases, each)
     if as_json:
         click.echo(json.dumps({**found.as_dict(cases), "tokens": tokens}, indent=2))
-        return
-    for line in canary_lines(found, cases):
-        click.echo(line)
-    click.echo(f"tokens used: {tokens:,}")
+    else:
+        for line in canary_lines(found, cases):
+            click.echo(line)
+        click.echo(f"tokens used: {tokens:,}")
+    _exit_if_unreachable(settings, tally)
 
 
 @judge.command("file", short_help="Judge RagRecord JSON lines offline with the LLM.")
@@ -703,7 +768,6 @@ def judge_file(source: IO[bytes], config_path: str | None, strict: bool) -> None
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from observer import app
     from observer.app.judge_file import FileJudge
     from observer.signals.output import dumps_line
     from observer.views.lines import BadLines, JudgeTally, judge_json
@@ -733,12 +797,19 @@ def judge_file(source: IO[bytes], config_path: str | None, strict: bool) -> None
     tally.bad_lines = bad_lines.count
     # The output lines say it per record; this says it at once, where a person looks.
     click.echo(tally.line(), err=True)
-    if tally.none_reached():
-        endpoint = settings.judge.base_url or "the OpenAI API"
-        click.echo(f"observer: the judge endpoint could not be reached ({endpoint})", err=True)
-        raise SystemExit(app.EXIT_UNREACHABLE)
+    _exit_if_unreachable(settings, tally)
     if strict and (tally.bad_lines or tally.failed):
         raise SystemExit(1)
+
+
+def _exit_if_unreachable(settings: Settings, tally: JudgeTally) -> None:
+    """Exit 3, naming the endpoint, when no call of the judge reached it."""
+    from observer import app
+
+    if tally.none_reached():
+        endpoint = without_credentials(settings.judge.base_url) or "the OpenAI API"
+        click.echo(f"observer: the judge endpoint could not be reached ({endpoint})", err=True)
+        raise SystemExit(app.EXIT_UNREACHABLE)
 
 
 @main.group()
@@ -993,7 +1064,8 @@ def init_langfuse_command(config_path: str | None) -> None:
     api = app.build_api(settings)
     report = init_langfuse(api)
     shown = console()
-    shown.print(f"Langfuse {settings.langfuse.base_url}", markup=False, highlight=False)
+    url = without_credentials(settings.langfuse.base_url)
+    shown.print(f"Langfuse {url}", markup=False, highlight=False)
     for line in report.lines():
         shown.print(line, markup=False, highlight=False)
     raise SystemExit(report.exit_code)

@@ -35,7 +35,13 @@ class RemoteError(ObserverError):
 
 
 class Unreachable(RemoteError):
-    pass
+    def tried(self, seconds: float, tries: int | None = None) -> Unreachable:
+        """This error, its message saying for how long (and how often) it was tried."""
+        if tries is None:
+            said = f"tried for {seconds:.1f} s"
+        else:
+            said = f"tried {'once' if tries <= 1 else f'{tries} times'} over {seconds:.1f} s"
+        return type(self)(f"{self} ({said})", self.status)
 
 
 class RateLimited(RemoteError):

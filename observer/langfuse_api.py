@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
 import httpx
@@ -51,6 +51,7 @@ from observer.errors import (
     UsageSuspended,
 )
 from observer.retry import parse_retry_after
+from observer.urls import without_credentials
 
 log = structlog.get_logger("observer.langfuse")
 
@@ -73,6 +74,12 @@ def build_api(base_url: str, public_key: str, secret_key: str, timeout_s: float)
         headers={"User-Agent": USER_AGENT},
         timeout=timeout_s,
     )
+
+
+def seconds(timeout_s: float) -> int:
+    """A request's timeout for the SDK's `timeout_in_seconds`, typed int but handed to
+    httpx as it is: a fraction of a second stays one."""
+    return cast(int, timeout_s)
 
 
 def _retry_after(headers: dict[str, str] | None) -> float | None:
@@ -98,6 +105,16 @@ def _message(body: Any) -> str:
     if isinstance(body, dict):
         body = body.get("message") or ""
     return " ".join(str(body or "").split())[:200]
+
+
+def _tried(error: httpx.HTTPError) -> str:
+    """`http://host/api/public/... ` for an error that knows its request (without the
+    URL's credentials and query), else nothing."""
+    try:
+        url = str(error.request.url)
+    except RuntimeError:  # an error raised before a request was built
+        return ""
+    return f"{without_credentials(url)}: "
 
 
 def translate(error: Exception, what: str) -> RemoteError:
@@ -128,9 +145,9 @@ def translate(error: Exception, what: str) -> RemoteError:
         body = str(error.body)[:200] if error.body is not None else ""
         return Rejected(f"{what}: Langfuse answered {status} {body}".rstrip(), status)
     if isinstance(error, httpx.TimeoutException):
-        return Unreachable(f"{what}: timed out")
+        return Unreachable(f"{what}: {_tried(error)}timed out")
     if isinstance(error, httpx.HTTPError):
-        return Unreachable(f"{what}: {type(error).__name__}: {error}")
+        return Unreachable(f"{what}: {_tried(error)}{type(error).__name__}: {error}")
     return Unreachable(f"{what}: unexpected {type(error).__name__}: {error}")
 
 
@@ -181,15 +198,20 @@ def assess_server_version(version: str | None, base_url: str) -> ServerVersion:
     return ServerVersion(text, cloud, known=True)
 
 
-def check_server_version(api: LangfuseAPI, base_url: str) -> ServerVersion:
+def check_server_version(
+    api: LangfuseAPI, base_url: str, timeout_s: float | None = None
+) -> ServerVersion:
     """`GET /api/public/health`, judged by `assess_server_version`.
 
     Raises UnsupportedServer for a server too old, or the RemoteError of an unreachable
     (or 503) health endpoint: whether that stops anything is the caller's decision. An
     answer without a readable version is let through, logged once per call.
     """
+    options: RequestOptions = {"max_retries": 0}
+    if timeout_s is not None:  # a first contact's try: within what is left of its bound
+        options["timeout_in_seconds"] = seconds(timeout_s)
     try:
-        health = api.health.health(request_options=NO_RETRIES)
+        health = api.health.health(request_options=options)
         version: str | None = health.version
     except pydantic.ValidationError:  # a 200 without a version string
         version = None

@@ -84,6 +84,7 @@ def configure(monkeypatch: pytest.MonkeyPatch, fake: FakeLangfuse, **overrides: 
         "OBSERVER_SOURCE__LOOKBACK_S": str(3 * 86400),
         "OBSERVER_SOURCE__REQUESTS_PER_MINUTE": "6000",
         "OBSERVER_SOURCE__MAX_ATTEMPTS": "3",
+        "OBSERVER_SOURCE__FIRST_CONTACT_S": "1",  # a dead Langfuse given up on at once
         "OBSERVER_SINK__MAX_BACKOFF_S": "0.2",
         "OBSERVER_RUN__SHUTDOWN_GRACE_S": "5",
         "OBSERVER_LOG__LEVEL": "warning",

@@ -248,7 +248,9 @@ def test_run_once_against_a_dead_langfuse_exits_3(
     fake.stop()
     result = run(["run", "--once", "--state", str(tmp_path / "s.sqlite")])
     assert result.exit_code == 3
-    assert "reading observations" in result.stderr
+    # The URL it tried, and for how long (within source.first_contact_s).
+    assert f"{fake.url}/api/public/health: ConnectError" in result.stderr
+    assert re.search(r"\(tried \d+ times over \d+\.\d s\)", result.stderr)
 
 
 def test_backfill_scores_a_past_window_with_progress(fake: FakeLangfuse, tmp_path: Path) -> None:
@@ -317,6 +319,9 @@ def test_backfill_on_a_terminal_draws_its_bar_below_the_log_lines(
         env,
     )
     assert "backfill" in text and "━" in text  # the bar, on a terminal
+    # It counts as it goes: its last frame has every trace and score of the window.
+    frames = re.findall(r"(\d+) traces?, (\d+) scored, ([\d,]+) scores? queued", ANSI.sub("", text))
+    assert frames and frames[-1][1:] == (str(DEMO.scored), f"{DEMO.scores:,}")
     logged = [
         re.split(r"[\r\n]", ANSI.sub("", before))[-1]
         for before in text.split("slow_ingestion_detected")[:-1]
@@ -559,6 +564,10 @@ def test_run_once_dry_run_writes_the_scores_and_pushes_nothing(
     assert len(out.read_text().splitlines()) == DEMO.scores
     assert fake.score_posts == [] and not state.exists()
     assert "dry run" in result.stdout and "nothing pushed" in " ".join(result.stdout.split())
+    # Where the scores went, never "delivered": none went to Langfuse.
+    written = table_rows(result.stdout)["scores written"]  # a long path folds: no spaces
+    assert "".join(written.split()) == f"{DEMO.scores:,}to{out}"
+    assert "delivered" not in result.stdout
     # The real run afterwards still scores and pushes everything the dry run saw.
     real = run(["run", "--once", "--state", str(state)])
     assert real.exit_code == 0, real.output
@@ -574,6 +583,7 @@ def test_backfill_dry_run_to_stdout_keeps_the_table_on_stderr(
     scores = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(scores) == DEMO.scores and all("traceId" in s for s in scores)
     assert "traces scored" in result.stderr and fake.score_posts == []
+    assert table_rows(result.stderr)["scores written"] == f"{DEMO.scores:,} to stdout"
 
 
 def test_a_stopped_backfill_exits_130_and_prints_the_command_that_resumes(

@@ -309,3 +309,98 @@ def test_the_configuration_reference_lists_every_key_with_its_default() -> None:
         and key not in ("signals.abbreviations", "signals.refusal_phrases", "band.medium")
     }
     assert wrong == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        (
+            "[source]\npoll_intervall_s = 5\n",
+            "  source.poll_intervall_s: unknown key; did you mean poll_interval_s?",
+        ),
+        ("[sorce]\npoll_interval_s = 5\n", "  sorce: unknown key; did you mean source?"),
+        (
+            '[[alerts.notifiers]]\nname = "pd"\nkind = "pagerduty"\nsecrt_env = "PD"\n',
+            "  alerts.notifiers[pd].secrt_env: unknown key; did you mean secret_env?",
+        ),
+        ("[crag]\nnothing_like_it = 1\n", "  crag.nothing_like_it: unknown key"),
+    ],
+    ids=["key", "section", "list_of_tables", "no_close_key"],
+)
+def test_a_misspelled_key_in_the_file_is_named_with_the_one_it_meant(
+    tmp_path: Path, text: str, line: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_settings(write(tmp_path, text))
+    assert line in str(raised.value).splitlines()
+
+
+@pytest.mark.parametrize(
+    ("variable", "meant"),
+    [
+        ("LANGFUSE_BASEURL", "LANGFUSE_BASE_URL"),  # the JS SDK v3's name
+        ("LANGFUSE_PUBLICKEY", "LANGFUSE_PUBLIC_KEY"),
+        ("LANGFUSE_SECRET", "LANGFUSE_SECRET_KEY"),
+        ("langfuse_base_url", "LANGFUSE_BASE_URL"),  # the SDK reads upper case only
+    ],
+)
+def test_a_close_miss_of_a_langfuse_variable_is_named_not_silently_a_default(
+    monkeypatch: pytest.MonkeyPatch, variable: str, meant: str
+) -> None:
+    """Without it the base URL would silently be Langfuse Cloud, or a key unset."""
+    monkeypatch.setenv(variable, "https://langfuse.internal")
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    assert (
+        f"  {variable}: observer reads no such variable; did you mean {meant}?"
+        in str(raised.value).splitlines()
+    )
+    assert "langfuse.internal" not in str(raised.value)
+
+
+def test_the_sdks_own_variables_and_a_miss_whose_meaning_is_set_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for variable in ("LANGFUSE_RELEASE", "LANGFUSE_TRACING_ENVIRONMENT", "LANGFUSE_TIMEOUT"):
+        monkeypatch.setenv(variable, "x")
+    monkeypatch.setenv("LANGFUSE_APP_REGION", "eu")  # the app's own, close to nothing
+    load_settings()
+    monkeypatch.setenv("LANGFUSE_BASEURL", "https://a.example")  # and LANGFUSE_HOST is set
+    monkeypatch.setenv("LANGFUSE_HOST", "https://b.example")
+    assert load_settings().langfuse.base_url == "https://b.example"
+
+
+@pytest.mark.parametrize(
+    ("public", "secret", "said"),
+    [
+        ("sk-lf-aaaa1111bbbb2222", "pk-lf-cccc3333dddd4444", "are swapped"),
+        ("sk-lf-aaaa1111bbbb2222", "sk-lf-cccc3333dddd4444", "this is a secret key"),
+        ("pk-lf-aaaa1111bbbb2222", "pk-lf-cccc3333dddd4444", "this is a public key"),
+    ],
+    ids=["swapped", "secret_as_public", "public_as_secret"],
+)
+def test_keys_in_each_others_place_are_refused_by_shape_without_their_values(
+    monkeypatch: pytest.MonkeyPatch, public: str, secret: str, said: str
+) -> None:
+    monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", public)
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", secret)
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    message = str(raised.value)
+    assert said in message and "LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY" in message
+    for value in (public, secret, public[-8:], secret[-8:]):
+        assert value not in message
+
+
+def test_config_show_prints_the_public_key_by_its_shape_and_urls_without_credentials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk-lf-0123456789abcdef")
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-lf-fedcba9876543210")
+    monkeypatch.setenv("LANGFUSE_BASE_URL", "https://proxy:hunter2@langfuse.internal")
+    shown = masked(load_settings())["langfuse"]
+    assert shown == {
+        "base_url": "https://langfuse.internal",
+        "public_key": "pk-lf-…cdef",
+        "secret_key": "********",
+    }

@@ -167,7 +167,8 @@ def test_no_variable_the_repository_sets_is_reported() -> None:
         (
             "OBSERVER_ALERTS__RULES",
             '[{"name": "mine", "signal": "ungrounded_rate", "threshold": 0.2, "thresold": 1}]',
-            "alerts.rules[mine].thresold (OBSERVER_ALERTS__RULES): unknown key",
+            "alerts.rules[mine].thresold (OBSERVER_ALERTS__RULES): unknown key; "
+            "did you mean threshold?",
         ),
     ],
     ids=[

@@ -27,7 +27,15 @@ OPENAI_SECRET = "sk-OPENAI-SECRET-9a8b7c6d"
 WEBHOOK_SECRET = (
     "whsec_U0VDUkVULXdlYmhvb2stc2lnbmluZy1rZXk="  # base64 of SECRET-webhook-signing-key
 )
-SECRETS = (LANGFUSE_SECRET, OPENAI_SECRET, WEBHOOK_SECRET, "U0VDUkVU", "SECRET-webhook")
+PROXY_PASSWORD = "SECRET-proxy-password"  # in a URL: https://user:password@host
+SECRETS = (
+    LANGFUSE_SECRET,
+    OPENAI_SECRET,
+    WEBHOOK_SECRET,
+    "U0VDUkVU",
+    "SECRET-webhook",
+    PROXY_PASSWORD,
+)
 
 
 @pytest.fixture
@@ -109,6 +117,21 @@ def test_no_secret_in_anything_observer_writes(fake: FakeLangfuse, tmp_path: Pat
         written.append(observer(dict(env, OBSERVER_SOURCE__PAGE_LIMIT="0"), "config", "show"))
         bad_secret_file = dict(env, LANGFUSE_SECRET_KEY="", LANGFUSE_SECRET_KEY_FILE="/nope")
         written.append(observer(bad_secret_file, "check"))
+        swapped = dict(
+            env, LANGFUSE_PUBLIC_KEY=LANGFUSE_SECRET, LANGFUSE_SECRET_KEY=fake.public_key
+        )
+        for args in (("check",), ("config", "show"), ("run", "--once", "--state", state)):
+            written.append(observer(swapped, *args))  # refused by shape, never printed
+        proxied = fake.url.replace("http://", f"http://observer:{PROXY_PASSWORD}@")
+        behind_a_proxy = dict(
+            env, LANGFUSE_BASE_URL=proxied, REDIS_URL=f"redis://:{PROXY_PASSWORD}@127.0.0.1:9/0"
+        )
+        written.append(observer(behind_a_proxy, "check", "--state", state))
+        written.append(observer(behind_a_proxy, "config", "show"))
+        fake.stop()
+        written.append(observer(behind_a_proxy, "run", "--once", "--state", state))  # down
+        written.append(observer(dict(behind_a_proxy, OBSERVER_FLEET__NAME="f"), "run"))
+        fake.start()
         received = [r.text + str(r.headers) for r in receiver.requests]
     assert any('"event"' in text for text in written)  # JSON logs were produced
     state_bytes = b"".join(p.read_bytes() for p in tmp_path.glob("s.sqlite*"))

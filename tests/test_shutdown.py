@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from observer.background import Deadline
+from observer.cli import main
 from observer.times import parse_time
 from tests.daemon_helpers import after, configure, demo_counts, demo_observations, once
 from tests.fakes.langfuse_server import FakeLangfuse
@@ -229,6 +231,88 @@ def test_sigterm_during_a_long_flush_ends_in_the_grace_without_a_traceback(
     assert len(fake.scores) < SCORES, "the whole outbox went out: the test proves nothing"
 
     fake.post_latency_s = 0.0
+    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400))
+    result = once(settings, state, after(demo_observations()) + timedelta(days=1))
+    assert result.exit_code == 0, result.error
+    assert len(fake.scores) == SCORES
+    assert fake.duplicates() == []
+
+
+def test_run_once_stops_like_the_daemon_on_sigterm(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """SIGTERM (a CronJob's, past its deadline) in the middle of `run --once`, a real
+    process: it stops reading, delivers what it scored within the grace, prints the
+    summary and exits 0; the next run goes on from there, nothing lost, nothing twice."""
+    state = tmp_path / "state.sqlite"
+    proc: subprocess.Popen[bytes] | None = None
+
+    def on_request(record: Any) -> None:  # the stop lands while the 4th page is in flight
+        pages = fake.observation_requests() if record.path.endswith("/observations") else 0
+        if proc is not None and pages == 4:
+            proc.send_signal(signal.SIGTERM)
+
+    fake.on_request = on_request
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "observer", "run", "--once", "--state", str(state)],
+        env=daemon_env(fake),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    fake.on_request = None
+    said = out.decode() + err.decode()
+    assert proc.returncode == 0, said[-3000:]
+    assert "observer run --once" in out.decode()  # the summary
+    assert "stopped before the end of the window" in err.decode()
+    assert "Traceback" not in said
+    assert fake.observation_requests() < 16, "the pass was not stopped"
+    assert_the_next_run_delivers_the_rest_once(fake, monkeypatch, state)
+
+
+def test_run_once_stopped_with_ctrl_c_says_what_is_left_and_exits_3(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Ctrl-C while Langfuse takes no score: the summary with what is left in the outbox,
+    exit 3 (left for the next run), never click's "Aborted!". In this process: the signal
+    lands while `run --once` holds its handlers (the 4th page is in flight)."""
+    state = tmp_path / "state.sqlite"
+    fake.fail_next(503, count=10_000, path_prefix="/api/public/scores", method="POST")
+
+    def on_request(record: Any) -> None:
+        pages = fake.observation_requests() if record.path.endswith("/observations") else 0
+        if pages == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    configure(
+        monkeypatch,
+        fake,
+        OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400),
+        OBSERVER_SOURCE__PAGE_LIMIT="20",
+        OBSERVER_RUN__SHUTDOWN_GRACE_S="1",
+    )
+    fake.on_request = on_request
+    try:
+        result = CliRunner().invoke(main, ["run", "--once", "--state", str(state)])
+    finally:
+        fake.on_request = None
+    assert result.exit_code == 3, result.output
+    assert "scores left in the outbox" in result.stdout
+    assert "stopped before the end of the window" in result.stderr
+    assert "kept in the outbox for the next run" in result.stderr
+    assert "Aborted" not in result.output
+    assert fake.observation_requests() < 16, "the pass was not stopped"
+    fake.clear_failures()
+    assert_the_next_run_delivers_the_rest_once(fake, monkeypatch, state)
+
+
+def assert_the_next_run_delivers_the_rest_once(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, state: Path
+) -> None:
     settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400))
     result = once(settings, state, after(demo_observations()) + timedelta(days=1))
     assert result.exit_code == 0, result.error

@@ -65,7 +65,6 @@ if TYPE_CHECKING:
         build_resolver,
         build_source,
         now_utc,
-        require_supported_server,
         start_http,
     )
     from observer.pipeline import PassResult
@@ -87,7 +86,6 @@ _HOMES = {
     "check_state": "observer.app.checks",
     "ingestion_row": "observer.app.checks",
     "recent_answers": "observer.app.checks",
-    "require_supported_server": "observer.app.parts",
     "run_daemon": "observer.app.daemon",
     "signals_set": "observer.app.daemon",
     "demo": "observer.app.demo_run",
@@ -164,7 +162,6 @@ __all__ = [
     "now_utc",
     "open_alerts",
     "recent_answers",
-    "require_supported_server",
     "run_daemon",
     "run_once",
     "serve_until_stopped",

@@ -1,21 +1,24 @@
-"""`observer check`: the state file, the chunk store and Langfuse proved, row by row."""
+"""`observer check`: what `run` needs proved, row by row, as `run` proves it."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from observer.app.contact import ProjectMismatch, judge_ready, langfuse_ready
 from observer.app.exits import EXIT_CONFIG, EXIT_OK, exit_code
 from observer.app.parts import (
+    build_api,
+    build_notifiers,
+    build_openai,
     build_resolver,
     build_source,
     now_utc,
-    require_supported_server,
     resolver_fields,
 )
 from observer.config import ConfigError, Settings
@@ -26,6 +29,7 @@ from observer.sources.langfuse import LangfuseSource
 from observer.state import State, StateError
 from observer.telemetry.metrics import Metrics
 from observer.times import iso
+from observer.urls import without_credentials
 
 if TYPE_CHECKING:
     from observer.app.discover import Discovery
@@ -83,7 +87,7 @@ def check_resolver(
     from observer.resolver.probe import sample_ids, sample_report
 
     r = settings.resolver
-    name = f"{r.kind} {r.collection or r.uri or r.hook}"
+    name = f"{r.kind} {r.collection or without_credentials(r.uri) or r.hook}"
     try:
         lookup = build_resolver(settings, Metrics())
     except ConfigError as error:
@@ -143,14 +147,17 @@ class CheckResult:
 
 
 def check(settings: Settings, state_path: Path) -> CheckResult:
-    """Prove the state file and Langfuse (reachable, keys accepted)."""
-    rows: list[tuple[str, str]] = []
-    code = EXIT_OK
+    """Prove what `run` needs, as `run` proves it (the same functions, the same messages):
+    the state file, the chunk store, the fleet's Redis, the notifiers' secrets, Langfuse
+    (reachable within source.first_contact_s, its version, the keys, the state file's
+    project) and the judge's endpoint. The first failure's exit code is the result's."""
+    found = _Found()
     try:
-        rows.append(("state", f"{state_path}: {check_state(state_path)}"))
+        found.add("state", f"{state_path}: {check_state(state_path)}")
+        usable: Path | None = state_path
     except StateError as error:
-        rows.append(("state", f"NOT USABLE: {error}"))
-        code = EXIT_CONFIG
+        found.fail("state", f"NOT USABLE: {error}", EXIT_CONFIG)
+        usable = None
     try:
         source: LangfuseSource | None = build_source(settings, Metrics(), max_attempts=1)
         unusable: ConfigError | None = None
@@ -164,26 +171,116 @@ def check(settings: Settings, state_path: Path) -> CheckResult:
             except RemoteError:  # the reachable row below says why
                 recent = None
         row, failed = check_resolver(settings, recent)
-        rows.append(("resolver", row))
-        code = code or (EXIT_CONFIG if failed else EXIT_OK)
+        found.add("resolver", row) if not failed else found.fail("resolver", row, EXIT_CONFIG)
+    _check_fleet(settings, found)
+    _check_notifiers(settings, found)
     if source is None:
-        rows.append(("reachable", f"not checked: {unusable}"))
-        return CheckResult(rows, code or EXIT_CONFIG)
+        found.fail("reachable", f"not checked: {unusable}", EXIT_CONFIG)
+    else:
+        _check_langfuse(settings, usable, source, found)
+    if settings.judge.enabled:
+        _check_judge(settings, found)
+    return CheckResult(found.rows, found.code, found.reachable)
+
+
+@dataclass
+class _Found:
+    """`check`'s rows so far, and the exit code of the first that failed."""
+
+    rows: list[tuple[str, str]] = field(default_factory=list)
+    code: int = EXIT_OK
+    reachable: bool = False
+
+    def add(self, key: str, value: str) -> None:
+        self.rows.append((key, value))
+
+    def fail(self, key: str, value: str, code: int) -> None:
+        self.rows.append((key, value))
+        self.code = self.code or code
+
+
+def _check_langfuse(
+    settings: Settings, state_path: Path | None, source: LangfuseSource, found: _Found
+) -> None:
+    """Reachable within source.first_contact_s, its version, the project (against the
+    usable state file's, not recorded: `check` writes nothing), the keys proven by a read."""
+    state = State(state_path) if state_path is not None and state_path.exists() else None
     try:
-        rows.append(("server", require_supported_server(settings)))
-    except ConfigError as error:
-        rows.append(("server", f"TOO OLD: {error}"))
-        code = code or EXIT_CONFIG
-    reachable = False
+        reached = langfuse_ready(settings, build_api(settings), state, record=False)
+    except ProjectMismatch as error:
+        found.fail("project", f"REFUSED: {error}", EXIT_CONFIG)
+        return
+    except ConfigError as error:  # too old for score batches
+        found.fail("server", f"REFUSED: {error}", EXIT_CONFIG)
+        return
+    except RemoteError as error:
+        found.fail("reachable", f"NO: {error}", exit_code(error))
+        return
+    finally:
+        if state is not None:
+            state.close()
+    found.add("server", reached.server)
+    if reached.project is not None:
+        found.add("project", reached.project.describe())
     try:
         source.probe()
-        reachable = True
-        rows.append(("reachable", "yes, keys accepted"))
-        rows.append(("ingestion", ingestion_row(settings, source)))
     except RemoteError as error:
-        rows.append(("reachable", f"NO: {error}"))
-        code = code or exit_code(error)
-    return CheckResult(rows, code, reachable)
+        found.fail("reachable", f"NO: {error}", exit_code(error))
+        return
+    found.reachable = True
+    found.add("reachable", "yes, keys accepted")
+    found.add("ingestion", ingestion_row(settings, source))
+
+
+def _check_judge(settings: Settings, found: _Found) -> None:
+    """The judge's endpoint: its model and key as `run` builds them (exit 2 when `run`
+    would refuse them); an endpoint that does not answer or refuses the key is shown, not
+    failed: `run` starts without it (each sampled trace a judge error, which pages
+    through judge_error_rate_high; the deterministic scores go on)."""
+    try:
+        found.add("judge", judge_ready(settings, build_openai(settings)))
+    except ConfigError as error:
+        found.fail("judge", f"NOT USABLE: {error}", EXIT_CONFIG)
+    except RemoteError as error:
+        found.add(
+            "judge",
+            f"NO: {error}; `run` scores without it: each sampled trace is a judge error "
+            "(judge_error_rate_high pages)",
+        )
+
+
+def _check_fleet(settings: Settings, found: _Found) -> None:
+    """The fleet's Redis, as `run` connects to it: reachable, new enough, AOF, no eviction."""
+    if settings.fleet is None:
+        return
+    from observer.fleet.connect import connect, prove
+
+    try:
+        client = connect(settings, check=False)
+        try:
+            fitness = prove(client, settings)
+        finally:
+            client.close()
+    except ConfigError as error:
+        found.fail("fleet", f"NOT USABLE: {error}", EXIT_CONFIG)
+    except RemoteError as error:
+        found.fail("fleet", f"NO: {error}", exit_code(error))
+    else:
+        found.add("fleet", fitness.describe())
+
+
+def _check_notifiers(settings: Settings, found: _Found) -> None:
+    """Every notifier built as `run` builds it: its secret present (nothing is sent)."""
+    notifiers = settings.alerts.notifiers
+    if not notifiers:
+        return
+    try:
+        build_notifiers(settings)
+    except ConfigError as error:
+        found.fail("notifiers", f"NOT USABLE: {error}", EXIT_CONFIG)
+        return
+    names = ", ".join(f"{n.name} ({n.kind})" for n in notifiers)
+    found.add("notifiers", f"{names}: configured, secrets present (nothing sent)")
 
 
 # How many of the last hour's traces `check` reads for its summary.

@@ -56,6 +56,15 @@ def _flush_telemetry(parts: Parts) -> None:
 def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None) -> OnceResult:
     grace = parts.settings.run.shutdown_grace_s
     waiting = parts.state.outbox_size()  # an earlier run's, delivered with this one's
+    try:
+        # First contact (Langfuse, the state file's project): within
+        # source.first_contact_s, before anything is read or judged.
+        parts.passes.check()
+    except RemoteError as error:
+        if parts.stop.is_set():  # SIGTERM or Ctrl-C while Langfuse was being reached
+            code = EXIT_UNREACHABLE if waiting else EXIT_OK
+            return OnceResult(code, None, waiting, "stopped before it read anything", waiting)
+        return OnceResult(exit_code(error), None, waiting, str(error), waiting)
     if parts.judge is not None:
         parts.judge.start()
     try:
@@ -69,7 +78,9 @@ def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None)
         stop_judge(parts, Deadline.within(grace))
         parts.dispatcher.flush(grace)
         return OnceResult(exit_code(error), None, parts.state.outbox_size(), str(error), waiting)
-    stop_judge(parts, Deadline.within(parts.settings.judge.timeout_s * 4 + grace))
+    # SIGTERM or Ctrl-C: what is in hand delivered within the grace, then the exit.
+    judging = 0.0 if parts.stop.is_set() else parts.settings.judge.timeout_s * 4
+    stop_judge(parts, Deadline.within(judging + grace))
     deadline = Deadline.within(grace)
     parts.dispatcher.flush(grace)
     # Notifications got their own threads at once; they share what is left of the grace.
@@ -77,10 +88,18 @@ def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None)
     if not parts.alerts.shutdown(deadline):
         log.warning("alert_notifications_undelivered")
     left = parts.state.outbox_size()
+    said = STOPPED_MESSAGE if result.cut_short else None
     if left:
         code = EXIT_AUTH if parts.dispatcher.auth_failed else EXIT_UNREACHABLE
-        return OnceResult(code, result, left, undelivered_message(parts, left), waiting)
-    return OnceResult(EXIT_OK, result, 0, waiting=waiting)
+        message = undelivered_message(parts, left)
+        return OnceResult(code, result, left, f"{said}; {message}" if said else message, waiting)
+    return OnceResult(EXIT_OK, result, 0, said, waiting=waiting)
+
+
+STOPPED_MESSAGE = (
+    "stopped before the end of the window: what it read is scored and delivered, and the "
+    "next run reads on from there"
+)
 
 
 def budget_held(parts: Parts) -> bool:
@@ -149,6 +168,10 @@ def _backfill(
     progress: Callable[[datetime, PassResult], None],
 ) -> OnceResult:
     waiting = parts.state.outbox_size()  # before the dispatcher sends any of it
+    try:
+        parts.passes.check()  # first contact, as run --once's
+    except RemoteError as error:
+        return OnceResult(exit_code(error), None, waiting, str(error), waiting)
     parts.dispatcher.start()
     if parts.judge is not None:
         parts.judge.start()
@@ -173,9 +196,8 @@ def _backfill(
                 _wait_for_outbox_room(parts)
                 continue
             totals.add(result)
-            result = PassResult(chunk_end, chunk_end)
             cursor = chunk_end
-            progress(cursor, result)
+            progress(cursor, totals)
             # A chunk costs a request however little it holds: after a light one the next
             # is twice as long (an empty week is a dozen requests, not 168), after a heavy
             # one half, never below the chunk asked for nor above a day (or that chunk).
@@ -183,6 +205,7 @@ def _backfill(
                 size = min(size * 2, max(chunk, MAX_BACKFILL_CHUNK))
             elif result.observations > 4 * parts.settings.source.page_limit:
                 size = max(size / 2, chunk)
+            result = PassResult(cursor, cursor)  # counted in the totals: none in hand
         if cursor < end:
             raise Stopped()
     except (RemoteError, Stopped) as error:

@@ -9,7 +9,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import redis
 import structlog
@@ -21,10 +21,10 @@ from observer.alerts.evaluator import AlertEvaluator
 from observer.alerts.notifiers import Notifier, NotifyError
 from observer.alerts.service import AlertService, SharedTraceRules
 from observer.app import event_path
+from observer.app.contact import ready
 from observer.app.event_path import EventPath
 from observer.app.passes import Passes
 from observer.config import ConfigError, Settings
-from observer.errors import RemoteError, UnsupportedServer
 from observer.fleet.alerts import Evaluation, FleetAlerts, publish_row
 from observer.fleet.budget import FleetBudget, provisional_s
 from observer.fleet.keys import Keys
@@ -52,6 +52,10 @@ from observer.state import State
 from observer.telemetry.http import Health, HttpServer
 from observer.telemetry.metrics import Metrics
 from observer.telemetry.otel import LangfuseOtlp, Telemetry, setup_telemetry
+from observer.urls import without_credentials
+
+if TYPE_CHECKING:
+    import openai
 
 log = structlog.get_logger("observer.app")
 
@@ -77,24 +81,8 @@ def build_api(settings: Settings) -> LangfuseAPI:
     )
 
 
-def require_supported_server(settings: Settings) -> str:
-    """Langfuse's version, described; raises ConfigError for a server too old (exit 2).
-
-    An unreachable health endpoint is not a refusal: the daemon's own retries wait
-    for Langfuse, and `check` reports reachability on its own row."""
-    try:
-        version = langfuse_api.check_server_version(build_api(settings), settings.langfuse.base_url)
-    except UnsupportedServer as error:
-        raise ConfigError(str(error)) from None
-    except RemoteError as error:
-        log.warning("server_version_unread", error=str(error))
-        return f"not read: {error}"
-    return version.describe
-
-
-def build_judge_client(settings: Settings, telemetry: Telemetry | None = None) -> JudgeClient:
-    """The judge's OpenAI-compatible client, built in one place; its calls are spans of
-    `telemetry` (and generations in Langfuse with judge_to_langfuse)."""
+def build_openai(settings: Settings) -> openai.OpenAI:
+    """The OpenAI-compatible client of the judge's endpoint, built in one place."""
     import openai
 
     j = settings.judge
@@ -107,15 +95,21 @@ def build_judge_client(settings: Settings, telemetry: Telemetry | None = None) -
                 "set OPENAI_API_KEY (or OBSERVER_JUDGE_BASE_URL for a keyless endpoint)"
             )
         key = "none"  # local endpoints (vLLM, Ollama) often take no key
-    client = openai.OpenAI(
+    return openai.OpenAI(
         api_key=key,
         base_url=j.base_url or None,
         timeout=j.timeout_s,
         max_retries=0,
         default_headers={"User-Agent": USER_AGENT},
     )
+
+
+def build_judge_client(settings: Settings, telemetry: Telemetry | None = None) -> JudgeClient:
+    """The judge's OpenAI-compatible client, built in one place; its calls are spans of
+    `telemetry` (and generations in Langfuse with judge_to_langfuse)."""
+    j = settings.judge
     return JudgeClient(
-        client,
+        build_openai(settings),
         j.model,
         max_retries=j.max_retries,
         max_tokens=j.max_tokens,
@@ -255,7 +249,7 @@ def build_alerts(
         a.trace_rule_list(),
         notifier_kinds={n.name: n.kind for n in a.notifiers} if notify else {},
         delivery=delivery,
-        base_url=settings.langfuse.base_url,
+        base_url=without_credentials(settings.langfuse.base_url),  # links people follow
         max_groups=a.max_groups,
         history_days=a.history_days,
         shared=shared,
@@ -560,7 +554,7 @@ def _build(
         health,
         evaluator,
         clock,
-        check_server=_server_check(settings, source, sink),
+        check_server=_server_check(settings, api, source, sink, state, stop),
         **_pass_report(state, fleet),
     )
     receiver = event_path.build_event_path(
@@ -809,12 +803,21 @@ def _now() -> datetime:
 
 
 def _server_check(
-    settings: Settings, source: ObservationSource, sink: ScoreSink
+    settings: Settings,
+    api: LangfuseAPI | None,
+    source: ObservationSource,
+    sink: ScoreSink,
+    state: State,
+    stop: threading.Event,
 ) -> Callable[[], object] | None:
-    """Batch score posts need Langfuse v4.59+: checked before the first pass reads."""
-    if isinstance(source, LangfuseSource) and isinstance(sink, LangfuseScoreSink):
-        return functools.partial(require_supported_server, settings)
-    return None
+    """Before the first pass reads Langfuse: it answers, is the state file's project, is
+    new enough for batch score posts (v4.59+) when posting, and the judge's endpoint
+    answers (observer.app.contact)."""
+    if not isinstance(source, LangfuseSource):
+        return None
+    posting = isinstance(sink, LangfuseScoreSink)
+    api = api or build_api(settings)
+    return functools.partial(ready, settings, api, state, posting=posting, stop=stop)
 
 
 def _pass_report(state: State, fleet: _Fleet | None) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from observer.config.keys import shown_key, swapped_keys
 from observer.config.otlp import OtlpSettings
 from observer.config.signals import BandSettings, CragSettings, SignalsSettings, signal_params
 from observer.config.signals import Section as _Section
@@ -43,6 +44,7 @@ from observer.config.sources import (
     read_sources,
 )
 from observer.errors import ConfigError
+from observer.urls import without_credentials
 
 if TYPE_CHECKING:  # loaded where used: `config show` needs the models, not the rules' engine
     from observer.alerts.regression import RegressionRule
@@ -86,6 +88,17 @@ class LangfuseSettings(_Section):
             )
         return value.strip().rstrip("/")
 
+    @model_validator(mode="after")
+    def _keys_by_shape(self) -> LangfuseSettings:
+        # Before any request: a secret key in the public variable is printed where the
+        # public key is shown, and sent where it is sent.
+        problem = swapped_keys(
+            self.public_key, self.secret_key.get_secret_value() if self.secret_key else None
+        )
+        if problem:
+            raise ValueError(problem)
+        return self
+
 
 class SourceSettings(_Section):
     poll_interval_s: float = Field(30.0, gt=0, description="seconds between poll passes")
@@ -105,6 +118,11 @@ class SourceSettings(_Section):
         "together (unset: adaptive from 25, settling below Langfuse's limit)",
     )
     request_timeout_s: float = Field(30.0, gt=0)
+    first_contact_s: float = Field(
+        10.0,
+        gt=0,
+        description="how long a start tries to reach Langfuse (and the judge) before giving up",
+    )
     max_attempts: int = Field(
         8, ge=1, le=20, description="tries per request before the pass gives up (~1 min)"
     )
@@ -635,10 +653,22 @@ def load_settings(config_path: str | Path | None = None) -> Settings:
     return settings
 
 
+# The URLs `config show` prints, shown without the credentials a URL can carry.
+URL_KEYS = (("langfuse", "base_url"), ("judge", "base_url"), ("resolver", "uri"))
+
+
 def masked(settings: Settings) -> dict[str, Any]:
     """The effective configuration as plain data, secrets masked, unset keys left out."""
     data = settings.model_dump(mode="python", exclude_none=True, by_alias=True)
     for section, key in SECRET_KEYS:
         if key in data.get(section, {}):
             data[section][key] = "********"
+    if "public_key" in data.get("langfuse", {}):
+        data["langfuse"]["public_key"] = shown_key(data["langfuse"]["public_key"])
+    for section, key in URL_KEYS:  # a URL's password, a token in its query
+        if data.get(section, {}).get(key):
+            data[section][key] = without_credentials(data[section][key])
+    for notifier in data.get("alerts", {}).get("notifiers", []):
+        if notifier.get("url"):
+            notifier["url"] = without_credentials(notifier["url"])
     return data

@@ -53,6 +53,41 @@ OWN_VARIABLES = (
     "OBSERVER_HTTP_HOST",
     "OBSERVER_HTTP_PORT",
 )
+# The Langfuse SDK's variables (langfuse 5): set, each is left alone; a LANGFUSE_* variable
+# that is none of them but close to one observer reads (LANGFUSE_BASEURL) is named with
+# the one it probably meant, unless that one is set, as an unknown OBSERVER_* one is.
+LANGFUSE_SDK_VARIABLES = frozenset(
+    {
+        "LANGFUSE_BASE_URL",
+        "LANGFUSE_DEBUG",
+        "LANGFUSE_FLUSH_AT",
+        "LANGFUSE_FLUSH_INTERVAL",
+        "LANGFUSE_HOST",
+        "LANGFUSE_MAX_BATCH_SIZE_BYTES",
+        "LANGFUSE_MEDIA_UPLOAD_ENABLED",
+        "LANGFUSE_MEDIA_UPLOAD_THREAD_COUNT",
+        "LANGFUSE_OBSERVE_DECORATOR_IO_CAPTURE_ENABLED",
+        "LANGFUSE_OPENAI_SKIP_RAW_RESPONSES",
+        "LANGFUSE_OTEL_COMPRESSION",
+        "LANGFUSE_OTEL_MAX_BATCH_SIZE_BYTES",
+        "LANGFUSE_OTEL_TRACES_EXPORT_PATH",
+        "LANGFUSE_PROMPT_CACHE_DEFAULT_TTL_SECONDS",
+        "LANGFUSE_PUBLIC_KEY",
+        "LANGFUSE_RELEASE",
+        "LANGFUSE_SAMPLE_RATE",
+        "LANGFUSE_SECRET_KEY",
+        "LANGFUSE_TIMEOUT",
+        "LANGFUSE_TRACING_ENABLED",
+        "LANGFUSE_TRACING_ENVIRONMENT",
+    }
+)
+# The LANGFUSE_* variables observer reads, by the key each sets.
+_LANGFUSE_READ = {
+    "LANGFUSE_BASE_URL": ("langfuse", "base_url"),
+    "LANGFUSE_HOST": ("langfuse", "base_url"),
+    "LANGFUSE_PUBLIC_KEY": ("langfuse", "public_key"),
+    "LANGFUSE_SECRET_KEY": ("langfuse", "secret_key"),
+}
 # OBSERVER_* variables something else reads in observer's environment: not reported.
 NOT_OURS = frozenset(
     {"OBSERVER_REQUIRE_SERVERS"}  # the test suite's switch (.ci/run): a missing server fails
@@ -260,6 +295,26 @@ def meant(variable: str, known: list[str]) -> str | None:
     return ENV_PREFIX + close[0] if close else None
 
 
+def langfuse_near_misses(
+    environ: Mapping[str, str], set_by: Mapping[KeyPath, str]
+) -> list[tuple[str, str]]:
+    """LANGFUSE_* variables the SDK does not read, each close to one observer reads whose
+    key nothing set (`set_by`): (variable, the one it probably meant). Without it the
+    key would silently keep its default (Langfuse Cloud, or no key)."""
+    import difflib  # only when a LANGFUSE_* variable is unknown
+
+    found = []
+    for variable in environ:
+        if not variable.upper().startswith("LANGFUSE_") or variable in LANGFUSE_SDK_VARIABLES:
+            continue
+        if variable.upper().removesuffix("_FILE") in SECRET_VARIABLES:
+            continue  # LANGFUSE_SECRET_KEY_FILE: read by observer
+        close = difflib.get_close_matches(variable.upper(), list(_LANGFUSE_READ), 1, 0.8)
+        if close and _LANGFUSE_READ[close[0]] not in set_by:
+            found.append((variable, close[0]))
+    return sorted(found)
+
+
 def _not_ours(variable: str) -> bool:
     name = variable.upper()
     return name in NOT_OURS or name in OWN_VARIABLES or bool(_SERVICE_LINK.fullmatch(name))
@@ -354,7 +409,8 @@ class Sources:
     merged: dict[str, Any]  # everything, by precedence: validation errors are located in it
     origin: str  # "observer.toml and environment", for the first line of an error
     set_by: dict[KeyPath, str]  # the keys variables set, with the variable
-    unknown: tuple[tuple[str, str | None], ...]  # OBSERVER_* variables observer does not read
+    unknown: tuple[tuple[str, str | None], ...]  # variables observer does not read
+    model: Any = None  # the settings model read for: a misspelled key's "did you mean"
 
 
 def read_sources(
@@ -373,7 +429,10 @@ def read_sources(
         merged = {key: value for key, value in merged.items() if key in sections}
     named = _secret_env_names(merged)
     unknown = tuple(item for item in own.unknown if item[0].upper() not in named)
-    return Sources(merged, origin, {**set_by, **own.set_by}, unknown)
+    if sections is None or "langfuse" in sections:
+        near = langfuse_near_misses(environ, {**set_by, **own.set_by})
+        unknown += tuple((variable, meant) for variable, meant in near if variable not in named)
+    return Sources(merged, origin, {**set_by, **own.set_by}, unknown, model)
 
 
 def _where(loc: tuple[int | str, ...], data: dict[str, Any]) -> str:
@@ -436,6 +495,24 @@ def _message(item: Any, secret: bool) -> str:
     return f"{shape}, got {shown}"
 
 
+def meant_key(model: Any, loc: tuple[int | str, ...]) -> str | None:
+    """The key of `model` an unknown key at `loc` probably misspells (`poll_intervall_s`:
+    `poll_interval_s`), or None."""
+    import difflib  # only on the way to an error
+
+    owner: Any = model
+    for part in loc[:-1]:
+        owner = _unwrap(owner)
+        # An int is an item of a list of tables: the list's item type.
+        owner = (get_args(owner) or (None,))[0] if isinstance(part, int) else _field(owner, part)
+    owner = _unwrap(owner)
+    if not _is_model(owner):
+        return None
+    known = [info.alias or key for key, info in owner.model_fields.items()]
+    close = difflib.get_close_matches(str(loc[-1]), known, 1, 0.75)
+    return close[0] if close else None
+
+
 def describe(sources: Sources, error: ValidationError | None = None) -> str:
     """The variables observer does not read and the validation error as the lines a
     person reads: each key with the variable that set it (the file's key alone when
@@ -448,6 +525,9 @@ def describe(sources: Sources, error: ValidationError | None = None) -> str:
         where = _where(item["loc"], sources.merged) or "(top level)"
         secret = tuple(str(part) for part in item["loc"][:2]) in SECRET_KEYS
         message = _message(item, secret)
+        if item["type"] == "extra_forbidden" and sources.model is not None:
+            probably = meant_key(sources.model, item["loc"])
+            message += f"; did you mean {probably}?" if probably else ""
         if message.startswith((f"{where}.", f"{where}[")):
             where, message = message.split(": ", 1) if ": " in message else (where, message)
         set_by = _variable(where, sources.set_by)

@@ -1,21 +1,30 @@
 """The fleet's Redis client, built in one place, and Redis errors translated at the edge.
 
 `connect` builds the client from the URL in the variable `fleet.secret_env` names
-and proves Redis answers (PING); a URL that cannot be used is a ConfigError naming
-the variable, an unreachable Redis a `FleetUnreachable` naming it. Neither says
-the URL: it may carry a password.
+and proves Redis answers and can carry the fleet (`prove`: PING, then INFO); a URL
+that cannot be used is a ConfigError naming the variable, an unreachable Redis a
+`FleetUnreachable` naming the variable and the URL without its credentials (and how
+long it was tried). A Redis older than 7.0 is refused (a ConfigError); one without
+AOF or with an evicting `maxmemory-policy` is used with a warning, as
+docs/operating.md#redis says why. `observer check` shows the same findings.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import redis
+import structlog
 
 from observer.config import ConfigError, Settings
 from observer.errors import Unreachable
+from observer.urls import without_credentials
+
+log = structlog.get_logger("observer.fleet")
 
 T = TypeVar("T")
 
@@ -34,7 +43,8 @@ class LeaseLost(Exception):
 
 
 def connect(settings: Settings, *, check: bool = True) -> redis.Redis:
-    """The client for the fleet's Redis; with `check`, PING it (FleetUnreachable)."""
+    """The client for the fleet's Redis; with `check`, `prove` it (FleetUnreachable,
+    ConfigError for a Redis too old) and log what it does not do as the fleet needs."""
     assert settings.fleet is not None
     url = settings.fleet_url()
     variable = settings.fleet.secret_env
@@ -50,9 +60,70 @@ def connect(settings: Settings, *, check: bool = True) -> redis.Redis:
             f"fleet.secret_env: the URL in {variable} cannot be used: {_scrubbed(str(error), url)}"
         ) from None
     if check:
-        with translated(f"Redis (the URL in {variable})", url):
-            client.ping()
+        for warning in prove(client, settings).warnings:
+            log.warning("fleet_redis_unfit", problem=warning)
     return client
+
+
+MIN_REDIS = (7, 0)  # docs/operating.md: the stream commands' replies the fleet reads
+
+
+@dataclass(frozen=True, slots=True)
+class Fitness:
+    """What Redis said of itself (INFO), judged against docs/operating.md#redis."""
+
+    where: str  # "Redis at redis://host:6379/0 (the URL in REDIS_URL)"
+    version: str
+    warnings: tuple[str, ...]  # what it should do for the fleet and does not
+
+    def describe(self) -> str:
+        return f"{self.where}: Redis {self.version}, " + (
+            "; ".join(self.warnings) if self.warnings else "AOF on, maxmemory-policy noeviction"
+        )
+
+
+def prove(client: redis.Redis, settings: Settings) -> Fitness:
+    """PING and INFO: FleetUnreachable (naming the URL without its credentials, and how
+    long it was tried) when Redis does not answer; ConfigError for a Redis older than
+    MIN_REDIS; what docs/operating.md#redis asks for and it does not do, as warnings."""
+    assert settings.fleet is not None
+    url = settings.fleet_url()
+    where = f"Redis at {without_credentials(url)} (the URL in {settings.fleet.secret_env})"
+    began = time.monotonic()
+    try:
+        with translated(where, url):
+            client.ping()
+            info = cast(dict[str, Any], client.info())
+    except FleetUnreachable as error:
+        raise error.tried(time.monotonic() - began) from None
+    except TypeError as error:  # a query parameter redis-py takes no keyword for
+        raise ConfigError(
+            f"fleet.secret_env: the URL in {settings.fleet.secret_env} cannot be used: "
+            f"{_scrubbed(str(error), url)}"
+        ) from None
+    version = str(info.get("redis_version", "?"))
+    try:
+        numbers = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        numbers = MIN_REDIS  # a Redis-compatible service's own scheme: let through
+    if numbers < MIN_REDIS:
+        raise ConfigError(
+            f"{where} is Redis {version}; the fleet needs Redis "
+            f"{'.'.join(map(str, MIN_REDIS))} or newer (docs/operating.md#redis)"
+        )
+    warnings = []
+    if str(info.get("aof_enabled", "1")) == "0":
+        warnings.append(
+            "AOF is off (appendonly no): a restart of Redis empties it, and the fleet "
+            "recovers by reading again (docs/operating.md#redis)"
+        )
+    policy = str(info.get("maxmemory_policy", "noeviction"))
+    if policy != "noeviction":
+        warnings.append(
+            f"maxmemory-policy is {policy}: under memory pressure Redis drops the fleet's "
+            "keys; set noeviction (docs/operating.md#redis)"
+        )
+    return Fitness(where, version, tuple(warnings))
 
 
 def text(reply: object) -> str:

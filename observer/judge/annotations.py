@@ -167,14 +167,40 @@ class AnnotationReader:
         )
         return out
 
+    def newest(self, name: str | None, end: datetime, limit: int) -> list[Any]:
+        """One page: the newest people's scores before `end` named `name` (any name: None),
+        as the API gives them (not only those on a trace): what `judge agreement` looks
+        at when its window held no label."""
+        page = self._request(name, None, end, None, SOURCE, None, limit=limit)
+        return list(page.data)
+
+    def config_names(self) -> list[str]:
+        """The names of the project's score configs (the first 100): what people label
+        with in an annotation queue."""
+
+        def call() -> list[str]:
+            found = self._api.score_configs.get(page=1, limit=100, request_options=NO_RETRIES)
+            self.requests += 1
+            return [c.name for c in found.data]
+
+        return budgeted_read(
+            call,
+            self._limiter,
+            what="reading score configs (GET /api/public/score-configs)",
+            event="annotations",
+            max_attempts=self._max_attempts,
+            should_stop=self._should_stop,
+        )
+
     def _request(
         self,
-        name: str,
-        start: datetime,
+        name: str | None,
+        start: datetime | None,
         end: datetime,
         cursor: str | None,
         source: str,
         trace_ids: str | None,
+        limit: int | None = None,
     ) -> GetScoresV3Response:
         def call() -> GetScoresV3Response:
             page: GetScoresV3Response = self._api.scores.get_many(
@@ -182,7 +208,7 @@ class AnnotationReader:
                 source=source,
                 trace_id=trace_ids,
                 fields=FIELDS,
-                limit=self.page_limit,
+                limit=limit or self.page_limit,
                 cursor=cursor,
                 from_timestamp=start,
                 to_timestamp=end,

@@ -32,7 +32,7 @@ acknowledged (`next_watermark`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -52,7 +52,7 @@ from observer.pipeline.traces import (
 )
 from observer.resolver.core import ResolverFindings
 from observer.signals import SignalParams
-from observer.sources import ObservationSource
+from observer.sources import ObservationSource, Stopped
 from observer.sources.ingestion import SLOW_INGESTION_BOUND_S, slow_ingestion
 from observer.state import State
 from observer.telemetry.metrics import Metrics
@@ -67,6 +67,18 @@ NO_SPANS = trace.NoOpTracer()  # without telemetry
 CLOCK_SKEW = timedelta(seconds=2)
 # How far past Langfuse's now a daemon pass reads, for traces of apps whose clock is ahead.
 FUTURE_READ = timedelta(days=1)
+
+# A stop that ended the source's wait (for the budget, a backoff): a page like no other,
+# handled as a stop between pages (the pass counts what it did and hands back the rest).
+_STOPPED: list[dict[str, Any]] = []
+
+
+def _next_page(pages: Iterator[list[dict[str, Any]]]) -> list[dict[str, Any]] | None:
+    """The next page; None at the listing's end, `_STOPPED` when a stop ended it."""
+    try:
+        return next(pages, None)
+    except Stopped:
+        return _STOPPED
 
 
 # The citation resolver for a page's new and changed traces: findings per trace, in order
@@ -367,7 +379,8 @@ class Pipeline:
             flight: dict[str, _InFlight] = {}
             handled: set[str] = set()  # handled in this pass: seen again, it had an earlier root
             # From a little before the start: a child may "start" before its root (skew).
-            for page in self.source.pages(start - CLOCK_SKEW, read_until):
+            pages = self.source.pages(start - CLOCK_SKEW, read_until)
+            while (page := _next_page(pages)) is not None:
                 result.observations += len(page)
                 fresh = {
                     t for o in page if isinstance(t := o.get("traceId"), str) and t not in flight
@@ -394,7 +407,7 @@ class Pipeline:
                     # oldest start seen has all its observations in hand.
                     complete = [t for t, f in flight.items() if f.complete_above(oldest, start)]
                     self._handle(complete, flight, handled, start, end, now, result)
-                if self.should_stop():
+                if page is _STOPPED or self.should_stop():
                     # Hand back the rest: the watermark stays, the next run re-reads it.
                     result.hold = start if result.hold is None else min(result.hold, start)
                     result.cut_short = True

@@ -7,6 +7,11 @@ from datetime import datetime
 from typing import Any, Protocol
 
 
+class Stopped(Exception):
+    """Reading stopped because the process is shutting down (a stop while a source waits
+    for the request budget or a backoff)."""
+
+
 class ObservationSource(Protocol):
     def pages(
         self, start: datetime, end: datetime, trace_id: str | None = None
@@ -15,6 +20,7 @@ class ObservationSource(Protocol):
         with `trace_id`, only that trace's. A page may be short or empty while more
         follow: the listing ends when the iterator does.
 
-        Raises observer.errors.RemoteError when the source cannot be read.
+        Raises observer.errors.RemoteError when the source cannot be read, Stopped when
+        a shutdown ends a wait.
         """
         ...

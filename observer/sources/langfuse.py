@@ -26,6 +26,7 @@ from langfuse.api.commons.types.observation_v2 import ObservationV2
 from observer.errors import AuthRejected, RateLimited, Rejected, Unreachable
 from observer.langfuse_api import NO_RETRIES, translate
 from observer.retry import call_with_retries
+from observer.sources import Stopped as Stopped  # its home before; imported from here
 from observer.sources.clock import ServerClock
 from observer.sources.ratelimit import RateLimiter
 from observer.telemetry.metrics import Metrics
@@ -73,10 +74,6 @@ _RESULTS = {
     AuthRejected: "auth_rejected",
     Rejected: "rejected",
 }
-
-
-class Stopped(Exception):
-    """Reading stopped because the daemon is shutting down."""
 
 
 def budgeted_read(
@@ -127,16 +124,20 @@ def budgeted_read(
 
     # A wait blocks the rate limiter: every request of this process waits, and the
     # next try's acquire() is where it is waited out (a shutdown cuts it short).
-    return call_with_retries(
-        once,
-        attempts=max_attempts * 2,
-        base_s=1.0,
-        max_s=30.0,
-        retryable=retryable,
-        retry_after=lambda e: e.retry_after_s if isinstance(e, RateLimited) else None,
-        sleep=limiter.block_for,
-        on_retry=on_retry,
-    )
+    began = time.monotonic()
+    try:
+        return call_with_retries(
+            once,
+            attempts=max_attempts * 2,
+            base_s=1.0,
+            max_s=30.0,
+            retryable=retryable,
+            retry_after=lambda e: e.retry_after_s if isinstance(e, RateLimited) else None,
+            sleep=limiter.block_for,
+            on_retry=on_retry,
+        )
+    except Unreachable as error:  # how long it tried, with what it tried (the URL)
+        raise error.tried(time.monotonic() - began, unreachable) from None
 
 
 class LangfuseSource:

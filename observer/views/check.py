@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from observer.config.keys import shown_key
+from observer.urls import without_credentials
 from observer.views.console import two_columns
 
 if TYPE_CHECKING:
@@ -30,8 +32,11 @@ def check_table(settings: Settings, found: list[tuple[str, str]]) -> Table:
     names += JUDGE_SCORE_NAMES if settings.judge.enabled else ()
     rows = [
         ("config", "valid"),
-        ("Langfuse", settings.langfuse.base_url),
-        ("public key", settings.langfuse.public_key or "(not set)"),
+        ("Langfuse", without_credentials(settings.langfuse.base_url)),
+        (
+            "public key",
+            shown_key(lf_key) if (lf_key := settings.langfuse.public_key) else "(not set)",
+        ),
         ("reads", "GET /api/public/v2/observations, fields " + FIELDS),
         ("metadata expanded", ", ".join(rules.metadata_keys)),
         ("environments", ", ".join(src.environments) or "all (but langfuse-llm-as-a-judge)"),

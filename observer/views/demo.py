@@ -25,11 +25,10 @@ def demo_report(
 
     shown: list[RenderableType] = []
     if outcome.passed is not None:
-        if written:
-            extra = {"scores written to": f"{out} ({counted(written, 'score')})"}
-        else:
+        extra = {}
+        if not written:
             extra = {
-                "scores written": "none: every trace is unchanged since the last run on "
+                "scores file": "none: every trace is unchanged since the last run on "
                 f"this state, which wrote its scores ({out} left as it was)"
             }
         shown.append(
@@ -39,6 +38,7 @@ def demo_report(
                 parts,
                 extra,
                 outcome.waiting,
+                out,
             )
         )
     records = parts.summary.records

@@ -5,8 +5,14 @@ wrapped)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from observer.judge.agreement import Agreement, Pair
+from observer.times import iso
+from observer.views.words import counted
+
+if TYPE_CHECKING:
+    from observer.app.judge_agreement import Empty
 from observer.judge.canary import Case, Figures
 
 
@@ -21,8 +27,40 @@ def figures(found: Agreement) -> str:
     )
 
 
-def agreement_lines(found: Agreement, link: Callable[[Pair], str | None]) -> list[str]:
+def empty_line(empty: Empty) -> str:
+    """Why there is nothing to compare: what a person does next differs with each."""
+    name = empty.name
+    if empty.labels:
+        return (
+            f"{counted(empty.labels, 'label')} named {name!r} in the window, none on an answer the "
+            "judge scored: nothing to compare (pairs 0); the judge samples judge.rate of "
+            "the answers, so label judged ones (a faithfulness score on the trace)"
+        )
+    if empty.newest is not None:
+        return (
+            f"no label named {name!r} in the window (pairs 0); the newest is from "
+            f"{iso(empty.newest)}: look further back with --since"
+        )
+    if empty.exists:
+        return (
+            f"no one has labelled with {name!r} yet (its score config exists): nothing to "
+            "compare (pairs 0)"
+        )
+    hint = f" did you mean {empty.meant!r}?" if empty.meant else ""
+    found = (
+        f"people's scores and score configs here are named {', '.join(map(repr, empty.names))}"
+        if empty.names
+        else "people have written no scores here yet"
+    )
+    return f"no score named {name!r} exists in Langfuse (judge.human_score):{hint} {found}"
+
+
+def agreement_lines(
+    found: Agreement, link: Callable[[Pair], str | None], empty: Empty | None = None
+) -> list[str]:
     if found.pairs == 0:
+        if empty is not None:
+            return [empty_line(empty)]
         return [
             "no answer both judged and labelled in the window: nothing to compare (pairs 0, "
             "kappa n/a)"

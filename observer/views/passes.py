@@ -24,14 +24,20 @@ if TYPE_CHECKING:
 
 
 def pass_table(
-    title: str, result: PassResult, parts: Parts, extra: dict[str, str], waiting: int = 0
+    title: str,
+    result: PassResult,
+    parts: Parts,
+    extra: dict[str, str],
+    waiting: int = 0,
+    written_to: str | None = None,
 ) -> Table:
     """What a pass read, scored, skipped, queued and delivered; `extra` rows at the end.
 
     `waiting`: the scores the outbox held when the command began (an earlier run's),
     delivered with this run's. The rows add up: delivered is at most queued (the
     judge's too) and waiting, and what is not delivered is left in the outbox or
-    was refused."""
+    was refused. `written_to`: the file (`-`: stdout) a dry run or the demo wrote the
+    scores to instead of Langfuse, said where "delivered" would be."""
     from rich.table import Table
 
     table = Table(title=title, show_header=False)
@@ -76,7 +82,11 @@ def pass_table(
     if waiting:
         notes.append("the earlier run's included")
     note = f" ({'; '.join(notes)})" if notes else ""
-    table.add_row("scores delivered", f"{delivered:,}{note}")
+    if written_to is None:
+        table.add_row("scores delivered", f"{delivered:,}{note}")
+    else:  # nothing went to Langfuse: said where the scores went instead
+        where = "stdout" if written_to == "-" else written_to
+        table.add_row("scores written", f"{delivered:,} to {where}{note}")
     dropped = sum(
         parts.metrics.value("observer_scores_dropped_total", reason=r) for r in ("rejected",)
     )
@@ -112,8 +122,8 @@ def dry_run_rows(written: int, target: str) -> dict[str, str]:
     """The dry run's row: how many scores went where, and that nothing else did."""
     where = "stdout" if target == "-" else target
     return {
-        "dry run": f"{counted(written, 'score')} written to {where}; nothing pushed to Langfuse, "
-        "the state file untouched"
+        "dry run": f"{counted(written, 'score')} written to {where}, as Langfuse would get "
+        "them; nothing pushed to Langfuse, the state file untouched"
     }
 
 
@@ -171,12 +181,22 @@ class BackfillProgress:
     update: Callable[[datetime, PassResult], None]
 
 
+def _backfill_note(metrics: Metrics) -> str:
+    """Traces and scores so far, from the metrics: they count as the pipeline goes, in the
+    middle of a chunk too (a chunk can be a day of traces)."""
+    traces = metrics.total("observer_traces_total")
+    scored = sum(metrics.value("observer_traces_total", outcome=o) for o in ("scored", "rescored"))
+    queued = metrics.total("observer_scores_enqueued_total")
+    return f"{counted(traces, 'trace')}, {scored:,.0f} scored, {counted(queued, 'score')} queued"
+
+
 @contextmanager
-def backfill_bar(begin: datetime, finish: datetime) -> Iterator[BackfillProgress]:
-    """On a terminal, a bar on stderr over the window's time, with an ETA and traces and
-    scores so far; the log lines go above it (observer.telemetry.logging writes to the
-    current `sys.stderr`, which the bar's console holds while it is drawn). Elsewhere,
-    nothing: no bar, no last frame in a log file."""
+def backfill_bar(begin: datetime, finish: datetime, metrics: Metrics) -> Iterator[BackfillProgress]:
+    """On a terminal, a bar on stderr over the window's time, with an ETA and the traces,
+    scored traces and scores so far (`metrics`, read four times a second); the log lines go
+    above it (observer.telemetry.logging writes to the current `sys.stderr`, which the
+    bar's console holds while it is drawn). Elsewhere, nothing: no bar, no last frame in a
+    log file."""
     from rich.progress import (
         BarColumn,
         Progress,
@@ -186,6 +206,7 @@ def backfill_bar(begin: datetime, finish: datetime) -> Iterator[BackfillProgress
         TimeRemainingColumn,
     )
 
+    shown = sys.stderr.isatty()
     with Progress(
         TextColumn("[bold]backfill"),
         BarColumn(),
@@ -195,20 +216,27 @@ def backfill_bar(begin: datetime, finish: datetime) -> Iterator[BackfillProgress
         TimeRemainingColumn(),
         TextColumn("{task.fields[note]}"),
         console=console(stderr=True),
-        disable=not sys.stderr.isatty(),
+        disable=not shown,
     ) as bar:
         task = bar.add_task("backfill", total=(finish - begin).total_seconds(), note="")
-        seen = {"scored": 0, "traces": 0}
 
-        def update(at: datetime, result: PassResult) -> None:
+        def update(at: datetime, _totals: PassResult) -> None:
             progress.reached = at
-            seen["scored"] += result.scored + result.rescored
-            seen["traces"] += result.traces
-            bar.update(
-                task,
-                completed=(at - begin).total_seconds(),
-                note=f"{counted(seen['traces'], 'trace')}, {seen['scored']:,} scored",
-            )
+            bar.update(task, completed=(at - begin).total_seconds(), note=_backfill_note(metrics))
 
         progress = BackfillProgress(begin, update)
-        yield progress
+        done = threading.Event()
+
+        def refresh() -> None:
+            while not done.wait(0.25):
+                bar.update(task, note=_backfill_note(metrics))
+
+        ticker = threading.Thread(target=refresh, name="observer-progress", daemon=True)
+        if shown:
+            ticker.start()
+        try:
+            yield progress
+        finally:
+            done.set()
+            if shown:
+                ticker.join()

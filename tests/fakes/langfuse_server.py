@@ -6,10 +6,12 @@ first ``start()``, reused on every later ``start()``) served from a daemon threa
 Routes:
 
 - ``GET /api/public/health`` (no auth, no rate limit) -> ``{"status": "OK", "version": ...}``
+- ``GET /api/public/projects`` (auth, no rate limit) -> ``{"data": [{"id", "name",
+  "organization": {"id", "name"}, "metadata": {}}]}``, the keys' project
+  (web/src/pages/api/public/projects/index.ts: "Do not apply rate limits"; servers before
+  the organization was added send no ``organization``: ``project_organization = False``)
 - ``GET /api/public/v2/observations`` -> ``{"data": [...], "meta": {"cursor": str}}``, ``meta``
   empty at the end
-- ``GET /api/public/projects`` -> ``{"data": [the keys' project]}`` (``project_id``; a
-  project-scoped key sees its own project only)
 - ``POST /api/public/scores`` (JSON array, as SDK 5 sends it) -> 202, or 207 when told to
   reject some scores; before server 4.59 one object -> 200 ``{"id"}``
 - ``DELETE /api/public/scores/{scoreId}`` -> 202 ``{"message": "Score deletion queued
@@ -172,8 +174,8 @@ __all__ = [
 ]
 
 HEALTH_PATH: Final = "/api/public/health"
-OBSERVATIONS_PATH: Final = "/api/public/v2/observations"
 PROJECTS_PATH: Final = "/api/public/projects"
+OBSERVATIONS_PATH: Final = "/api/public/v2/observations"
 SCORES_PATH: Final = "/api/public/scores"
 SCORES_V3_PATH: Final = "/api/public/v3/scores"
 SCORE_CONFIGS_PATH: Final = "/api/public/score-configs"
@@ -811,7 +813,6 @@ class FakeLangfuse(LoopbackService):
         super().__init__()
         self.public_key = "pk-lf-test"
         self.secret_key = "sk-lf-test"
-        self.project_id = DEFAULT_PROJECT_ID  # the keys' project (GET /api/public/projects)
         self.latency_s = 0.0
         self.post_latency_s = 0.0  # on top of latency_s, for POSTs only (slow score pushes)
         self.clock = clock or (lambda: datetime.now(UTC))
@@ -825,6 +826,10 @@ class FakeLangfuse(LoopbackService):
         self.rate_limits = self.behaviour.rate_limits
         self.server_version = self.behaviour.server_version
         self.usage_suspended = False
+        # The keys' project, as GET /api/public/projects tells it.
+        self.project_id = DEFAULT_PROJECT_ID
+        self.project_name = "fake project"
+        self.project_organization = True  # False: an older server's answer, without it
         self._page_rng = random.Random(f"{seed}:pages")
         self._delay_rng = random.Random(f"{seed}:ingestion")
         self._lock = threading.RLock()
@@ -1304,8 +1309,8 @@ class FakeLangfuse(LoopbackService):
             return _Response(413, None, raw=message.encode())
         routes = {
             HEALTH_PATH: "GET",
-            OBSERVATIONS_PATH: "GET",
             PROJECTS_PATH: "GET",
+            OBSERVATIONS_PATH: "GET",
             SCORES_PATH: "POST",
             SCORES_V3_PATH: "GET",
         }
@@ -1316,20 +1321,20 @@ class FakeLangfuse(LoopbackService):
         if path == HEALTH_PATH:  # no auth, no rate limit (pages/api/public/health.ts)
             return _Response(200, {"status": "OK", "version": self.server_version})
         self._check_auth(handler.headers.get("Authorization"))
+        if path == PROJECTS_PATH:  # no rate limit: SDKs' auth_check calls it in production
+            return _Response(200, self._keys_project())
         self._consume(_GENERAL_BUCKET)
         if path == OBSERVATIONS_PATH:
             return _Response(200, self._list_observations(query))
         if path == SCORES_V3_PATH:
             return _Response(200, self._list_scores_v3(query))
-        if path == PROJECTS_PATH:
-            project = {
-                "id": self.project_id,
-                "name": "fake project",
-                "organization": {"id": "fake-org", "name": "Fake org"},
-                "metadata": {},
-            }
-            return _Response(200, {"data": [project]})
         return self._create_scores(body)
+
+    def _keys_project(self) -> JsonDict:
+        project: JsonDict = {"id": self.project_id, "name": self.project_name, "metadata": {}}
+        if self.project_organization:
+            project["organization"] = {"id": "fake-org", "name": "fake organisation"}
+        return {"data": [project]}
 
     def _consume(self, bucket: str) -> None:
         """One request against the organisation's bucket; a 429 when it is used up.

@@ -65,7 +65,8 @@ def test_thirty_labelled_traces_give_what_a_person_computes_by_hand(
     now = datetime.now(UTC)
     labelled(fake, now)
     settings = configure(monkeypatch, fake, OBSERVER_JUDGE__HUMAN_SCORE="faithful")
-    found, link = judge_agreement(settings, now - timedelta(days=1), now)
+    found, link, empty = judge_agreement(settings, now - timedelta(days=1), now)
+    assert empty is None
     assert found.pairs == 30
     assert found.kappa == pytest.approx(260 / 410)
     assert found.precision == pytest.approx(0.8)
@@ -100,3 +101,46 @@ def test_no_labels_is_null_never_zero(fake: FakeLangfuse, monkeypatch: pytest.Mo
     assert shown.exit_code == 0, shown.output
     document = json.loads(shown.stdout)
     assert document["pairs"] == 0 and document["kappa"] is None and document["recall"] is None
+
+
+def agreement_said(monkeypatch: pytest.MonkeyPatch, fake: FakeLangfuse, name: str) -> str:
+    configure(monkeypatch, fake, OBSERVER_JUDGE__HUMAN_SCORE=name)
+    shown = CliRunner().invoke(main, ["judge", "agreement", "--since", "1d"])
+    assert shown.exit_code == 0, shown.output
+    return shown.stdout.strip()
+
+
+def test_a_misspelled_score_name_is_not_no_labels_yet(
+    fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pairs 0 has four reasons, and each says what to do."""
+    now = datetime.now(UTC)
+    labelled(fake, now)
+    fake.add_annotation_score(
+        trace_id="t-old", value=True, name="helpful", timestamp=now - timedelta(days=3)
+    )
+    fake.add_score_config({"name": "correct", "dataType": "BOOLEAN"})
+    # No score of that name at all: the names there are, and the one it probably meant.
+    assert agreement_said(monkeypatch, fake, "faithfull") == (
+        "no score named 'faithfull' exists in Langfuse (judge.human_score): did you mean "
+        "'faithful'? people's scores and score configs here are named 'correct', 'faithful', "
+        "'helpful'"
+    )
+    # Older labels only: look further back.
+    assert agreement_said(monkeypatch, fake, "helpful").startswith(
+        "no label named 'helpful' in the window (pairs 0); the newest is from "
+    )
+    # A score config nobody has labelled with yet.
+    assert agreement_said(monkeypatch, fake, "correct") == (
+        "no one has labelled with 'correct' yet (its score config exists): nothing to "
+        "compare (pairs 0)"
+    )
+    # Labels in the window, on answers the judge did not score.
+    fake.add_annotation_score(trace_id="never-judged", value=False, name="grounded")
+    assert agreement_said(monkeypatch, fake, "grounded").startswith(
+        "1 label named 'grounded' in the window, none on an answer the judge scored"
+    )
+    configure(monkeypatch, fake, OBSERVER_JUDGE__HUMAN_SCORE="faithfull")
+    document = json.loads(CliRunner().invoke(main, ["judge", "agreement", "--json"]).stdout)
+    assert document["pairs"] == 0 and document["empty"]["exists"] is False
+    assert document["empty"]["did_you_mean"] == "faithful"
