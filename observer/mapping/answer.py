@@ -98,7 +98,10 @@ def _last(
     did not, then the one whose prompt holds the most tool results (it went on after
     them), then the longest prompt."""
     last = places[-1]
-    tied = [i for i in places if _moment(ordered[i]) == _moment(ordered[last])]
+    moment = _moment(ordered[last])
+    tied = [i for i in places if _moment(ordered[i]) == moment]
+    if len(tied) < 2:
+        return last
     # A wrapper and the call it wraps tie too: the tree already puts the inner one after.
     inner = {a for i in tied for a in ancestors(ordered[i], ordered)}
     tied = [i for i in tied if as_str(ordered[i].get("id")) not in inner]
