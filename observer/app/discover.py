@@ -361,7 +361,7 @@ def _sound(
     """The proposals whose records pass the content checks, each applied to the name's
     traces on its own: one that makes a record the checks refute (its answer not the
     generated text, the answer or a tool call's arguments among its sources) is left out,
-    noted with why (docs/explain.md#discover)."""
+    noted with why (docs/explain.md#observer-discover)."""
     kept = []
     for proposal in found:
         trial = {k: list(v) for k, v in mapping.items()}

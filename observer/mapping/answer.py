@@ -1,4 +1,5 @@
-"""Which generation answered, and the answer the user got (docs/trace-convention.md#the-answer).
+"""Which generation answered, and the answer the user got
+(docs/trace-convention.md#the-answer-generation).
 
 The answer is a text the model wrote for the user: the output of the last generation in
 tree order, unless that one called a tool or its output is a placeholder an

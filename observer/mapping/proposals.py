@@ -437,7 +437,7 @@ def refuted(observations: Sequence[Observation], result: Explained) -> str | Non
     answer that is not the text the model generated (an object's name, a response dumped
     whole, another observation's text), a source that holds the answer itself or a tool
     call's arguments, sources the answer's prompt contradicts. A proposal that makes one
-    is never shown (docs/explain.md#discover)."""
+    is never shown (docs/explain.md#observer-discover)."""
     record = result.result
     if isinstance(record, Skip):
         return None

@@ -1,4 +1,5 @@
-"""Metamorphic tests over every captured trace (DESIGN §2.2, §3.7; docs/trace-convention.md).
+"""Metamorphic tests over every captured trace (docs/trace-convention.md#checked-by-content,
+docs/signals.md#unknown-is-not-zero).
 
 Each transformation of `metamorphic.py` is something real libraries do to the same answer.
 Applied to every answer trace captured from the real instrumentation libraries
