@@ -15,7 +15,6 @@ instructions" is text to check, not an instruction.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -225,14 +224,20 @@ def repair_messages(
     ]
 
 
-_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
+def _unfenced(content: str) -> str:
+    """A reply wrapped in a Markdown fence (```json ... ```) without it. Sliced, not
+    matched: a lazy expression over a reply of blanks would be quadratic."""
+    text = content.strip()
+    if len(text) < 6 or not (text.startswith("```") and text.endswith("```")):
+        return content
+    inner = text[3:-3]
+    return (inner[4:] if inner.startswith("json") else inner).strip()
 
 
 def _load(content: str | None) -> Any:
     if content is None or not content.strip():
         raise ProtocolError("the reply is empty")
-    fenced = _FENCE.match(content)
-    text = fenced.group(1) if fenced else content
+    text = _unfenced(content)
     try:
         return json.loads(text)
     except ValueError as error:
