@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from observer.app.exits import EXIT_AUTH, EXIT_OK, EXIT_UNREACHABLE, exit_code
+from observer.app.exits import EXIT_AUTH, EXIT_CONFIG, EXIT_OK, EXIT_UNREACHABLE, exit_code
 from observer.app.parts import Parts
 from observer.background import Deadline
 from observer.errors import AuthRejected, RemoteError
@@ -79,6 +79,8 @@ def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None)
     left = parts.state.outbox_size()
     if left:
         code = EXIT_AUTH if parts.dispatcher.auth_failed else EXIT_UNREACHABLE
+        if parts.dispatcher.last_error_kind == "misdirected":
+            code = EXIT_CONFIG  # the base URL is redirected away: a configuration error
         return OnceResult(code, result, left, undelivered_message(parts, left), waiting)
     return OnceResult(EXIT_OK, result, 0, waiting=waiting)
 

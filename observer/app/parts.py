@@ -67,11 +67,14 @@ def build_api(settings: Settings) -> LangfuseAPI:
     if missing:
         raise ConfigError(f"set {' and '.join(missing)} in the environment to read from Langfuse")
     assert lf.public_key is not None and lf.secret_key is not None
+    src = settings.source
     return langfuse_api.build_api(
         lf.base_url,
         lf.public_key,
         lf.secret_key.get_secret_value(),
-        settings.source.request_timeout_s,
+        src.request_timeout_s,
+        max_response_bytes=int(src.max_response_mb * 1024 * 1024),
+        deadline_s=src.request_deadline_s,
     )
 
 

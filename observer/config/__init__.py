@@ -104,6 +104,12 @@ class SourceSettings(_Section):
         "together (unset: adaptive from 25, settling below Langfuse's limit)",
     )
     request_timeout_s: float = Field(30.0, gt=0)
+    request_deadline_s: float = Field(
+        120.0, gt=0, description="one request, answer read to its end, takes at most this"
+    )
+    max_response_mb: float = Field(
+        64.0, gt=0, description="a larger answer (also once decompressed) is refused"
+    )
     max_attempts: int = Field(
         8, ge=1, le=20, description="tries per request before the pass gives up (~1 min)"
     )

@@ -23,7 +23,14 @@ import structlog
 from langfuse.api.client import LangfuseAPI
 from langfuse.api.commons.types.observation_v2 import ObservationV2
 
-from observer.errors import AuthRejected, RateLimited, Rejected, Unreachable
+from observer.errors import (
+    AuthRejected,
+    Misdirected,
+    RateLimited,
+    Rejected,
+    TooLarge,
+    Unreachable,
+)
 from observer.langfuse_api import NO_RETRIES, translate
 from observer.retry import call_with_retries
 from observer.sources.clock import ServerClock
@@ -68,6 +75,8 @@ def as_dict(observation: ObservationV2) -> dict[str, Any]:
 
 
 _RESULTS = {
+    TooLarge: "too_large",
+    Misdirected: "misdirected",
     RateLimited: "rate_limited",
     Unreachable: "unreachable",
     AuthRejected: "auth_rejected",
@@ -174,10 +183,22 @@ class LangfuseSource:
     def pages(
         self, start: datetime, end: datetime, trace_id: str | None = None
     ) -> Iterator[list[dict[str, Any]]]:
-        """Pages until the cursor is absent: a short or empty page with a cursor goes on."""
+        """Pages until the cursor is absent: a short or empty page with a cursor goes on.
+
+        A page larger than `source.max_response_mb` is asked again with half the limit, down
+        to one observation; past that the TooLarge error is raised (the pass stops there)."""
         cursor: str | None = None
         while True:
-            response = self._request(start, end, cursor, trace_id=trace_id)
+            limit = self.page_limit
+            while True:
+                try:
+                    response = self._request(start, end, cursor, limit=limit, trace_id=trace_id)
+                    break
+                except TooLarge as error:
+                    if limit == 1:
+                        raise
+                    limit = max(1, limit // 2)
+                    log.warning("page_too_large", error=str(error), retry_with_limit=limit)
             data = [as_dict(o) for o in response.data]
             self._metrics.observations.inc(len(data))
             yield data

@@ -52,9 +52,17 @@ SKIP_REASONS = (
     "citations_without_sources",
     "sources_unverified",
 )
-REQUEST_RESULTS = ("ok", "rate_limited", "unreachable", "auth_rejected", "rejected")
+REQUEST_RESULTS = (
+    "ok",
+    "rate_limited",
+    "unreachable",
+    "auth_rejected",
+    "rejected",
+    "too_large",
+    "misdirected",
+)
 DROP_REASONS = ("rejected", "outbox_full")
-PUSH_ERROR_KINDS = ("rate_limited", "auth", "server_error", "unreachable")
+PUSH_ERROR_KINDS = ("rate_limited", "auth", "misdirected", "server_error", "unreachable")
 JUDGE_DECISIONS = ("sampled", "risk", "not_sampled", "over_budget", "disabled", "queue_full")
 JUDGE_RESULTS = ("judged", "abstained", "error", "abandoned")
 NOTIFICATION_RESULTS = ("sent", "failed", "dropped")
