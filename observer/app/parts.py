@@ -534,14 +534,17 @@ def _build(
         tracer=telemetry.tracer,
         marks=marks,
         publisher=publisher,
+        max_trace_cpu_s=settings.limits.max_trace_cpu_s,
     )
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)  # noqa: E731
     if isinstance(source, LangfuseSource):
         server = source.clock
         clock = source.now
+        # Before a first pass has moved a watermark, the lag counts from the first
+        # window's start: a daemon whose every pass fails is not "0 s behind".
+        first = now_utc() - timedelta(seconds=settings.source.lookback_s)
         metrics.set_watermark(
-            watermark.timestamp() if watermark is not None else None,
-            clock=lambda: server.now().timestamp(),
+            (watermark or first).timestamp(), clock=lambda: server.now().timestamp()
         )
     evaluation = Evaluation(fleet_alerts, fleet.lease) if fleet_alerts and fleet else None
     # Window rules on their own thread: a catch-up after a gap never holds a pass.
@@ -878,6 +881,10 @@ def build_health(settings: Settings, state: State, metrics: Metrics) -> Health:
         lag_s=lambda: metrics.value("observer_watermark_lag_seconds"),
         outbox=state.outbox_size,
         max_outbox=settings.sink.max_outbox,
+        # A fleet's members read by turns: only a lone daemon must complete passes itself.
+        pass_within_s=None
+        if settings.fleet is not None
+        else max(settings.http.ready_langfuse_within_s, 3 * settings.source.poll_interval_s),
     )
 
 

@@ -455,6 +455,9 @@ class LimitsSettings(_Section):
     max_observations_per_trace: int = Field(
         5_000, ge=1, description="larger traces: skipped too_large"
     )
+    max_trace_cpu_s: float = Field(
+        10.0, gt=0, description="CPU one trace's mapping and signals may take; more: too_costly"
+    )
 
 
 class MetricsSettings(_Section):

@@ -4,9 +4,10 @@
   own handler does the exposition, content negotiation and gzip).
 - `/healthz`: 200 while the poll loop's heartbeat is fresh; 503 when it is
   stale (a wedged loop: restart me).
-- `/readyz`: 200 once Langfuse answered recently, the lag is under its bound
-  and the outbox is not full; 503 with a JSON body naming every reason
-  otherwise (do not count on my numbers yet).
+- `/readyz`: 200 once Langfuse answered recently, a pass completed recently,
+  the lag is under its bound and the outbox is not full; 503 with a JSON body
+  naming every reason otherwise (do not count on my numbers yet): a daemon
+  whose every pass fails says "no pass has completed for N s".
 
 `observer demo --serve` serves a finished run that reads no Langfuse: there
 `heartbeat_of` names the serving loop, which beats while it serves, and
@@ -50,9 +51,12 @@ class Health:
         clock: Callable[[], float] = time.monotonic,
         heartbeat_of: str = "the poll loop",
         langfuse_not_used: str | None = None,
+        pass_within_s: float | None = None,
     ) -> None:
         """`stale_after_s` None: never stale; `langfuse_within_s` None or
-        `langfuse_not_used` set: readiness does not ask for Langfuse."""
+        `langfuse_not_used` set: readiness does not ask for Langfuse; `pass_within_s`
+        None: nor for a completed pass."""
+        self.pass_within_s = pass_within_s
         self.stale_after_s = stale_after_s
         self.langfuse_within_s = langfuse_within_s
         self.max_lag_s = max_lag_s
@@ -63,7 +67,9 @@ class Health:
         self.heartbeat_of = heartbeat_of
         self.langfuse_not_used = langfuse_not_used
         self._beat = clock()
+        self._started = self._beat
         self._langfuse: float | None = None
+        self._pass: float | None = None
         self.not_ready_because: str | None = None  # set by the daemon (e.g. disk full)
 
     def beat(self) -> None:
@@ -72,6 +78,9 @@ class Health:
 
     def langfuse_answered(self) -> None:
         self._langfuse = self.clock()
+
+    def pass_completed(self) -> None:
+        self._pass = self.clock()
 
     def live(self) -> tuple[bool, dict[str, Any]]:
         age = self.clock() - self._beat
@@ -99,6 +108,11 @@ class Health:
                 body["langfuse_answered_s_ago"] = round(ago, 1)
                 if ago > self.langfuse_within_s:
                     reasons.append(f"Langfuse has not answered for {ago:.0f} s")
+        if self.pass_within_s is not None and self.langfuse_not_used is None:
+            ago = now - (self._pass if self._pass is not None else self._started)
+            body["pass_completed_s_ago"] = None if self._pass is None else round(ago, 1)
+            if ago > self.pass_within_s:
+                reasons.append(f"no pass has completed for {ago:.0f} s")
         lag = self.lag_s()
         body["lag_s"] = round(lag, 1)
         if lag > self.max_lag_s:

@@ -51,6 +51,8 @@ SKIP_REASONS = (
     "too_large",
     "citations_without_sources",
     "sources_unverified",
+    "too_costly",
+    "internal_error",
 )
 REQUEST_RESULTS = (
     "ok",
@@ -61,6 +63,7 @@ REQUEST_RESULTS = (
     "too_large",
     "misdirected",
 )
+PASS_FAILURES = ("unreachable", "auth", "config", "state", "crashed")
 DROP_REASONS = ("rejected", "outbox_full")
 PUSH_ERROR_KINDS = ("rate_limited", "auth", "misdirected", "server_error", "unreachable")
 JUDGE_DECISIONS = ("sampled", "risk", "not_sampled", "over_budget", "disabled", "queue_full")
@@ -339,10 +342,28 @@ class Metrics:
             buckets=TRACE_TO_SCORE_BUCKETS,
             registry=r,
         )
+        self.trace_work = Histogram(
+            "observer_trace_work_seconds",
+            "CPU seconds one trace's mapping and signals took (limits.max_trace_cpu_s bounds it)",
+            buckets=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10),
+            registry=r,
+        )
         self.pass_duration = Histogram(
             "observer_pass_duration_seconds",
             "Duration of one poll pass",
             buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+            registry=r,
+        )
+        self.passes_failed = Counter(
+            "observer_passes_failed_total",
+            "Poll passes that did not complete, by what stopped them (unreachable, auth, "
+            "config, state, crashed)",
+            ["kind"],
+            registry=r,
+        )
+        self.last_pass = Gauge(
+            "observer_last_pass_timestamp_seconds",
+            "When the last poll pass completed (its moment on Langfuse's clock, Unix time)",
             registry=r,
         )
 
@@ -472,6 +493,7 @@ class Metrics:
         _zero(self.traces, "outcome", TRACE_OUTCOMES)
         _zero(self.skips, "reason", SKIP_REASONS)
         _zero(self.source_requests, "result", REQUEST_RESULTS)
+        _zero(self.passes_failed, "kind", PASS_FAILURES)
         _zero(self.scores_dropped, "reason", DROP_REASONS)
         _zero(self.push_errors, "kind", PUSH_ERROR_KINDS)
         _zero(self.judge_decisions, "decision", JUDGE_DECISIONS)

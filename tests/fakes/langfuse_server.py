@@ -452,6 +452,15 @@ SERVICE_LIKE: Final = Behaviour(
 DEFAULT_BEHAVIOUR: Final = SERVICE_LIKE
 
 
+def _json_bytes(body: Any) -> bytes:
+    """JSON as Node writes it: UTF-8, a lone surrogate escaped (``"\\ud800"``, as the
+    well-formed ``JSON.stringify`` of ES2019 does), never raw."""
+    try:
+        return json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(body).encode("ascii")
+
+
 @functools.cache
 def _gzip_bomb(inflated: int) -> bytes:
     """A gzip member of zeros that inflates to ``inflated`` bytes (about 1,000 to 1)."""
@@ -496,7 +505,7 @@ def _rotl32(value: int, bits: int) -> int:
 def xxhash32(text: str, seed: int = 0) -> int:
     """ClickHouse's ``xxHash32(s)`` of a string (XXH32 of its UTF-8 bytes, seed 0)."""
     p1, p2, p3, p4, p5 = _XXH32_PRIMES
-    data = text.encode("utf-8")
+    data = text.encode("utf-8", "surrogatepass")  # a lone surrogate in an id hashes too
     size, i = len(data), 0
     if size >= 16:
         lanes = [(seed + p1 + p2) & _U32, (seed + p2) & _U32, seed & _U32, (seed - p1) & _U32]
@@ -1308,7 +1317,7 @@ class FakeLangfuse(LoopbackService):
         if response.raw is not None:
             payload = response.raw
         else:
-            payload = json.dumps(response.body, ensure_ascii=False).encode("utf-8")
+            payload = _json_bytes(response.body)
             if self.gzip and "gzip" in (handler.headers.get("Accept-Encoding") or ""):
                 payload, encoded = gzip.compress(payload, 6), (("Content-Encoding", "gzip"),)
         try:
