@@ -17,15 +17,19 @@ API client, the judge's OpenAI client) runs on, with two event hooks:
   raises `TooLarge` or `Unreachable` naming the setting that was exceeded.
 
 httpx's own timeouts (connect, each read) still apply; the deadline bounds the
-sum. Proxies from the environment work as with any `httpx.Client`.
+sum. Proxies from the environment work as with any `httpx.Client`. The openai
+client runs on `httpx2`, a fork with the same API: `http=httpx2` builds its client.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 import time
 import zlib
 from collections.abc import Iterator
-from typing import Final
+from types import ModuleType
+from typing import Any, Final
 
 import httpx
 
@@ -36,16 +40,16 @@ _DEADLINE: Final = "observer.deadline"
 _CHUNK: Final = 64 * 1024
 
 
-def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+def _origin(url: Any) -> tuple[str, str, int | None]:
     default = {"http": 80, "https": 443}.get(url.scheme)
     return url.scheme, url.host, url.port or default
 
 
-def _where(request: httpx.Request) -> str:
+def _where(request: Any) -> str:
     return f"{request.method} {request.url.path}"
 
 
-def check_redirect(response: httpx.Response, fix: str) -> None:
+def check_redirect(response: Any, fix: str) -> None:
     """Raise Misdirected for a redirect observer must not follow (module docstring)."""
     if not response.has_redirect_location:
         return
@@ -68,13 +72,14 @@ def check_redirect(response: httpx.Response, fix: str) -> None:
         )
 
 
-class _BoundedStream(httpx.SyncByteStream):
-    """The body, counted, decompressed with a bounded output, and cut at the deadline."""
+class _BoundedBody:
+    """The body, counted, decompressed with a bounded output, and cut at the deadline
+    (mixed into the client module's own SyncByteStream: `_stream_class`)."""
 
     def __init__(
         self,
-        raw: httpx.SyncByteStream,
-        request: httpx.Request,
+        raw: Any,
+        request: Any,
         encoding: str,
         max_bytes: int,
         limit_name: str,
@@ -115,6 +120,12 @@ class _BoundedStream(httpx.SyncByteStream):
         self._raw.close()
 
 
+@functools.cache
+def _stream_class(base: type) -> type:
+    """`_BoundedBody` as a stream of `base`'s module (httpx checks the class it reads)."""
+    return type("BoundedStream", (_BoundedBody, base), {})
+
+
 class _Decoder:
     """Content-Encoding undone chunk by chunk, each output at most `room` bytes (zlib's
     max_length), so no decompressed body is ever held past the bound."""
@@ -150,6 +161,12 @@ class _Decoder:
             yield out
 
 
+def module_of(client_class: type) -> ModuleType:
+    """The HTTP library a client class is built on (openai 1.x: httpx; openai 3: httpx2)."""
+    base = next(c for c in client_class.__mro__[1:] if c.__name__ == "Client")
+    return sys.modules[base.__module__.partition(".")[0]]
+
+
 def bounded_client(
     *,
     timeout_s: float,
@@ -159,16 +176,19 @@ def bounded_client(
     deadline_name: str,
     fix: str,
     headers: dict[str, str] | None = None,
-) -> httpx.Client:
-    """An httpx.Client whose answers are bounded and whose redirects are checked.
+    http: ModuleType = httpx,
+) -> Any:
+    """An `http.Client` (httpx's, or httpx2's) whose answers are bounded and whose
+    redirects are checked.
 
     `limit_name` and `deadline_name` are the settings an error names; `fix` says what to
     change when a redirect is refused ("set LANGFUSE_BASE_URL to ...")."""
+    stream_class = _stream_class(http.SyncByteStream)
 
-    def stamp(request: httpx.Request) -> None:
+    def stamp(request: Any) -> None:
         request.extensions[_DEADLINE] = (time.monotonic() + deadline_s, deadline_s)
 
-    def guard(response: httpx.Response) -> None:
+    def guard(response: Any) -> None:
         check_redirect(response, fix)
         request = response.request
         length = response.headers.get("content-length", "")
@@ -178,15 +198,13 @@ def bounded_client(
                 f"{limit_name} ({max_bytes:,} bytes); refused before reading it"
             )
         encoding = ",".join(response.headers.get_list("content-encoding")).strip().lower()
-        stream = response.stream
-        assert isinstance(stream, httpx.SyncByteStream)
-        response.stream = _BoundedStream(
-            stream, request, encoding, max_bytes, limit_name, deadline_name
+        response.stream = stream_class(
+            response.stream, request, encoding, max_bytes, limit_name, deadline_name
         )
         # Decoded above, bounded: httpx must not decode it again.
         response.headers.pop("content-encoding", None)
 
-    return httpx.Client(
+    return http.Client(
         timeout=timeout_s,
         follow_redirects=True,
         headers=headers,

@@ -77,6 +77,7 @@ JUDGE_ERROR_REASONS = (
     "server_error",
     "bad_request",
     "protocol",
+    "internal",
 )
 
 
