@@ -451,6 +451,7 @@ def _build(
         )
     state = State(path, max_outbox=settings.sink.max_outbox, on_row=on_row)
     closing.callback(state.close)
+    state.hold()  # one process on a state file: a second one stops here, naming the first
     watermark = state.watermark()
     if watermark is not None:  # the lag is known from the start, not after the first pass
         metrics.set_watermark(watermark.timestamp())

@@ -101,6 +101,7 @@ class Passes:
         if self.first_start is None:
             self.first_start = moment - self.pipeline.lookback
         try:
+            self.pipeline.state.check_identity()  # deleted or replaced: StateError, no pass
             result = self.pipeline.poll(moment)
         except Stopped:
             raise
