@@ -15,7 +15,9 @@
 `langfuse` key); lag and outbox are judged as always.
 
 Served from a daemon thread; `stop()` closes the port. No body text holds a
-question, an answer or a secret.
+question, an answer or a secret. Bounded: a connection idle for `IDLE_TIMEOUT_S`
+is closed, and past `MAX_CONNECTIONS` open at once a new one is closed at once
+(a scraper that never sends its request, or a flood of them, holds no thread).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import MetricsHandler
 
 log = structlog.get_logger("observer.http")
+
+IDLE_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 32
 
 
 class Health:
@@ -129,8 +134,41 @@ class Health:
         return not reasons, body
 
 
-def _handler(registry: CollectorRegistry, health: Health) -> type[MetricsHandler]:
+class _BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, at most `max_connections` of them; the rest closed."""
+
+    daemon_threads = True
+
+    def __init__(
+        self, address: tuple[str, int], handler: type[MetricsHandler], max_connections: int
+    ) -> None:
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.warning("http_connection_refused", reason="too many open connections")
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+def _handler(
+    registry: CollectorRegistry, health: Health, idle_timeout_s: float
+) -> type[MetricsHandler]:
     class Handler(MetricsHandler):
+        timeout = idle_timeout_s  # a connection silent this long is closed
+
         def do_GET(self) -> None:
             path = urlsplit(self.path).path
             if path == "/metrics":
@@ -155,9 +193,19 @@ def _handler(registry: CollectorRegistry, health: Health) -> type[MetricsHandler
 
 
 class HttpServer:
-    def __init__(self, host: str, port: int, registry: CollectorRegistry, health: Health) -> None:
-        self._server = ThreadingHTTPServer((host, port), _handler(registry, health))
-        self._server.daemon_threads = True
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        registry: CollectorRegistry,
+        health: Health,
+        *,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        self._server = _BoundedServer(
+            (host, port), _handler(registry, health, idle_timeout_s), max_connections
+        )
         self._thread: threading.Thread | None = None
 
     @property

@@ -9,7 +9,10 @@ Counters with a fixed set of label values exist at 0 from the start, so a
 dashboard shows 0, not "no data". Quality metrics carry `environment` and
 `query_type` (at most `max_query_types` query types; the rest are `other`);
 the first trace of a new pair creates its whole set at 0. No question,
-answer or trace id is ever a label.
+answer or trace id is ever a label, and a label value read from a trace
+(environment, query type, trace name, release, model) is cut to
+`MAX_LABEL_CHARS` characters, the last one `…`: a trace cannot make `/metrics`
+large.
 """
 
 from __future__ import annotations
@@ -32,6 +35,13 @@ RATIO_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
 TRACE_TO_SCORE_BUCKETS = (5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 1800, 3600)
 OTHER = "other"
 NO_QUERY_TYPE = "none"
+MAX_LABEL_CHARS = 64
+
+
+def label_value(value: str) -> str:
+    """A label value read from a trace, cut to MAX_LABEL_CHARS characters."""
+    return value if len(value) <= MAX_LABEL_CHARS else value[: MAX_LABEL_CHARS - 1] + "…"
+
 
 TRACE_OUTCOMES = ("scored", "rescored", "unchanged", "unsettled", "skipped", "deferred")
 SKIP_REASONS = (
@@ -518,6 +528,7 @@ class Metrics:
         query types keep their name; '' for a rule that does not group by it stays '')."""
         if not query_type:
             return query_type
+        query_type = label_value(query_type)
         with self._labels_lock:
             if query_type in self._query_types:
                 return query_type
@@ -530,6 +541,11 @@ class Metrics:
         """The rule's firing groups, by (environment, query_type, severity): how many fire in
         each (several, when capped query types share `other`). Series no longer firing are
         removed, not left at 0."""
+        cut: dict[tuple[str, str, str], int] = {}
+        for (environment, query_type, severity), n in firing.items():
+            key = (label_value(environment), query_type, severity)
+            cut[key] = cut.get(key, 0) + n
+        firing = cut
         with self._labels_lock:
             before = self._alerts_active.get(rule, set())
             self._alerts_active[rule] = {key for key, n in firing.items() if n > 0}
@@ -560,13 +576,14 @@ class Metrics:
     def count_provenance(self, trace_name: str, sources: str, answer: str) -> None:
         """One answer trace's verdicts; at most `max_trace_names` names, the rest `other`."""
         with self._labels_lock:
-            name = _capped(self._trace_names, self.max_trace_names, trace_name or "unnamed")
+            name = label_value(trace_name or "unnamed")
+            name = _capped(self._trace_names, self.max_trace_names, name)
         self.provenance.labels(trace_name=name, sources=sources, answer=answer).inc()
 
     def quality_labels(self, environment: str | None, query_type: str | None) -> tuple[str, str]:
         """(environment, query_type), the query type capped; new pairs start at 0."""
-        env = environment or "default"
-        kind = query_type or NO_QUERY_TYPE
+        env = label_value(environment or "default")
+        kind = label_value(query_type or NO_QUERY_TYPE)
         with self._labels_lock:
             kind = _capped(self._query_types, self.max_query_types, kind)
             if (env, kind) not in self._pairs:
@@ -596,8 +613,11 @@ class Metrics:
     def _release_labels(self, record: RagRecord) -> tuple[str, str, str]:
         """(environment, release, model) of an answer; past `MAX_RELEASES` releases (models),
         the least recently seen one's series are removed."""
-        labels = {"release": record.release or "none", "model": record.model or "none"}
-        env = record.environment or "default"
+        labels = {
+            "release": label_value(record.release or "none"),
+            "model": label_value(record.model or "none"),
+        }
+        env = label_value(record.environment or "default")
         with self._labels_lock:
             for kind, value in labels.items():
                 recent = self._recent[kind]
