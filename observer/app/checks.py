@@ -68,7 +68,7 @@ def check_state(path: Path) -> str:
         if problems:
             raise StateError(
                 f"state file {path} is corrupt ({'; '.join(problems[:3])}): move it aside and "
-                "restore a copy, or start a new one (docs/operating.md#the-state-file)"
+                "restore a copy, or start a new one (docs/daemon.md#the-state-file)"
             )
         watermark = state.watermark()
         traces, outbox = state.trace_count(), state.outbox_size()

@@ -31,8 +31,7 @@ from observer.fleet.member import Crew, Member
 from observer.fleet.reader import FleetMarks, StreamPublisher
 from observer.fleet.stream import TraceStream
 from observer.fleet.worker import Worker
-from observer.http_bounds import bounded_client, module_of
-from observer.judge.client import JudgeClient
+from observer.judge.client import JudgeClient, judge_http_client
 from observer.judge.outcome import JudgeResult
 from observer.judge.service import JudgedHook, JudgeService
 from observer.model import RagRecord, Signals
@@ -53,8 +52,6 @@ from observer.telemetry.metrics import Metrics
 from observer.telemetry.otel import LangfuseOtlp, Telemetry, setup_telemetry
 
 log = structlog.get_logger("observer.app")
-
-JUDGE_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 
 
 def build_api(settings: Settings) -> LangfuseAPI:
@@ -117,17 +114,7 @@ def build_judge_client(settings: Settings, telemetry: Telemetry | None = None) -
         timeout=j.timeout_s,
         max_retries=0,
         default_headers={"User-Agent": USER_AGENT},
-        # A completion is kilobytes: its answer bounded as Langfuse's are (no redirect of
-        # the POST followed, 8 MiB, twice the timeout in all).
-        http_client=bounded_client(
-            timeout_s=j.timeout_s,
-            max_bytes=JUDGE_MAX_RESPONSE_BYTES,
-            deadline_s=2 * j.timeout_s,
-            limit_name="the judge's answer limit (8 MiB)",
-            deadline_name="twice judge.timeout_s",
-            fix="set OBSERVER_JUDGE_BASE_URL to the address the endpoint itself answers on",
-            http=module_of(openai.DefaultHttpxClient),
-        ),
+        http_client=judge_http_client(j.timeout_s),
     )
     return JudgeClient(
         client,

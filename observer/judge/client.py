@@ -29,6 +29,7 @@ from openai.types.chat.completion_create_params import ResponseFormat
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from observer.errors import Misdirected, TooLarge, Unreachable
+from observer.http_bounds import bounded_client, module_of
 from observer.judge.funnel import route
 from observer.judge.outcome import JudgeResult
 from observer.judge.protocol import (
@@ -58,6 +59,23 @@ from observer.signals.params import DEFAULT_REFUSAL_PHRASES
 
 if TYPE_CHECKING:
     from langfuse import Langfuse
+
+
+JUDGE_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+
+
+def judge_http_client(timeout_s: float) -> Any:
+    """The openai client's HTTP client, bounded as Langfuse's is (observer.http_bounds): a
+    completion is kilobytes, so 8 MiB, twice the timeout in all, no redirect of the POST."""
+    return bounded_client(
+        timeout_s=timeout_s,
+        max_bytes=JUDGE_MAX_RESPONSE_BYTES,
+        deadline_s=2 * timeout_s,
+        limit_name="the judge's answer limit (8 MiB)",
+        deadline_name="twice judge.timeout_s",
+        fix="set OBSERVER_JUDGE_BASE_URL to the address the endpoint itself answers on",
+        http=module_of(openai.DefaultHttpxClient),
+    )
 
 
 class JudgeCallError(Exception):
@@ -307,6 +325,13 @@ class JudgeClient:
             return response
 
     def _translated(self, error: openai.OpenAIError, json_schema: bool) -> Exception:
+        """The client's error as observer's, its text redacted and its type kept (the span's
+        `error.type`)."""
+        translated = self._translation(error, json_schema)
+        translated.error_type = type(error).__name__  # type: ignore[attr-defined]
+        return translated
+
+    def _translation(self, error: openai.OpenAIError, json_schema: bool) -> Exception:
         text = redact(str(error), self._secrets)
         if isinstance(error, openai.BadRequestError):
             if json_schema and _rejects_json_schema(error):
