@@ -78,8 +78,14 @@ MOTIFS: Final = (
 ALPHABET: Final = "|`[]【】()^-–,，、.:;!?。…#>*_~ \t\n\u3000\x00\x01\x021aA<>/\"'"
 
 
+# Whole answers found quadratic (issue 43, finding 1): a run of pipes or backticks after a
+# word (at a line's start they are markdown structure, stripped first), blanks on a line.
+RUNS: Final = (("|", "a"), (" |", "a"), ("`", "a"), (" ", "\n"), ("\t", "\n"))
+
+
 @cache
-def attack(motif: str, length: int = MAX_ANSWER_CHARS) -> str:
-    """`motif` repeated to `length` characters, after a newline and before a letter."""
-    body = motif * ((length - 2) // len(motif) + 1)
-    return "\n" + body[: length - 2] + "x"
+def attack(motif: str, length: int = MAX_ANSWER_CHARS, lead: str = "\n") -> str:
+    """`motif` repeated to `length` characters, after `lead` (a newline) and before a letter."""
+    size = length - len(lead) - 1
+    body = motif * (size // len(motif) + 1)
+    return lead + body[:size] + "x"

@@ -34,7 +34,7 @@ from observer.signals.sentences import sentence_re, substantive_re
 from observer.signals.text import prepare
 from tests.budget import scaled
 from tests.redteam.cpu import OverBudget, bound_for, cpu_of
-from tests.redteam.inputs import ALPHABET, MAX_ANSWER_CHARS, MOTIFS, attack
+from tests.redteam.inputs import ALPHABET, MAX_ANSWER_CHARS, MOTIFS, RUNS, attack
 from tests.signals.oracle.text import prepare as oracle_prepare
 
 # Modules whose expressions see trace text, besides the three packages walked whole.
@@ -118,8 +118,10 @@ def test_every_trace_text_expression_is_linear_on_the_attack_inputs(name: str) -
     assert not failed, f"{name} took more than its CPU bound on {failed}"
 
 
-motifs = st.text(alphabet=ALPHABET, min_size=1, max_size=6)
-ends = st.sampled_from(["", "\n", "x", " ", "`", "|"])
+# A long run of a short motif, between short random ends: where a superlinear expression
+# shows (a run of a character it gives a meaning to, cut off by one it does not expect).
+motifs = st.text(alphabet="|` \t[]-.\n1,*#>~:(", min_size=1, max_size=2)
+ends = st.text(alphabet=ALPHABET + "ab", max_size=3)
 
 
 # A tenth of the profile's examples: each runs every expression over 200,000 characters.
@@ -140,12 +142,15 @@ def answer_record(answer: str) -> RagRecord:
     return RagRecord(trace_id="t", question="Why?", answer=answer, sources=sources)
 
 
-@pytest.mark.parametrize("motif", MOTIFS, ids=[repr(m) for m in MOTIFS])
+ANSWERS = [*((m, "\n") for m in MOTIFS), *RUNS]
+
+
+@pytest.mark.parametrize(("motif", "lead"), ANSWERS, ids=[repr(lead + m) for m, lead in ANSWERS])
 def test_one_answer_of_any_content_costs_bounded_cpu_through_mapping_and_signals(
-    motif: str,
+    motif: str, lead: str
 ) -> None:
     """The whole answer's way: read from its trace, then every signal computed."""
-    text = attack(motif)
+    text = attack(motif, lead=lead)
     observations = [
         {"id": "r", "traceId": "t", "type": "SPAN", "isRootObservation": True,
          "startTime": "2026-11-20T08:30:00Z", "input": "Why?"},
