@@ -54,8 +54,8 @@ def check_redirect(response: Any, fix: str) -> None:
     if not response.has_redirect_location:
         return
     request = response.request
-    location = response.headers["location"]
-    target = request.url.join(location)
+    # Where it points, without its query (the request's own parameters, repeated).
+    target = request.url.join(response.headers["location"]).copy_with(query=None)
     if request.method not in _READS:
         raise Misdirected(
             f"{_where(request)}: answered {response.status_code} redirecting to {target}; a "

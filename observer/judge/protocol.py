@@ -197,21 +197,24 @@ def _preamble(code: str) -> str:
     return f"The data tags of this request end in -{code}.\n"
 
 
-def context_of(record: RagRecord, keep: Collection[int] | None = None) -> str:
+def context_of(
+    record: RagRecord, keep: Collection[int] | None = None, mark: Callable[[str], str] = str
+) -> str:
     """What the model saw: the logged context, else the numbered sources rebuilt.
 
     With `keep` (the funnel's fresh sources) only those sources, under their own
     numbers, rebuilt from the sources: the logged context would carry the others.
     When the sources hold no text to rebuild from, the logged context is all there is.
+    `mark` is applied to the trace's own text (`spotlight`), not to the numbering.
     """
     if record.context and (keep is None or not any(s.text for s in record.sources)):
-        return record.context
+        return mark(record.context)
     blocks = []
     for number, source in enumerate(record.sources, start=1):
         if keep is not None and number not in keep:
             continue
-        head = f"[{number}] {source.title}" if source.title else f"[{number}]"
-        blocks.append(f"{head}\n{source.text}")
+        head = f"[{number}] {mark(source.title)}" if source.title else f"[{number}]"
+        blocks.append(f"{head}\n{mark(source.text)}")
     return "\n\n".join(blocks) if blocks else "(no sources)"
 
 
@@ -244,19 +247,6 @@ def claims_messages(
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def spotlit_context(record: RagRecord, keep: Collection[int] | None = None) -> str:
-    """`context_of`, its untrusted parts spotlighted: the numbering is observer's own."""
-    if record.context and (keep is None or not any(s.text for s in record.sources)):
-        return spotlight(record.context)
-    blocks = []
-    for number, source in enumerate(record.sources, start=1):
-        if keep is not None and number not in keep:
-            continue
-        head = f"[{number}] {spotlight(source.title)}" if source.title else f"[{number}]"
-        blocks.append(f"{head}\n{spotlight(source.text)}")
-    return "\n\n".join(blocks) if blocks else "(no sources)"
-
-
 def verdicts_messages(
     record: RagRecord,
     claims: Sequence[Claim],
@@ -280,7 +270,7 @@ def verdicts_messages(
     )
     user = (
         _preamble(code)
-        + _tag("sources", code, spotlit_context(record, keep))
+        + _tag("sources", code, context_of(record, keep, spotlight))
         + "\n"
         + _tag("claims", code, lines)
     )

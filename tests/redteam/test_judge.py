@@ -19,12 +19,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from observer import app
 from observer.app.parts import build_judge_client
 from observer.cli import main
 from observer.config import load_settings
 from observer.judge.outcome import JudgeResult
 from observer.model import RagRecord, Source
 from observer.signals import SignalParams, compute
+from tests.daemon_helpers import configure
+from tests.fakes.langfuse_server import FakeLangfuse
 from tests.fakes.openai_stub import (
     OpenAIStub,
     Raw,
@@ -166,3 +169,22 @@ def test_judge_file_reports_a_bad_endpoint_without_a_traceback_or_the_key(
         assert "Traceback" not in result.output and key not in result.output
         (line,) = [json.loads(out) for out in result.stdout.splitlines()]
         assert line["judge_error"]
+
+
+def test_the_daemons_judge_counts_a_non_completion_as_a_judge_error(
+    stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """It crashed the judge's worker uncounted: `judge_error_rate_high` could never fire and
+    the sample was tried again at every start."""
+    with FakeLangfuse.kind() as langfuse:
+        settings = configure(monkeypatch, langfuse, OBSERVER_JUDGE__ENABLED="true")
+        parts = app.build(settings, state_path=tmp_path / "s.sqlite")
+        try:
+            assert parts.judge is not None
+            stub.script(Raw(200, "text/html", b"<html>Sign in</html>"))
+            result = parts.judge.judge_now(RECORD, compute(RECORD, settings.signal_params()))
+            assert result.error is not None
+            errors = parts.metrics.value("observer_judge_errors_total", reason="protocol")
+            assert errors == 1
+        finally:
+            parts.close()
