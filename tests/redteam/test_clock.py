@@ -108,7 +108,7 @@ def test_a_date_header_an_hour_ahead_loses_no_trace(
     langfuse = SimulatedClock(T0)
     fake = FakeLangfuse.kind(seed=1)
     fake.clock = langfuse
-    observations = packed_traces(T0 + timedelta(minutes=1), 10.0)
+    observations = packed_traces(T0 + timedelta(minutes=1), 5.0)
     by_trace: dict[str, list[dict[str, Any]]] = {}
     for observation in observations:
         by_trace.setdefault(observation["traceId"], []).append(observation)
@@ -125,9 +125,9 @@ def test_a_date_header_an_hour_ahead_loses_no_trace(
         source.clock.monotonic = lambda: langfuse().timestamp()  # type: ignore[method-assign]
         daemon = Daemon(parts, clock=source.now)
         try:
-            for step in range(40):  # 20 minutes, a pass every 30 s
+            for step in range(28):  # 14 minutes, a pass every 30 s
                 add_due(fake, waiting, langfuse())
-                if step == 12:
+                if step == 6:
                     fake.skew_dates(3600, count=1)  # one answer's Date an hour ahead
                 daemon.tick()
                 langfuse.advance(30)

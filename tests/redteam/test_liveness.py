@@ -31,7 +31,9 @@ def test_failing_passes_show_a_growing_lag_a_count_and_a_lag_sample(
     fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     fake.fail_next(500, count=1000, path_prefix=OBSERVATIONS_PATH)
-    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S="3600")
+    settings = configure(
+        monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S="3600", OBSERVER_SOURCE__MAX_ATTEMPTS="1"
+    )
     parts = app.build(settings, mode="solo", state_path=tmp_path / "s.sqlite")
     try:
         now = datetime.now(UTC)
