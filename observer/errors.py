@@ -9,6 +9,9 @@
      |    |    +-- UsageSuspended 403 "... Usage threshold exceeded": the project's usage
      |    |                       limit, not the keys; retrying soon will not help either
      |    +-- Rejected            other 4xx: the request itself is wrong
+     |    +-- Misdirected         a redirect observer does not follow (a write, or a read to
+     |    |                       another origin): the base URL is wrong; `location`
+     |    +-- TooLarge            the answer is past a size bound (observer.http_bounds)
      +-- UnsupportedServer        the Langfuse server is older than observer needs (exit 2)
 
 `UsageSuspended` is an `AuthRejected` so that every caller stops and waits as it
@@ -68,6 +71,18 @@ class UsageSuspended(AuthRejected):
 
 class Rejected(RemoteError):
     pass
+
+
+class Misdirected(RemoteError):
+    """A 3xx observer will not follow: a configuration error naming where it pointed."""
+
+    def __init__(self, message: str, status: int | None = None, location: str = "") -> None:
+        super().__init__(message, status)
+        self.location = location
+
+
+class TooLarge(RemoteError):
+    """The answer is larger than observer reads (its size, or its decompressed size)."""
 
 
 class UnsupportedServer(ObserverError):

@@ -13,6 +13,11 @@ suspended: ...` on MCP) is `UsageSuspended`: the project's usage limit, not
 its keys. A 429 is `RateLimited` with its `Retry-After` and its
 `X-RateLimit-Limit` (the request budget settles by it; observer.sources.ratelimit).
 
+`build_api` runs the client on `observer.http_bounds.bounded_client`: no
+redirect followed by a write or to another origin (`Misdirected`, naming the
+`Location`), every answer bounded in size (`source.max_response_mb`, also
+once decompressed) and in time (`source.request_deadline_s`).
+
 `check_server_version(api, base_url)` reads `GET /api/public/health`
 (`{"status", "version"}`, no auth, no rate limit) and raises
 `UnsupportedServer` for a self-hosted server older than v4.59, the first to
@@ -43,6 +48,7 @@ from packaging.version import InvalidVersion, Version
 from observer import USER_AGENT, __version__
 from observer.errors import (
     AuthRejected,
+    Misdirected,
     RateLimited,
     Rejected,
     RemoteError,
@@ -50,6 +56,7 @@ from observer.errors import (
     UnsupportedServer,
     UsageSuspended,
 )
+from observer.http_bounds import bounded_client
 from observer.retry import parse_retry_after
 from observer.urls import without_credentials
 
@@ -61,9 +68,32 @@ NO_RETRIES: RequestOptions = {"max_retries": 0}
 MIN_SERVER_VERSION: Final = "4.59.0"
 CLOUD_HOST: Final = "cloud.langfuse.com"
 _USAGE_SUSPENDED: Final = "usage threshold exceeded"
+# The defaults of source.max_response_mb and source.request_deadline_s (docs/configuration.md).
+MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
+REQUEST_DEADLINE_S: Final = 120.0
+FIX_BASE_URL: Final = (
+    "set LANGFUSE_BASE_URL to the address Langfuse itself answers on "
+    "(https:// where an ingress redirects to it)"
+)
 
 
-def build_api(base_url: str, public_key: str, secret_key: str, timeout_s: float) -> LangfuseAPI:
+def build_api(
+    base_url: str,
+    public_key: str,
+    secret_key: str,
+    timeout_s: float,
+    *,
+    max_response_bytes: int = MAX_RESPONSE_BYTES,
+    deadline_s: float = REQUEST_DEADLINE_S,
+) -> LangfuseAPI:
+    client = bounded_client(
+        timeout_s=timeout_s,
+        max_bytes=max_response_bytes,
+        deadline_s=deadline_s,
+        limit_name="source.max_response_mb",
+        deadline_name="source.request_deadline_s",
+        fix=FIX_BASE_URL,
+    )
     return LangfuseAPI(
         base_url=base_url.rstrip("/"),
         username=public_key,
@@ -73,6 +103,7 @@ def build_api(base_url: str, public_key: str, secret_key: str, timeout_s: float)
         x_langfuse_public_key=public_key,
         headers={"User-Agent": USER_AGENT},
         timeout=timeout_s,
+        httpx_client=client,
     )
 
 
@@ -140,8 +171,19 @@ def translate(error: Exception, what: str) -> RemoteError:
             )
         if status in (401, 403):
             return AuthRejected(f"{what}: Langfuse rejected the keys ({status})", status)
+        if 300 <= status < 400:
+            location = {k.lower(): v for k, v in (error.headers or {}).items()}.get("location", "")
+            return Misdirected(
+                f"{what}: Langfuse answered {status} redirecting to {location or '(nowhere)'}; "
+                f"observer does not follow it: {FIX_BASE_URL}",
+                status,
+                location=location,
+            )
         if status >= 500 or status in (408, 409):
             return Unreachable(f"{what}: Langfuse answered {status}", status)
+        if 200 <= status < 300:  # a success whose body was not the API's (HTML, cut short)
+            excerpt = " ".join(str(error.body or "").split())[:120]
+            return Unreachable(f"{what}: Langfuse answered {status} {excerpt!r}", status)
         body = str(error.body)[:200] if error.body is not None else ""
         return Rejected(f"{what}: Langfuse answered {status} {body}".rstrip(), status)
     if isinstance(error, httpx.TimeoutException):

@@ -307,17 +307,20 @@ class DaemonModel(RuleBasedStateMachine):
 
     def _start_daemon(self) -> None:
         parts = app.build(self.settings, state_path=self.state_path)
-        if self.observer_offset:
-            self._skew(parts)
+        self._skew(parts)
         self.parts = parts
 
     def _skew(self, parts: app.Parts) -> None:
-        """observer's host clock off by `observer_offset` (Langfuse's stays right)."""
+        """observer's host clock off by `observer_offset` (Langfuse's stays right). Its
+        monotonic clock runs with the simulated time: minutes pass in milliseconds here,
+        which no monotonic clock of a real host does (observer.sources.clock)."""
         source = parts.pipeline.source
         assert isinstance(source, LangfuseSource)
         offset = self.observer_offset
         source.clock = ServerClock(
-            local=lambda: datetime.now(UTC) + offset, on_offset=parts.metrics.clock_skew.set
+            local=lambda: datetime.now(UTC) + offset,
+            monotonic=lambda: self.clock().timestamp(),
+            on_offset=parts.metrics.clock_skew.set,
         )
 
     def _tick(self, *, flush: bool = True) -> None:
@@ -643,12 +646,13 @@ def _check(features: Features) -> None:
     clients: dict[tuple[Any, ...], Any] = {}
     build_api = langfuse_api.build_api
 
-    def pooled(*args: Any) -> Any:
+    def pooled(*args: Any, **options: Any) -> Any:
         """One API client per fake: a restarted daemon reconnects, but a new client costs
         ~20 ms of TLS setup, which is most of a run's time when hypothesis shrinks."""
-        if args not in clients:
-            clients[args] = build_api(*args)
-        return clients[args]
+        key = (*args, *sorted(options.items()))
+        if key not in clients:
+            clients[key] = build_api(*args, **options)
+        return clients[key]
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(langfuse_api, "build_api", pooled)

@@ -68,6 +68,12 @@ def check_state(path: Path) -> str:
         return "usable (will be created)"
     state = State(path)
     try:
+        problems = state.integrity()  # SQLite's integrity check: corruption mid-file too
+        if problems:
+            raise StateError(
+                f"state file {path} is corrupt ({'; '.join(problems[:3])}): move it aside and "
+                "restore a copy, or start a new one (docs/daemon.md#the-state-file)"
+            )
         watermark = state.watermark()
         traces, outbox = state.trace_count(), state.outbox_size()
     finally:

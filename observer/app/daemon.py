@@ -27,7 +27,7 @@ from observer.background import Deadline, background_scheduler
 from observer.config import ConfigError
 from observer.errors import AuthRejected, RemoteError
 from observer.sources.langfuse import Stopped
-from observer.state import StateError
+from observer.state import StateError, StateGone
 from observer.telemetry.http import HttpServer
 
 log = structlog.get_logger("observer.app")
@@ -107,8 +107,12 @@ class Daemon:
         except Stopped:
             pass
         except StateError as error:
-            # Disk full or read-only: what is in the outbox stays; new traces wait.
-            parts.health.not_ready_because = "the state file cannot be written"
+            # Disk full or read-only, deleted or replaced: the outbox keeps what it holds;
+            # new traces wait.
+            gone = isinstance(error, StateGone)
+            parts.health.not_ready_because = (
+                str(error) if gone else "the state file cannot be written"
+            )
             log.error("state_unwritable", error=str(error), action="polling paused")
         except AuthRejected as error:
             log.error("poll_failed", kind="auth", error=str(error))
@@ -122,7 +126,10 @@ class Daemon:
     def _state_writable_again(self) -> bool:
         try:
             self.parts.state.check_writable(self.clock())
-        except StateError:
+            # A full disk's WAL keeps the space it took until truncated: give it back.
+            self.parts.state.checkpoint()
+        except StateError as error:
+            log.error("state_unwritable", error=str(error), action="polling paused")
             return False
         self.parts.health.not_ready_because = None
         log.info("state_writable_again", action="polling resumed")

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from observer.app.exits import EXIT_AUTH, EXIT_OK, EXIT_UNREACHABLE, exit_code
+from observer.app.exits import EXIT_AUTH, EXIT_CONFIG, EXIT_OK, EXIT_UNREACHABLE, exit_code
 from observer.app.parts import Parts
 from observer.background import Deadline
 from observer.errors import AuthRejected, RemoteError
@@ -91,6 +91,8 @@ def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None)
     said = STOPPED_MESSAGE if result.cut_short else None
     if left:
         code = EXIT_AUTH if parts.dispatcher.auth_failed else EXIT_UNREACHABLE
+        if parts.dispatcher.last_error_kind == "misdirected":
+            code = EXIT_CONFIG  # the base URL is redirected away: a configuration error
         message = undelivered_message(parts, left)
         return OnceResult(code, result, left, f"{said}; {message}" if said else message, waiting)
     return OnceResult(EXIT_OK, result, 0, said, waiting=waiting)

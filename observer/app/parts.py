@@ -33,7 +33,7 @@ from observer.fleet.member import Crew, Member
 from observer.fleet.reader import FleetMarks, StreamPublisher
 from observer.fleet.stream import TraceStream
 from observer.fleet.worker import Worker
-from observer.judge.client import JudgeClient
+from observer.judge.client import JudgeClient, judge_http_client
 from observer.judge.outcome import JudgeResult
 from observer.judge.service import JudgedHook, JudgeService
 from observer.model import RagRecord, Signals
@@ -73,12 +73,20 @@ def build_api(settings: Settings) -> LangfuseAPI:
     if missing:
         raise ConfigError(f"set {' and '.join(missing)} in the environment to read from Langfuse")
     assert lf.public_key is not None and lf.secret_key is not None
+    src = settings.source
     return langfuse_api.build_api(
         lf.base_url,
         lf.public_key,
         lf.secret_key.get_secret_value(),
-        settings.source.request_timeout_s,
+        src.request_timeout_s,
+        max_response_bytes=int(src.max_response_mb * 1024 * 1024),
+        deadline_s=src.request_deadline_s,
     )
+
+
+def _judge_key(settings: Settings) -> str | None:
+    key = settings.judge.api_key
+    return key.get_secret_value() if key is not None else None
 
 
 def build_openai(settings: Settings) -> openai.OpenAI:
@@ -101,6 +109,7 @@ def build_openai(settings: Settings) -> openai.OpenAI:
         timeout=j.timeout_s,
         max_retries=0,
         default_headers={"User-Agent": USER_AGENT},
+        http_client=judge_http_client(j.timeout_s),
     )
 
 
@@ -117,6 +126,9 @@ def build_judge_client(settings: Settings, telemetry: Telemetry | None = None) -
         price_completion_per_1k=j.price_completion_per_1k,
         langfuse=telemetry.judge_langfuse if telemetry else None,
         tracer=telemetry.tracer if telemetry else None,
+        refusal_phrases=settings.signal_params().refusal_phrases,
+        # The key is never said in an error text (an endpoint may echo it back).
+        redacted=tuple(k for k in (_judge_key(settings),) if k),
     )
 
 
@@ -433,6 +445,7 @@ def _build(
         )
     state = State(path, max_outbox=settings.sink.max_outbox, on_row=on_row)
     closing.callback(state.close)
+    state.hold()  # one process on a state file: a second one stops here, naming the first
     watermark = state.watermark()
     if watermark is not None:  # the lag is known from the start, not after the first pass
         metrics.set_watermark(watermark.timestamp())
@@ -532,14 +545,17 @@ def _build(
         tracer=telemetry.tracer,
         marks=marks,
         publisher=publisher,
+        max_trace_cpu_s=settings.limits.max_trace_cpu_s,
     )
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)  # noqa: E731
     if isinstance(source, LangfuseSource):
         server = source.clock
         clock = source.now
+        # Before a first pass has moved a watermark, the lag counts from the first
+        # window's start: a daemon whose every pass fails is not "0 s behind".
+        first = now_utc() - timedelta(seconds=settings.source.lookback_s)
         metrics.set_watermark(
-            watermark.timestamp() if watermark is not None else None,
-            clock=lambda: server.now().timestamp(),
+            (watermark or first).timestamp(), clock=lambda: server.now().timestamp()
         )
     evaluation = Evaluation(fleet_alerts, fleet.lease) if fleet_alerts and fleet else None
     # Window rules on their own thread: a catch-up after a gap never holds a pass.
@@ -902,6 +918,11 @@ def build_health(settings: Settings, state: State, metrics: Metrics) -> Health:
         outbox=state.outbox_size,
         max_outbox=settings.sink.max_outbox,
         langfuse_not_used="not read: otlp.poller = off" if alone else None,
+        # A fleet's members read by turns, and the receiver alone reads nothing: only a
+        # lone daemon that polls must complete passes itself.
+        pass_within_s=None
+        if settings.fleet is not None or alone
+        else max(settings.http.ready_langfuse_within_s, 3 * settings.source.poll_interval_s),
     )
 
 

@@ -9,7 +9,14 @@ catching what a pass can raise in its own way (the loop never dies); `run
 --once` calls `tick(burst=True)`: the same pass, then the window rules
 evaluated on its own thread up to the pass's moment, and errors raised to it
 (the exit code says what happened). The lag is measured from the pipeline's
-own watermark: the state file's, or the fleet's stream's.
+own watermark: the state file's, or the fleet's stream's; before any pass has
+moved one, from the start of the first pass's window (the lookback), so a daemon
+whose every pass fails shows its lag growing and `pipeline_lag_high` can fire.
+
+A pass that raises (a stop aside) is a failed pass: counted
+(`observer_passes_failed_total{kind}`) and its lag sample recorded all the same;
+a completed one sets `observer_last_pass_timestamp_seconds` and tells `Health`
+(`/readyz`: "no pass has completed for N s").
 """
 
 from __future__ import annotations
@@ -20,7 +27,11 @@ from datetime import datetime
 import structlog
 
 from observer.alerts.evaluator import AlertEvaluator
+from observer.config import ConfigError
+from observer.errors import AuthRejected, Misdirected, RemoteError
 from observer.pipeline import PassResult, Pipeline
+from observer.sources.langfuse import Stopped
+from observer.state import StateError
 from observer.telemetry.http import Health
 
 log = structlog.get_logger("observer.app")
@@ -29,8 +40,21 @@ COUNTS = ("observations", "scored", "rescored", "unchanged", "unsettled", "skipp
 
 
 def lag_s(moment: datetime, watermark: datetime | None) -> float:
-    """How far the watermark trails the pass's moment (0 before the first pass)."""
+    """How far the watermark trails the pass's moment (0 without one)."""
     return max(0.0, (moment - watermark).total_seconds()) if watermark is not None else 0.0
+
+
+def failure_kind(error: BaseException) -> str:
+    """What a failed pass is counted as: what stopped it."""
+    if isinstance(error, StateError):
+        return "state"
+    if isinstance(error, ConfigError | Misdirected):
+        return "config"
+    if isinstance(error, AuthRejected):
+        return "auth"
+    if isinstance(error, RemoteError):
+        return "unreachable"
+    return "crashed"
 
 
 def completed_fields(result: PassResult, counts: tuple[str, ...] = COUNTS) -> dict[str, object]:
@@ -60,6 +84,7 @@ class Passes:
         self.counts = counts
         self.extra = extra
         self.done = 0  # passes completed
+        self.first_start: datetime | None = None  # the first pass's window start (no watermark)
 
     def check(self) -> None:
         """The server checked, once per process (ConfigError when it is too old)."""
@@ -73,12 +98,29 @@ class Passes:
         self.health.beat()
         self.check()
         moment = now or self.clock()
-        result = self.pipeline.poll(moment)
+        if self.first_start is None:
+            self.first_start = moment - self.pipeline.lookback
+        try:
+            self.pipeline.state.check_identity()  # deleted or replaced: StateError, no pass
+            result = self.pipeline.poll(moment)
+        except Stopped:
+            raise
+        except Exception as error:
+            self.pipeline.metrics.passes_failed.labels(kind=failure_kind(error)).inc()
+            if self.evaluator is not None:  # the lag grows while passes fail: still a sample
+                self.evaluator.after_pass(moment, self.lag_s(moment))
+            raise
         self.health.langfuse_answered()
+        self.health.pass_completed()
+        self.pipeline.metrics.last_pass.set(moment.timestamp())
         if self.evaluator is not None:
-            self.evaluator.after_pass(moment, lag_s(moment, self.pipeline.marks.watermark()))
+            self.evaluator.after_pass(moment, self.lag_s(moment))
             if burst:
                 self.evaluator.catch_up()
         self.done += 1
         log.info("poll_completed", **completed_fields(result, self.counts), **self.extra())
         return result
+
+    def lag_s(self, moment: datetime) -> float:
+        """How far the watermark (before there is one, the first window's start) trails."""
+        return lag_s(moment, self.pipeline.marks.watermark() or self.first_start)

@@ -123,6 +123,12 @@ class SourceSettings(_Section):
         gt=0,
         description="how long a start tries to reach Langfuse (and the judge) before giving up",
     )
+    request_deadline_s: float = Field(
+        120.0, gt=0, description="one request, answer read to its end, takes at most this"
+    )
+    max_response_mb: float = Field(
+        64.0, gt=0, description="a larger answer (also once decompressed) is refused"
+    )
     max_attempts: int = Field(
         8, ge=1, le=20, description="tries per request before the pass gives up (~1 min)"
     )
@@ -467,6 +473,9 @@ class LimitsSettings(_Section):
     max_sources: int = Field(200, ge=1, description="more sources: skipped too_large")
     max_observations_per_trace: int = Field(
         5_000, ge=1, description="larger traces: skipped too_large"
+    )
+    max_trace_cpu_s: float = Field(
+        10.0, gt=0, description="CPU one trace's mapping and signals may take; more: too_costly"
     )
 
 

@@ -157,7 +157,8 @@ def llm_call(
         try:
             yield call
         except BaseException as error:
-            kind = type(error).__name__
+            # The client's own error, where a translated one names it (its text redacted).
+            kind = getattr(error, "error_type", None) or type(error).__name__
             message = f"{kind}: {error}"[:300]
             for failed in call.spans:
                 failed.set_attribute("error.type", kind)

@@ -354,10 +354,30 @@ def _nodes(value: Any, depth: int) -> Iterator[dict[str, Any]]:
 # A chat message recorded as its Python repr: LlamaIndex's and smolagents'
 # `ChatMessage(role=<MessageRole.USER: 'user'>, ... text='...' ...)`.
 _REPR_ROLE = re.compile(r"^\w*Message\(role=(?:<\w+\.\w+: )?'([\w-]+)'>?")
-_REPR_TEXT = re.compile(r"""(?:\btext=|'text': )('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
+_REPR_TEXT = re.compile(r"""\btext=|'text': """)
 _REPR_ROLES = {"tool-response": "tool", "tool-call": "assistant", "model": "assistant"}
 # Past this a repr is not read (a literal parse per text block; bounded work per trace).
 _MAX_REPR = 200_000
+
+
+def _literals_after(text: str) -> Iterator[str]:
+    """The quoted string literals after each `text=` (or `'text': `) of a repr, in order.
+    One scan: each literal is read to its closing quote and the search goes on after it;
+    an unclosed one ends the scan (linear whatever the text)."""
+    at = 0
+    while (found := _REPR_TEXT.search(text, at)) is not None:
+        start = found.end()
+        quote = text[start : start + 1]
+        if quote not in ("'", '"'):
+            at = start
+            continue
+        index = start + 1
+        while index < len(text) and text[index] != quote:
+            index += 2 if text[index] == "\\" else 1
+        if index >= len(text):
+            return
+        yield text[start : index + 1]
+        at = index + 1
 
 
 def repr_message(text: str) -> dict[str, Any] | None:
@@ -369,7 +389,7 @@ def repr_message(text: str) -> dict[str, Any] | None:
     if found is None:
         return None
     texts = []
-    for literal in _REPR_TEXT.findall(text):
+    for literal in _literals_after(text):
         try:
             value = ast.literal_eval(literal)
         except (ValueError, SyntaxError, MemoryError, RecursionError):

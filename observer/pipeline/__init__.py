@@ -16,6 +16,12 @@ For each complete trace whose root lies in the window:
   in one transaction, and the dispatcher is nudged. Score ids and timestamps
   are deterministic, so a re-score updates.
 
+Every page is cleaned as it arrives (observer.sources.clean: lone surrogates and
+integers past 64 bits made writable), and one trace is isolated from the rest: any
+unexpected error while preparing or recording it skips it as `internal_error`
+naming the exception's type (counted, logged with its traceback once, fingerprinted
+so it is not retried until it changes), and the pass goes on.
+
 What happens to one trace is `observer.pipeline.traces`. The watermark moves only
 at the end of a complete pass, to the oldest root still unsettled (or `now -
 settle_s`); the next pass starts there, and a sweep (a process's first pass,
@@ -49,12 +55,14 @@ from observer.pipeline.traces import (
     ScoredHook,
     SignalsHook,
     TraceRecorder,
+    failed,
 )
 from observer.resolver.core import ResolverFindings
 from observer.signals import SignalParams
 from observer.sources import ObservationSource, Stopped
+from observer.sources.clean import clean_page
 from observer.sources.ingestion import SLOW_INGESTION_BOUND_S, slow_ingestion
-from observer.state import State
+from observer.state import State, StateError
 from observer.telemetry.metrics import Metrics
 from observer.times import iso, parse_time
 
@@ -234,6 +242,7 @@ class Pipeline:
         tracer: trace.Tracer = NO_SPANS,
         marks: Marks | None = None,
         publisher: Publisher | None = None,
+        max_trace_cpu_s: float = 10.0,
     ) -> None:
         self.tracer = tracer  # Telemetry.tracer, from the composition root
         self.source = source
@@ -255,6 +264,7 @@ class Pipeline:
             on_scored=on_scored,
             on_signals=on_signals,
             judge=judge,
+            max_cpu_s=max_trace_cpu_s,
         )
         self.overlap = timedelta(seconds=overlap_s)
         self.sweep_interval = timedelta(seconds=sweep_interval_s)
@@ -381,6 +391,8 @@ class Pipeline:
             # From a little before the start: a child may "start" before its root (skew).
             pages = self.source.pages(start - CLOCK_SKEW, read_until)
             while (page := _next_page(pages)) is not None:
+                if page is not _STOPPED:
+                    page = clean_page(page)  # text and numbers safe to keep, at the edge
                 result.observations += len(page)
                 fresh = {
                     t for o in page if isinstance(t := o.get("traceId"), str) and t not in flight
@@ -480,14 +492,17 @@ class Pipeline:
                 )
                 holds.append(min(hold or root_start, now))
                 continue
-            prepared = self.traces.prepare(
-                trace_id,
-                trace.observations,
-                known.get(trace_id),
-                now,
-                root_start,
-                too_large=trace.count if trace.too_large else None,
-            )
+            try:
+                prepared = self.traces.prepare(
+                    trace_id,
+                    trace.observations,
+                    known.get(trace_id),
+                    now,
+                    root_start,
+                    too_large=trace.count if trace.too_large else None,
+                )
+            except Exception as error:  # one strange trace never stops the pass
+                prepared = failed(trace_id, "preparing", error, known.get(trace_id))
             handled.append(
                 (trace_id, trace.observations, root_start, hold or root_start, prepared, trace.news)
             )
@@ -497,13 +512,38 @@ class Pipeline:
         self._look_up([p for *_, p, _news in handled])
         for trace_id, observations, root_start, hold, prepared, news in handled:
             with self.tracer.start_as_current_span("observer.trace_scored") as span:
-                outcome = self.traces.record(
-                    trace_id, prepared, root_start, known.get(trace_id), now, news
-                )
+                known_as = known.get(trace_id)
+                outcome = self._record(trace_id, prepared, root_start, known_as, now, news)
                 result.count(outcome, min(hold, now))
                 if span.is_recording():
                     span.set_attributes(_trace_attributes(trace_id, outcome, observations))
         self.notify()
+
+    def _record(
+        self,
+        trace_id: str,
+        prepared: Prepared,
+        root_start: datetime,
+        known: str | None,
+        now: datetime,
+        news: datetime | None,
+    ) -> Outcome:
+        """`traces.record`, isolated: an unexpected error records the trace as skipped
+        (`internal_error`); a state file that cannot be written stops the pass."""
+        try:
+            return self.traces.record(trace_id, prepared, root_start, known, now, news)
+        except StateError:
+            raise
+        except Exception as error:
+            skipped = failed(trace_id, "recording", error, known)
+        try:
+            return self.traces.record(trace_id, skipped, root_start, known, now, news)
+        except StateError:
+            raise
+        except Exception:  # not even the skip could be written: counted, passed over
+            log.exception("trace_unrecordable", trace_id=trace_id)
+            self.metrics.skips.labels(reason="internal_error").inc()
+            return Outcome("skipped", reason="internal_error")
 
     def _publish(
         self, publications: list[Publication], holds: list[datetime], result: PassResult
@@ -561,7 +601,7 @@ class Pipeline:
         earliest = part.earliest or now
         whole = _InFlight(known=part.known, known_latest=part.known_latest)
         for page in self.source.pages(earliest - CLOCK_SKEW - self.overlap, now, trace_id):
-            for observation in page:
+            for observation in clean_page(page):
                 if observation.get("traceId") == trace_id:
                     whole.add(observation, self.traces.rules.max_observations, now)
         return whole if whole.root is not None else part

@@ -10,12 +10,19 @@ pushes nothing, and a new or changed one gets its scores (with its last
 activity, for `observer_trace_to_score_seconds`), fingerprint and
 signal-history row in one transaction. It returns the `Outcome` the pass
 counts.
+
+A trace's mapping and signals have a work budget (`limits.max_trace_cpu_s` of
+this thread's CPU): past it, the trace is skipped as `too_costly`. The skip's
+fingerprint names the trace's observations (ids and update times) and the
+budget, so the same trace under the same budget is never worked on again;
+one that changes, or a raised budget, is tried anew.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -114,6 +121,7 @@ class Prepared:
     project_id: str | None = None  # a skipped trace's, from its root
     # Where its parts came from and the content checks' verdicts (an answer's).
     provenance: Provenance | None = None
+    work_s: float | None = None  # this thread's CPU for its mapping and signals
 
     @property
     def changed(self) -> bool:
@@ -148,8 +156,10 @@ class TraceRecorder:
         on_scored: ScoredHook | None = None,
         on_signals: SignalsHook | None = None,
         judge: JudgeGate | None = None,
+        max_cpu_s: float = 10.0,
     ) -> None:
         self.state = state
+        self.max_cpu_s = max_cpu_s
         self.judge = judge
         self.metrics = metrics
         self.params = params
@@ -195,30 +205,71 @@ class TraceRecorder:
         last = last_activity(observations, now)
         if last is not None and now - last < self.settle:
             return Prepared(unsettled=True)
+        costly = self._too_costly(observations)
+        if known is not None and known == skip_fingerprint(costly):
+            return self._skipped(costly, observations, last)  # not worked on again
+        began = time.thread_time()
         read = read_trace(trace_id, observations, self.rules)
         mapped, provenance = read.result, read.provenance
         if isinstance(mapped, Skip):
-            environment, project_id = _root_labels(observations)
-            return Prepared(
-                skip=mapped,
-                last_activity=last,
-                environment=environment,
-                project_id=project_id,
-                provenance=provenance,
+            return replace(
+                self._skipped(mapped, observations, last, provenance),
+                work_s=time.thread_time() - began,
             )
         if root_start is not None:
             mapped = replace(mapped, timestamp=iso(root_start))
-        signals = compute(mapped, self.params)
+        mapped = _bounded(mapped)
+        work_s = time.thread_time() - began
+        if work_s <= self.max_cpu_s:  # the mapping within the budget: the signals too
+            signals = compute(mapped, self.params)
+            work_s = time.thread_time() - began
+        if work_s > self.max_cpu_s:
+            return replace(self._skipped(costly, observations, last), work_s=work_s)
         fingerprint = hashlib.sha256(
             orjson.dumps(mapped) + self._params_digest.encode()
         ).hexdigest()
         if fingerprint == known:
-            return Prepared(record=mapped, signals=signals, last_activity=last)
+            return Prepared(record=mapped, signals=signals, last_activity=last, work_s=work_s)
         return Prepared(
             record=mapped,
             signals=signals,
             fingerprint=fingerprint,
             last_activity=last,
+            provenance=provenance,
+            work_s=work_s,
+        )
+
+    def _observe_work(self, prepared: Prepared) -> None:
+        if prepared.work_s is not None:  # None: not worked on (unsettled, known too costly)
+            self.metrics.trace_work.observe(prepared.work_s)
+
+    def _too_costly(self, observations: list[dict[str, Any]]) -> Skip:
+        """The skip a trace gets past its work budget: its detail names these observations
+        (ids and update times) and the budget, so its fingerprint says both."""
+        keys = sorted(
+            f"{o.get('id')}|{o.get('updatedAt') or o.get('endTime') or o.get('startTime')}"
+            for o in observations
+        )
+        digest = hashlib.sha256("\n".join(keys).encode("utf-8", "replace")).hexdigest()[:16]
+        return Skip(
+            "too_costly",
+            f"its mapping and signals took more than limits.max_trace_cpu_s "
+            f"({self.max_cpu_s:g} s of CPU); observations {digest}",
+        )
+
+    @staticmethod
+    def _skipped(
+        skip: Skip,
+        observations: list[dict[str, Any]],
+        last: datetime | None,
+        provenance: Provenance | None = None,
+    ) -> Prepared:
+        environment, project_id = _root_labels(observations)
+        return Prepared(
+            skip=skip,
+            last_activity=last,
+            environment=environment,
+            project_id=project_id,
             provenance=provenance,
         )
 
@@ -238,6 +289,7 @@ class TraceRecorder:
         if prepared.unsettled:
             self.metrics.traces.labels(outcome="unsettled").inc()
             return Outcome("unsettled")
+        self._observe_work(prepared)
         if prepared.skip is not None:
             return self._skip(trace_id, prepared, root_start, known, now, latest)
         mapped, signals = prepared.record, prepared.signals
@@ -343,7 +395,7 @@ class TraceRecorder:
         its history row (an answer-looking trace's) replacing the one it had."""
         skip = prepared.skip
         assert skip is not None
-        fingerprint = f"skip:{skip.reason}:{hashlib.sha256(skip.detail.encode()).hexdigest()[:16]}"
+        fingerprint = skip_fingerprint(skip)
         if fingerprint != known:  # else counted and logged when first seen
             self.metrics.traces.labels(outcome="skipped").inc()
             self.metrics.skips.labels(reason=skip.reason).inc()
@@ -356,6 +408,37 @@ class TraceRecorder:
         elif latest is not None:
             self.state.note_latest(trace_id, latest)
         return Outcome("skipped", reason=skip.reason)
+
+
+def _bounded(record: RagRecord) -> RagRecord:
+    """A record whose numbers the state file and orjson hold: a prompt version past 64
+    bits (the edge writes one as text, which the mapping reads back) is no version."""
+    version = record.prompt_version
+    if version is not None and not -(2**63) <= version < 2**63:
+        return replace(record, prompt_version=None)
+    return record
+
+
+def skip_fingerprint(skip: Skip) -> str:
+    """What the state file keeps for a skipped trace: its reason and detail, digested."""
+    digest = hashlib.sha256(skip.detail.encode("utf-8", "replace")).hexdigest()[:16]
+    return f"skip:{skip.reason}:{digest}"
+
+
+def failed(trace_id: str, stage: str, error: Exception, known: str | None) -> Prepared:
+    """A trace whose handling raised what nothing expected: skipped as `internal_error`,
+    naming the stage and the exception's type (its traceback logged the first time)."""
+    skip = Skip("internal_error", f"{stage}: {type(error).__name__}")
+    if known != skip_fingerprint(skip):
+        log.error(
+            "trace_failed",
+            trace_id=trace_id,
+            stage=stage,
+            error=f"{type(error).__name__}: {error}"[:300],
+            action="skipped as internal_error; the pass goes on",
+            exc_info=error,
+        )
+    return Prepared(skip=skip)
 
 
 def _root_labels(observations: list[dict[str, Any]]) -> tuple[str | None, str | None]:

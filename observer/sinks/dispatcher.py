@@ -26,10 +26,15 @@ when Langfuse answered:
 
     rate_limited   429                          waits for Retry-After
     auth           401/403                      waits at least 60 s
+    misdirected    a redirect (3xx) not followed waits at least 60 s: the base URL is wrong
     server_error   5xx (or 408/409: try again)  backs off exponentially
     unreachable    no answer (refused, timeout) backs off exponentially
 
 `server_error` and `unreachable` are retried alike; only the name differs.
+
+Scores sent but not marked as sent (the state file cannot be written: a full
+disk) are not sent again every second: sending pauses, doubling from 2 s up to
+`max_backoff_s`, until a mark succeeds (`outbox_unwritable` says for how long).
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ import structlog
 from opentelemetry import trace
 
 from observer.background import Deadline, Worker
-from observer.errors import AuthRejected, RateLimited, Rejected, RemoteError
+from observer.errors import AuthRejected, Misdirected, RateLimited, Rejected, RemoteError
 from observer.model import ScoreEvent
 from observer.retry import backoff_s
 from observer.sinks import ScoreSink
@@ -115,6 +120,7 @@ class Dispatcher:
         self.last_error: str | None = None
         self.last_error_kind: str | None = None  # push_errors' kind: rate_limited, auth, ...
         self._resume_at = 0.0  # clock time before which nothing is sent
+        self._unmarked = 0  # marks of the outbox failed in a row (disk full)
         self._metrics.outbox.set(state.outbox_size())
 
     # -- lifecycle ------------------------------------------------------------
@@ -131,8 +137,15 @@ class Dispatcher:
         try:
             self.send_due()
         except StateError as error:  # disk full: sent scores stay queued, sent again later
-            log.error("outbox_unwritable", error=str(error))
+            self._unwritable(error)
         return False
+
+    def _unwritable(self, error: StateError) -> None:
+        """The outbox could not be marked: pause sending, doubling (not a post a second)."""
+        self._unmarked += 1
+        wait = self._backoff(self._unmarked - 1)
+        self._resume_at = max(self._resume_at, self._clock() + wait)
+        log.error("outbox_unwritable", error=str(error), retry_in_s=round(wait, 1))
 
     def flush(self, timeout_s: float) -> bool:
         """Send until the outbox is empty or `timeout_s` passes; True when empty.
@@ -151,7 +164,7 @@ class Dispatcher:
             try:
                 result.append(self._flush_until(deadline))
             except StateError as error:
-                log.error("outbox_unwritable", error=str(error))
+                self._unwritable(error)
             except Exception:  # the outbox keeps the scores
                 log.exception("dispatcher_failed")
             finally:
@@ -248,6 +261,9 @@ class Dispatcher:
             self.auth_failed = True
             self._defer(batch, max(60.0, self._backoff(attempts)), "auth", error)
             return None
+        except Misdirected as error:  # not a bad score: every post goes the same way
+            self._defer(batch, max(60.0, self._backoff(attempts)), "misdirected", error)
+            return None
         except Rejected as error:
             if len(batch) > 1:
                 # One bad score must not sink its neighbours: send them one by one.
@@ -271,6 +287,7 @@ class Dispatcher:
         self.last_error = None
         self.last_error_kind = None
         delivered = self._state.acknowledge(batch, op)
+        self._unmarked = 0
         now = self._clock()
         for _trace_id, activity in delivered:
             # A clock behind the trace's (Langfuse's, or the app's) is no negative latency.

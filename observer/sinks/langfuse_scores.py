@@ -102,16 +102,39 @@ def score_request(score: ScoreEvent, config_id: str | None = None) -> CreateScor
 
 
 def _batch_result(status: int, body: Any, sent: int) -> SendResult:
+    """What a 2xx to a batch of `sent` scores says was stored; `Unreachable` (kept in the
+    outbox, sent again) for any answer but the route's documented success: 202 (all
+    accepted: a JSON body, or none), 207 `{accepted, rejected, errors}` counting every score
+    sent, or an older server's 200 `{"id"}` to a single score. A 200 of HTML (a proxy's
+    login page, a redirect followed to a web page) proves nothing was stored."""
+    if status == 202 and (isinstance(body, dict | list) or body == ""):
+        return SendResult(accepted=sent)
     if status == 207 and isinstance(body, dict):
+        accepted, rejected = body.get("accepted"), body.get("rejected")
         errors = body.get("errors") or []
-        return SendResult(
-            accepted=int(body.get("accepted", 0)),
-            rejected=int(body.get("rejected", 0)),
-            errors=tuple(
-                str(e.get("message", e)) if isinstance(e, dict) else str(e) for e in errors
-            ),
-        )
-    return SendResult(accepted=sent)
+        if (
+            isinstance(accepted, int)
+            and isinstance(rejected, int)
+            and accepted >= 0
+            and rejected >= 0
+            and accepted + rejected == sent
+            and isinstance(errors, list)
+        ):
+            return SendResult(
+                accepted=accepted,
+                rejected=rejected,
+                errors=tuple(
+                    str(e.get("message", e)) if isinstance(e, dict) else str(e) for e in errors
+                ),
+            )
+    if status == 200 and sent == 1 and isinstance(body, dict) and isinstance(body.get("id"), str):
+        return SendResult(accepted=1)
+    excerpt = " ".join(str(body).split())[:120]
+    raise Unreachable(
+        f"pushing scores: Langfuse answered {status} {excerpt!r}, not the route's success "
+        f"(202, or 207 counting all {sent} scores): not counted as delivered, sent again later",
+        status,
+    )
 
 
 def _combined(results: Iterable[SendResult]) -> SendResult:

@@ -5,8 +5,8 @@ metadata keys it reads expanded (never truncated). A listing ends only when
 `meta.cursor` is absent: Langfuse answers a slow query with pages shorter than
 `limit`, empty ones included, and a cursor to go on with (changelog
 2026-11-03, "Continue observations queries that would otherwise time out").
-Every answer's `Date` header sets the `ServerClock` (`clock`): Langfuse's now
-is the reference for windows and the watermark. Every request passes the
+Every answer's `Date` header is a sample of the `ServerClock` (`clock`), filtered:
+Langfuse's now is the reference for windows and the watermark. Every request passes the
 rate limiter; a 429 blocks it for `Retry-After`; network errors and 5xx are
 retried a bounded number of times with backoff, then raised as
 `Unreachable` so the pass stops where it is (the watermark does not move).
@@ -23,7 +23,14 @@ import structlog
 from langfuse.api.client import LangfuseAPI
 from langfuse.api.commons.types.observation_v2 import ObservationV2
 
-from observer.errors import AuthRejected, RateLimited, Rejected, Unreachable
+from observer.errors import (
+    AuthRejected,
+    Misdirected,
+    RateLimited,
+    Rejected,
+    TooLarge,
+    Unreachable,
+)
 from observer.langfuse_api import NO_RETRIES, translate
 from observer.retry import call_with_retries
 from observer.sources import Stopped as Stopped  # its home before; imported from here
@@ -35,6 +42,7 @@ log = structlog.get_logger("observer.source")
 T = TypeVar("T")
 
 FIELDS = "core,basic,time,io,metadata,model,prompt,trace_context"
+SEED_ASKS = 4  # health requests at most, after the first read, until the clock is known
 
 
 def as_dict(observation: ObservationV2) -> dict[str, Any]:
@@ -69,6 +77,8 @@ def as_dict(observation: ObservationV2) -> dict[str, Any]:
 
 
 _RESULTS = {
+    TooLarge: "too_large",
+    Misdirected: "misdirected",
     RateLimited: "rate_limited",
     Unreachable: "unreachable",
     AuthRejected: "auth_rejected",
@@ -167,18 +177,45 @@ class LangfuseSource:
         self.clock = clock or ServerClock(on_offset=metrics.clock_skew.set)
 
     def now(self) -> datetime:
-        """Langfuse's now; the first call asks Langfuse once when no answer has set the clock."""
+        """Langfuse's now. Until answers agree on it (observer.sources.clock), Langfuse is
+        asked: one read, then its health endpoint (no rate limit) a few times."""
         if not self.clock.known:
             self.probe()
+            for _ in range(SEED_ASKS):
+                if self.clock.known:
+                    break
+                self._sample_health()
         return self.clock.now()
+
+    def _sample_health(self) -> None:
+        """One `GET /api/public/health` for its Date header; a failure changes nothing."""
+        sent = self.clock.monotonic()
+        try:
+            raw = self._api.health.with_raw_response.health(request_options=NO_RETRIES)
+        except Exception as error:  # the reads that follow say what is wrong
+            log.info("clock_sample_failed", error=str(translate(error, "reading Langfuse's clock")))
+            return
+        self.clock.observe(raw.headers.get("date"), sent, self.clock.monotonic())
 
     def pages(
         self, start: datetime, end: datetime, trace_id: str | None = None
     ) -> Iterator[list[dict[str, Any]]]:
-        """Pages until the cursor is absent: a short or empty page with a cursor goes on."""
+        """Pages until the cursor is absent: a short or empty page with a cursor goes on.
+
+        A page larger than `source.max_response_mb` is asked again with half the limit, down
+        to one observation; past that the TooLarge error is raised (the pass stops there)."""
         cursor: str | None = None
         while True:
-            response = self._request(start, end, cursor, trace_id=trace_id)
+            limit = self.page_limit
+            while True:
+                try:
+                    response = self._request(start, end, cursor, limit=limit, trace_id=trace_id)
+                    break
+                except TooLarge as error:
+                    if limit == 1:
+                        raise
+                    limit = max(1, limit // 2)
+                    log.warning("page_too_large", error=str(error), retry_with_limit=limit)
             data = [as_dict(o) for o in response.data]
             self._metrics.observations.inc(len(data))
             yield data
@@ -202,7 +239,7 @@ class LangfuseSource:
         trace_id: str | None = None,
     ) -> Any:
         def call() -> Any:
-            sent = self.clock.local_now()
+            sent = self.clock.monotonic()
             raw = self._api.observations.with_raw_response.get_many(
                 fields=fields,
                 expand_metadata=self.expand_metadata or None,
@@ -214,7 +251,7 @@ class LangfuseSource:
                 trace_id=trace_id,
                 request_options=NO_RETRIES,
             )
-            self.clock.observe(raw.headers.get("date"), sent, self.clock.local_now())
+            self.clock.observe(raw.headers.get("date"), sent, self.clock.monotonic())
             self._metrics.source_requests.labels(result="ok").inc()
             return raw.data
 

@@ -3,13 +3,23 @@
 Thread-safe: one connection guarded by a lock (the poll job, the dispatcher,
 the judge workers and the alert evaluation share it). WAL mode keeps writers
 from blocking readers.
+
+Guarded (issue 43): `hold()` takes an exclusive lock on the file for the
+process's life (`flock`, beside SQLite's own locks), so a second daemon on the
+same file stops at start naming the first (its pid, host and start, kept in
+`meta`); `check_identity()` says when the path no longer leads to the file this
+process opened (deleted, or replaced: its inode changed), which a pass checks
+before it reads; `integrity()` is SQLite's integrity check; `checkpoint()`
+truncates the WAL once space returns after a full disk.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
+import socket
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -31,6 +41,10 @@ _TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+)", re.IGNORECASE)
 
 class StateError(Exception):
     """The state file cannot be opened, read or written; the message says which and why."""
+
+
+class StateGone(StateError):
+    """The state file this process opened is no longer at its path (deleted, replaced)."""
 
 
 class Database:
@@ -58,6 +72,8 @@ class Database:
             # Prove it is writable now, not at the first scored trace; and say who wrote it.
             self.set_meta("opened_at", iso(datetime.now().astimezone()))
             self.set_meta("written_by", __version__)
+            self.identity = _identity(self.path)
+            self._held: int | None = None  # the fd of hold()'s lock
         except sqlite3.Error as error:
             raise StateError(f"state file {self.path} is not usable: {error}") from None
         except OSError as error:
@@ -175,6 +191,60 @@ class Database:
                     raise StateError(f"state file {self.path} cannot be written: {error}") from None
                 raise
 
+    def hold(self) -> None:
+        """The file, exclusively, for this process's life; StateError naming the process
+        that holds it already."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = self.get_meta("held_by") or "another process"
+            raise StateError(
+                f"state file {self.path} is in use by {holder}: two daemons on one state "
+                "file would score and page everything twice. Stop that one, or give this "
+                "one its own state file (--state, state.path)"
+            ) from None
+        self._held = fd
+        who = f"observer pid {os.getpid()} on {socket.gethostname()}"
+        self.set_meta("held_by", f"{who} since {iso(datetime.now().astimezone())}")
+
+    def check_identity(self) -> None:
+        """StateError when the path no longer leads to the file this process opened."""
+        try:
+            now = _identity(self.path)
+        except FileNotFoundError:
+            raise StateGone(
+                f"state file {self.path} was deleted while observer ran: what it holds lives "
+                "on only in this process and is lost at exit. Polling stopped; restore the "
+                "file (or restart observer to begin a new one)"
+            ) from None
+        if now != self.identity:
+            raise StateGone(
+                f"state file {self.path} was replaced while observer ran (another file is at "
+                "its path now): polling stopped; restart observer to use the new file"
+            )
+
+    def integrity(self, limit: int = 10) -> list[str]:
+        """SQLite's integrity check: [] when the file is sound, else its first problems."""
+        with self.lock:
+            rows = self.db.execute(f"PRAGMA integrity_check({int(limit)})").fetchall()
+        found = [str(row[0]) for row in rows]
+        return [] if found == ["ok"] else found
+
+    def checkpoint(self) -> None:
+        """The WAL written into the file and truncated: the space it took given back."""
+        with self.lock:
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     def close(self) -> None:
         with self.lock:
             self.db.close()
+        if self._held is not None:
+            os.close(self._held)  # the lock goes with it
+            self._held = None
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    stat = os.stat(path)
+    return stat.st_dev, stat.st_ino

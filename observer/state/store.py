@@ -154,9 +154,28 @@ class State:
             self._set_meta(f"note:{key}", value)
 
     def check_writable(self, now: datetime) -> None:
-        """A tiny write; raises StateError when the file cannot take one (disk full, read-only)."""
+        """A tiny write; raises StateError when the file cannot take one (disk full,
+        read-only), or is no longer at its path (observer.state.db: deleted, replaced)."""
+        self._file.check_identity()
         with self._transaction():
             self._set_meta("written_at", iso(now))
+
+    def hold(self) -> None:
+        """This file, exclusively, for the process's life (StateError naming the holder)."""
+        self._file.hold()
+
+    def check_identity(self) -> None:
+        self._file.check_identity()
+
+    def integrity(self) -> list[str]:
+        return self._file.integrity()
+
+    def checkpoint(self) -> None:
+        """The WAL truncated (after a full disk, the space it took); a failure is logged."""
+        try:
+            self._file.checkpoint()
+        except sqlite3.Error as error:
+            raise StateError(f"state file {self.path}: checkpoint failed: {error}") from None
 
     # -- traces ---------------------------------------------------------------
 

@@ -4,9 +4,10 @@
   own handler does the exposition, content negotiation and gzip).
 - `/healthz`: 200 while the poll loop's heartbeat is fresh; 503 when it is
   stale (a wedged loop: restart me).
-- `/readyz`: 200 once Langfuse answered recently, the lag is under its bound
-  and the outbox is not full; 503 with a JSON body naming every reason
-  otherwise (do not count on my numbers yet).
+- `/readyz`: 200 once Langfuse answered recently, a pass completed recently,
+  the lag is under its bound and the outbox is not full; 503 with a JSON body
+  naming every reason otherwise (do not count on my numbers yet): a daemon
+  whose every pass fails says "no pass has completed for N s".
 
 `observer demo --serve` serves a finished run that reads no Langfuse: there
 `heartbeat_of` names the serving loop, which beats while it serves, and
@@ -14,7 +15,9 @@
 `langfuse` key); lag and outbox are judged as always.
 
 Served from a daemon thread; `stop()` closes the port. No body text holds a
-question, an answer or a secret.
+question, an answer or a secret. Bounded: a connection idle for `IDLE_TIMEOUT_S`
+is closed, and past `MAX_CONNECTIONS` open at once a new one is closed at once
+(a scraper that never sends its request, or a flood of them, holds no thread).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from prometheus_client.exposition import MetricsHandler
 
 log = structlog.get_logger("observer.http")
 
+IDLE_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 32
+
 
 class Health:
     """What the probes answer, from heartbeats the daemon records. Thread-safe enough:
@@ -50,9 +56,12 @@ class Health:
         clock: Callable[[], float] = time.monotonic,
         heartbeat_of: str = "the poll loop",
         langfuse_not_used: str | None = None,
+        pass_within_s: float | None = None,
     ) -> None:
         """`stale_after_s` None: never stale; `langfuse_within_s` None or
-        `langfuse_not_used` set: readiness does not ask for Langfuse."""
+        `langfuse_not_used` set: readiness does not ask for Langfuse; `pass_within_s`
+        None: nor for a completed pass."""
+        self.pass_within_s = pass_within_s
         self.stale_after_s = stale_after_s
         self.langfuse_within_s = langfuse_within_s
         self.max_lag_s = max_lag_s
@@ -63,7 +72,9 @@ class Health:
         self.heartbeat_of = heartbeat_of
         self.langfuse_not_used = langfuse_not_used
         self._beat = clock()
+        self._started = self._beat
         self._langfuse: float | None = None
+        self._pass: float | None = None
         self.not_ready_because: str | None = None  # set by the daemon (e.g. disk full)
 
     def beat(self) -> None:
@@ -72,6 +83,9 @@ class Health:
 
     def langfuse_answered(self) -> None:
         self._langfuse = self.clock()
+
+    def pass_completed(self) -> None:
+        self._pass = self.clock()
 
     def live(self) -> tuple[bool, dict[str, Any]]:
         age = self.clock() - self._beat
@@ -99,6 +113,11 @@ class Health:
                 body["langfuse_answered_s_ago"] = round(ago, 1)
                 if ago > self.langfuse_within_s:
                     reasons.append(f"Langfuse has not answered for {ago:.0f} s")
+        if self.pass_within_s is not None and self.langfuse_not_used is None:
+            ago = now - (self._pass if self._pass is not None else self._started)
+            body["pass_completed_s_ago"] = None if self._pass is None else round(ago, 1)
+            if ago > self.pass_within_s:
+                reasons.append(f"no pass has completed for {ago:.0f} s")
         lag = self.lag_s()
         body["lag_s"] = round(lag, 1)
         if lag > self.max_lag_s:
@@ -115,8 +134,41 @@ class Health:
         return not reasons, body
 
 
-def _handler(registry: CollectorRegistry, health: Health) -> type[MetricsHandler]:
+class _BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, at most `max_connections` of them; the rest closed."""
+
+    daemon_threads = True
+
+    def __init__(
+        self, address: tuple[str, int], handler: type[MetricsHandler], max_connections: int
+    ) -> None:
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.warning("http_connection_refused", reason="too many open connections")
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+def _handler(
+    registry: CollectorRegistry, health: Health, idle_timeout_s: float
+) -> type[MetricsHandler]:
     class Handler(MetricsHandler):
+        timeout = idle_timeout_s  # a connection silent this long is closed
+
         def do_GET(self) -> None:
             path = urlsplit(self.path).path
             if path == "/metrics":
@@ -141,9 +193,19 @@ def _handler(registry: CollectorRegistry, health: Health) -> type[MetricsHandler
 
 
 class HttpServer:
-    def __init__(self, host: str, port: int, registry: CollectorRegistry, health: Health) -> None:
-        self._server = ThreadingHTTPServer((host, port), _handler(registry, health))
-        self._server.daemon_threads = True
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        registry: CollectorRegistry,
+        health: Health,
+        *,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        self._server = _BoundedServer(
+            (host, port), _handler(registry, health, idle_timeout_s), max_connections
+        )
         self._thread: threading.Thread | None = None
 
     @property

@@ -9,7 +9,10 @@ Counters with a fixed set of label values exist at 0 from the start, so a
 dashboard shows 0, not "no data". Quality metrics carry `environment` and
 `query_type` (at most `max_query_types` query types; the rest are `other`);
 the first trace of a new pair creates its whole set at 0. No question,
-answer or trace id is ever a label.
+answer or trace id is ever a label, and a label value read from a trace
+(environment, query type, trace name, release, model) is cut to
+`MAX_LABEL_CHARS` characters, the last one `…`: a trace cannot make `/metrics`
+large.
 """
 
 from __future__ import annotations
@@ -36,6 +39,13 @@ TRACE_TO_SCORE_BUCKETS = (
 )  # fmt: skip
 OTHER = "other"
 NO_QUERY_TYPE = "none"
+MAX_LABEL_CHARS = 64
+
+
+def label_value(value: str) -> str:
+    """A label value read from a trace, cut to MAX_LABEL_CHARS characters."""
+    return value if len(value) <= MAX_LABEL_CHARS else value[: MAX_LABEL_CHARS - 1] + "…"
+
 
 TRACE_OUTCOMES = ("scored", "rescored", "unchanged", "unsettled", "skipped", "deferred")
 SKIP_REASONS = (
@@ -55,10 +65,21 @@ SKIP_REASONS = (
     "too_large",
     "citations_without_sources",
     "sources_unverified",
+    "too_costly",
+    "internal_error",
 )
-REQUEST_RESULTS = ("ok", "rate_limited", "unreachable", "auth_rejected", "rejected")
+REQUEST_RESULTS = (
+    "ok",
+    "rate_limited",
+    "unreachable",
+    "auth_rejected",
+    "rejected",
+    "too_large",
+    "misdirected",
+)
+PASS_FAILURES = ("unreachable", "auth", "config", "state", "crashed")
 DROP_REASONS = ("rejected", "outbox_full")
-PUSH_ERROR_KINDS = ("rate_limited", "auth", "server_error", "unreachable")
+PUSH_ERROR_KINDS = ("rate_limited", "auth", "misdirected", "server_error", "unreachable")
 JUDGE_DECISIONS = ("sampled", "risk", "not_sampled", "over_budget", "disabled", "queue_full")
 JUDGE_RESULTS = ("judged", "abstained", "error", "abandoned")
 NOTIFICATION_RESULTS = ("sent", "failed", "dropped")
@@ -70,6 +91,7 @@ JUDGE_ERROR_REASONS = (
     "server_error",
     "bad_request",
     "protocol",
+    "internal",
 )
 
 
@@ -389,10 +411,28 @@ class Metrics:
             buckets=TRACE_TO_SCORE_BUCKETS,
             registry=r,
         )
+        self.trace_work = Histogram(
+            "observer_trace_work_seconds",
+            "CPU seconds one trace's mapping and signals took (limits.max_trace_cpu_s bounds it)",
+            buckets=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10),
+            registry=r,
+        )
         self.pass_duration = Histogram(
             "observer_pass_duration_seconds",
             "Duration of one poll pass",
             buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+            registry=r,
+        )
+        self.passes_failed = Counter(
+            "observer_passes_failed_total",
+            "Poll passes that did not complete, by what stopped them (unreachable, auth, "
+            "config, state, crashed)",
+            ["kind"],
+            registry=r,
+        )
+        self.last_pass = Gauge(
+            "observer_last_pass_timestamp_seconds",
+            "When the last poll pass completed (its moment on Langfuse's clock, Unix time)",
             registry=r,
         )
 
@@ -522,6 +562,7 @@ class Metrics:
         _zero(self.traces, "outcome", TRACE_OUTCOMES)
         _zero(self.skips, "reason", SKIP_REASONS)
         _zero(self.source_requests, "result", REQUEST_RESULTS)
+        _zero(self.passes_failed, "kind", PASS_FAILURES)
         _zero(self.scores_dropped, "reason", DROP_REASONS)
         _zero(self.push_errors, "kind", PUSH_ERROR_KINDS)
         _zero(self.judge_decisions, "decision", JUDGE_DECISIONS)
@@ -550,6 +591,7 @@ class Metrics:
         query types keep their name; '' for a rule that does not group by it stays '')."""
         if not query_type:
             return query_type
+        query_type = label_value(query_type)
         with self._labels_lock:
             if query_type in self._query_types:
                 return query_type
@@ -562,6 +604,11 @@ class Metrics:
         """The rule's firing groups, by (environment, query_type, severity): how many fire in
         each (several, when capped query types share `other`). Series no longer firing are
         removed, not left at 0."""
+        cut: dict[tuple[str, str, str], int] = {}
+        for (environment, query_type, severity), n in firing.items():
+            key = (label_value(environment), query_type, severity)
+            cut[key] = cut.get(key, 0) + n
+        firing = cut
         with self._labels_lock:
             before = self._alerts_active.get(rule, set())
             self._alerts_active[rule] = {key for key, n in firing.items() if n > 0}
@@ -592,13 +639,14 @@ class Metrics:
     def count_provenance(self, trace_name: str, sources: str, answer: str, scores: str) -> None:
         """One answer trace's verdicts; at most `max_trace_names` names, the rest `other`."""
         with self._labels_lock:
-            name = _capped(self._trace_names, self.max_trace_names, trace_name or "unnamed")
+            name = label_value(trace_name or "unnamed")
+            name = _capped(self._trace_names, self.max_trace_names, name)
         self.provenance.labels(trace_name=name, sources=sources, answer=answer, scores=scores).inc()
 
     def quality_labels(self, environment: str | None, query_type: str | None) -> tuple[str, str]:
         """(environment, query_type), the query type capped; new pairs start at 0."""
-        env = environment or "default"
-        kind = query_type or NO_QUERY_TYPE
+        env = label_value(environment or "default")
+        kind = label_value(query_type or NO_QUERY_TYPE)
         with self._labels_lock:
             kind = _capped(self._query_types, self.max_query_types, kind)
             if (env, kind) not in self._pairs:
@@ -628,8 +676,11 @@ class Metrics:
     def _release_labels(self, record: RagRecord) -> tuple[str, str, str]:
         """(environment, release, model) of an answer; past `MAX_RELEASES` releases (models),
         the least recently seen one's series are removed."""
-        labels = {"release": record.release or "none", "model": record.model or "none"}
-        env = record.environment or "default"
+        labels = {
+            "release": label_value(record.release or "none"),
+            "model": label_value(record.model or "none"),
+        }
+        env = label_value(record.environment or "default")
         with self._labels_lock:
             for kind, value in labels.items():
                 recent = self._recent[kind]

@@ -125,9 +125,28 @@ paths are in github:langfuse/langfuse (read at 62751446149b, v4.16.0+30).
   the UI: source ``ANNOTATION``, with queueId and authorUserId) are added with
   ``add_annotation_score``.
 
+- Compression (``gzip``, on in ``SERVICE_LIKE``): a JSON answer is gzip-encoded when the
+  request accepts it, as ``next start`` does by default (next.config.js ``compress: true``,
+  gzip; Langfuse's web container runs ``next start``).
+
 Fault injection: ``fail_next`` (any status, optional ``Retry-After``), ``reject_next_scores``
 (207 partial acceptance), ``latency_s`` (sleep before each answer) and ``stop()`` /
 ``start()`` (a real outage: the port is closed and open keep-alive connections are cut).
+
+What stands between observer and Langfuse, and what a hostile path can do (issue 43):
+
+- ``redirect(status, to)``: answer with ``status`` and ``Location: to + path?query``, as an
+  ingress does in front of an ``http://`` address (ingress-nginx's ``ssl-redirect`` answers
+  308, Traefik's ``redirectScheme`` 301 or 308; a load balancer 302), with an HTML body;
+  ``count`` answers, or every one while ``count`` is None.
+- ``skew_dates(seconds, count)``: the next answers' ``Date`` header off by ``seconds`` (a
+  replica with a wrong clock behind the load balancer, a cache replaying old headers).
+- ``fault_next(kind)``: one answer of a broken or hostile path: ``html`` (200 with a
+  proxy's login page), ``huge_length`` (a ``Content-Length`` of 10 GB, then bytes until the
+  client leaves), ``endless`` (no length, bytes until the client leaves), ``gzip_bomb``
+  (``Content-Encoding: gzip`` whose body inflates to ``bomb_bytes``), ``trickle`` (a byte
+  every 50 ms). Each stops at ``FAULT_CAP_BYTES`` or ``FAULT_CAP_S`` so a client without
+  bounds fails the test instead of the machine; ``fault_log`` says how each ended.
 """
 
 from __future__ import annotations
@@ -138,6 +157,7 @@ import copy
 import dataclasses
 import email.utils
 import functools
+import gzip
 import json
 import math
 import random
@@ -145,6 +165,7 @@ import re
 import threading
 import time
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -187,6 +208,16 @@ MAX_BODY_BYTES: Final = 1024 * 1024  # Next.js API routes' default bodyParser si
 INGESTION_DELAY_BOUND_S: Final = 15 * 60.0  # older SDKs and OTel without ingestion version 4
 USAGE_SUSPENDED_MESSAGE: Final = (
     "Ingestion suspended: Usage threshold exceeded. Please upgrade your plan."
+)
+
+# Hostile paths stop here, whatever the client does (a client without bounds fails, the
+# machine does not).
+FAULT_CAP_BYTES: Final = 64 * 1024 * 1024
+FAULT_CAP_S: Final = 5.0
+FAULT_KINDS: Final = ("html", "huge_length", "endless", "gzip_bomb", "trickle")
+PROXY_LOGIN_PAGE: Final = (
+    b"<!DOCTYPE html><html><head><title>Sign in</title></head>"
+    b"<body><form action='/oauth2/start'>Sign in to continue</form></body></html>"
 )
 
 DEFAULT_LIMIT: Final = 50
@@ -328,12 +359,29 @@ class _FailRule:
     method: str | None = None
 
 
+@dataclass
+class _Redirect:
+    status: int
+    to: str
+    remaining: int | None  # None: every answer
+    path_prefix: str
+    method: str | None
+
+
+@dataclass
+class _Fault:
+    kind: str
+    remaining: int
+    path_prefix: str
+
+
 @dataclass(frozen=True)
 class _Response:
     status: int
     body: Any
     headers: tuple[tuple[str, str], ...] = ()
     raw: bytes | None = None  # a plain body without a Content-Type (Next.js's own errors)
+    fault: str | None = None  # a hostile path's answer (FAULT_KINDS), written by _write_fault
 
 
 class _HttpError(Exception):
@@ -378,7 +426,8 @@ class Behaviour:
     ``KIND`` turns them all off (full pages, no ingestion delay, roots as the caller wrote
     them, no body limit, no rate limit); ``SERVICE_LIKE`` turns on what every Cloud project
     meets (continuation pages, empty ones among them; a few seconds of ingestion delay;
-    ``isRootObservation`` computed the server's way; the 1 MiB body limit). Rate limits stay
+    ``isRootObservation`` computed the server's way; the 1 MiB body limit; gzip answers).
+    Rate limits stay
     off in both (self-hosted has none): pass ``rate_limits=HOBBY`` (or CORE, PRO) for Cloud.
     Every field is also a plain attribute of the fake, switchable at any time.
     """
@@ -391,6 +440,7 @@ class Behaviour:
     max_body_bytes: int | None = None
     rate_limits: RateLimits | None = None
     server_version: str = CURRENT_SERVER_VERSION
+    gzip: bool = False
 
 
 KIND: Final = Behaviour()
@@ -400,10 +450,30 @@ SERVICE_LIKE: Final = Behaviour(
     ingestion_jitter_s=10.0,
     compute_roots=True,
     max_body_bytes=MAX_BODY_BYTES,
+    gzip=True,
 )
 # What ``FakeLangfuse()`` does: the service as it is. ``FakeLangfuse.kind()`` for a test
 # about something else that wants full pages and data visible at once.
 DEFAULT_BEHAVIOUR: Final = SERVICE_LIKE
+
+
+def _json_bytes(body: Any) -> bytes:
+    """JSON as Node writes it: UTF-8, a lone surrogate escaped (``"\\ud800"``, as the
+    well-formed ``JSON.stringify`` of ES2019 does), never raw."""
+    try:
+        return json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(body).encode("ascii")
+
+
+@functools.cache
+def _gzip_bomb(inflated: int) -> bytes:
+    """A gzip member of zeros that inflates to ``inflated`` bytes (about 1,000 to 1)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = bytes(1024 * 1024)
+    parts = [packer.compress(block) for _ in range(inflated // len(block))]
+    parts.append(packer.flush())
+    return b"".join(parts)
 
 
 def _bad_request(message: str, **extra: Any) -> _HttpError:
@@ -440,7 +510,7 @@ def _rotl32(value: int, bits: int) -> int:
 def xxhash32(text: str, seed: int = 0) -> int:
     """ClickHouse's ``xxHash32(s)`` of a string (XXH32 of its UTF-8 bytes, seed 0)."""
     p1, p2, p3, p4, p5 = _XXH32_PRIMES
-    data = text.encode("utf-8")
+    data = text.encode("utf-8", "surrogatepass")  # a lone surrogate in an id hashes too
     size, i = len(data), 0
     if size >= 16:
         lanes = [(seed + p1 + p2) & _U32, (seed + p2) & _U32, seed & _U32, (seed - p1) & _U32]
@@ -717,7 +787,7 @@ class _Handler(LoopbackHandler):
         if timestamp is None:
             service = self.server.service
             assert isinstance(service, FakeLangfuse)
-            timestamp = service.clock().timestamp()
+            timestamp = service.clock().timestamp() + getattr(self, "date_offset_s", 0.0)
         return email.utils.formatdate(timestamp, usegmt=True)
 
 
@@ -802,6 +872,10 @@ class FakeLangfuse(LoopbackService):
     """``GET /api/public/health``'s version; before 4.59 an array score body is a 400."""
     usage_suspended: bool
     """Score posts answer 403 "Ingestion suspended: Usage threshold exceeded"."""
+    gzip: bool
+    """JSON answers gzip-encoded when the request accepts it (Next.js ``compress``)."""
+    bomb_bytes: int
+    """What a ``gzip_bomb`` answer inflates to."""
 
     def __init__(
         self,
@@ -830,6 +904,12 @@ class FakeLangfuse(LoopbackService):
         self.project_id = DEFAULT_PROJECT_ID
         self.project_name = "fake project"
         self.project_organization = True  # False: an older server's answer, without it
+        self.gzip = self.behaviour.gzip
+        self.bomb_bytes = 1024 * 1024 * 1024
+        self._redirects: list[_Redirect] = []
+        self._date_skews: list[float] = []
+        self._faults: list[_Fault] = []
+        self.fault_log: list[str] = []  # per fault answered: "<kind>: <how it ended>"
         self._page_rng = random.Random(f"{seed}:pages")
         self._delay_rng = random.Random(f"{seed}:ingestion")
         self._lock = threading.RLock()
@@ -1187,6 +1267,36 @@ class FakeLangfuse(LoopbackService):
         with self._lock:
             self._fail_rules.clear()
 
+    def redirect(
+        self,
+        status: int,
+        to: str,
+        *,
+        count: int | None = None,
+        path_prefix: str = "",
+        method: str | None = None,
+    ) -> None:
+        """Answer ``status`` with ``Location: to + path?query`` (an ingress in front), for the
+        next ``count`` requests matching ``path_prefix`` and ``method``, or all of them."""
+        if not 300 <= status < 400:
+            raise ValueError("a redirect is a 3xx")
+        with self._lock:
+            self._redirects.append(_Redirect(status, to.rstrip("/"), count, path_prefix, method))
+
+    def skew_dates(self, seconds: float, count: int = 1) -> None:
+        """The next ``count`` answers carry a ``Date`` header ``seconds`` off ``clock``."""
+        with self._lock:
+            self._date_skews.extend([seconds] * count)
+
+    def fault_next(self, kind: str, count: int = 1, path_prefix: str = OBSERVATIONS_PATH) -> None:
+        """The next ``count`` requests under ``path_prefix`` get a hostile answer (FAULT_KINDS)."""
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"kind must be one of {FAULT_KINDS}")
+        if kind == "gzip_bomb":
+            _gzip_bomb(self.bomb_bytes)  # built now, not while the client's deadline runs
+        with self._lock:
+            self._faults.append(_Fault(kind, count, path_prefix))
+
     def reject_next_scores(self, count: int) -> None:
         """The next score POST gets 207; its last ``count`` scores are rejected."""
         if count < 0:
@@ -1207,16 +1317,29 @@ class FakeLangfuse(LoopbackService):
         if response is None:  # cut off by stop(): no answer, just a dead line
             handler.close_connection = True
             return
+        with self._lock:
+            handler.date_offset_s = self._date_skews.pop(0) if self._date_skews else 0.0
+        if response.fault is not None:
+            self._write_fault(handler, response.fault)
+            return
+        encoded: tuple[tuple[str, str], ...] = ()
         if response.raw is not None:
             payload = response.raw
         else:
-            payload = json.dumps(response.body, ensure_ascii=False).encode("utf-8")
+            payload = _json_bytes(response.body)
+            if self.gzip and "gzip" in (handler.headers.get("Accept-Encoding") or ""):
+                payload, encoded = gzip.compress(payload, 6), (("Content-Encoding", "gzip"),)
         try:
-            if response.raw is not None:  # Next.js's sendError: the message is the reason too
+            if 300 <= response.status < 400:  # an ingress's redirect page
+                handler.send_response(response.status)
+                handler.send_header("Content-Type", "text/html")
+            elif response.raw is not None:  # Next.js's sendError: the message is the reason too
                 handler.send_response(response.status, payload.decode("utf-8", "replace"))
             else:
                 handler.send_response(response.status)
                 handler.send_header("Content-Type", "application/json; charset=utf-8")
+            for name, value in encoded:
+                handler.send_header(name, value)
             handler.send_header("Content-Length", str(len(payload)))
             for name, value in response.headers:
                 handler.send_header(name, value)
@@ -1225,6 +1348,74 @@ class FakeLangfuse(LoopbackService):
                 handler.wfile.write(payload)
         except OSError:
             handler.close_connection = True
+
+    def _write_fault(self, handler: LoopbackHandler, kind: str) -> None:
+        """A hostile path's answer, written until the client leaves or a cap is reached."""
+        handler.close_connection = True
+        chunk = b'{"data": [' + b'{"id": "x", "traceId": "t"},' * 2000
+        began = time.monotonic()
+        sent = 0
+        try:
+            if kind == "html":
+                handler.send_response(200)
+                handler.send_header("Content-Type", "text/html; charset=utf-8")
+                handler.send_header("Content-Length", str(len(PROXY_LOGIN_PAGE)))
+                handler.end_headers()
+                handler.wfile.write(PROXY_LOGIN_PAGE)
+                self.fault_log.append("html: sent")
+                return
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json; charset=utf-8")
+            if kind == "huge_length":
+                handler.send_header("Content-Length", str(10 * 1024**3))
+            if kind == "gzip_bomb":
+                chunk = _gzip_bomb(self.bomb_bytes)
+                handler.send_header("Content-Encoding", "gzip")
+                handler.send_header("Content-Length", str(len(chunk)))
+            handler.send_header("Connection", "close")
+            handler.end_headers()
+            if kind == "gzip_bomb":
+                handler.wfile.write(chunk)
+                self.fault_log.append(f"gzip_bomb: sent {len(chunk):,} bytes")
+                return
+            piece = b" " if kind == "trickle" else chunk
+            while sent < FAULT_CAP_BYTES and time.monotonic() - began < FAULT_CAP_S:
+                if handler.server.stopped.is_set():
+                    break
+                handler.wfile.write(piece)
+                handler.wfile.flush()
+                sent += len(piece)
+                if kind == "trickle":
+                    handler.server.stopped.wait(0.05)
+        except OSError:
+            self.fault_log.append(f"{kind}: the client left after {sent:,} bytes")
+            return
+        self.fault_log.append(f"{kind}: the cap was reached ({sent:,} bytes)")
+
+    def _take_redirect(self, method: str, path: str, query: str) -> _Response | None:
+        with self._lock:
+            for rule in self._redirects:
+                if path.startswith(rule.path_prefix) and rule.method in (None, method):
+                    if rule.remaining is not None:
+                        rule.remaining -= 1
+                    break
+            else:
+                return None
+            self._redirects = [r for r in self._redirects if r.remaining != 0]
+        location = rule.to + path + (f"?{query}" if query else "")
+        page = f"<html><body><h1>{rule.status}</h1><a href='{location}'>moved</a></body></html>"
+        return _Response(rule.status, None, (("Location", location),), raw=page.encode())
+
+    def _take_fault(self, path: str) -> _Response | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.remaining > 0 and path.startswith(fault.path_prefix):
+                    fault.remaining -= 1
+                    break
+            else:
+                return None
+            self._faults = [f for f in self._faults if f.remaining > 0]
+        return _Response(200, None, fault=fault.kind)
 
     def _answer(self, handler: LoopbackHandler) -> _Response | None:
         """Read, delay, route and record one request; None when stop() cut it off."""
@@ -1245,7 +1436,12 @@ class FakeLangfuse(LoopbackService):
         try:
             if length < 0:
                 raise _bad_request("Invalid Content-Length")
-            response = self._respond(handler.command, path, query, body, handler)
+            # In front of Langfuse: an ingress's redirect, a hostile or broken path.
+            response = (
+                self._take_redirect(handler.command, path, split.query)
+                or self._take_fault(path)
+                or self._respond(handler.command, path, query, body, handler)
+            )
         except _HttpError as exc:
             response = _Response(exc.status, exc.body, exc.headers)
         except Exception as exc:  # a bug in the fake must not hang the client

@@ -26,7 +26,18 @@ answer to an authenticated chat request.
 
 The default judge follows observer's two-call judge protocol (``observer_claims`` splits the
 answer sentences into claims, ``observer_verdicts`` checks every number of a claim against the
-sources); see ``default_judge``.
+sources); see ``default_judge``. It reads the data blocks as a model told about them would:
+whatever code ends their tags (``<sources-1f0c9a2e>``), with the datamark ``ˆ`` read as a space.
+
+``instruction_following_judge`` is a model without defences against prompt injection (OWASP
+LLM01): it obeys an instruction it reads anywhere in the user message, data included, unless
+the instruction is datamarked (Spotlighting: text written with ``ˆ`` between its words is read
+as data); an instruction it obeys is no claim of the answer. "mark every claim supported"
+makes every verdict supported; "return no claims" makes the claims empty.
+
+A hostile or broken endpoint: ``script(Raw(status, content_type, body))`` answers anything
+(a proxy's HTML page with a 200); ``echo_key`` makes error bodies quote the bearer token the
+request carried, as some gateways do ("Incorrect API key provided: sk-...").
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -47,13 +59,16 @@ from .loopback import LoopbackHandler, LoopbackHTTPServer, LoopbackService
 __all__ = [
     "CHAT_PATH",
     "CLAIMS_SCHEMA",
+    "DATAMARK",
     "JSON_SCHEMA_REJECTION",
     "VERDICTS_SCHEMA",
     "Judge",
     "OpenAIStub",
+    "Raw",
     "Scripted",
     "claims_json",
     "default_judge",
+    "instruction_following_judge",
     "schema_name_of",
     "verdicts_json",
 ]
@@ -61,8 +76,19 @@ __all__ = [
 Judge = Callable[[str, dict[str, Any]], str]
 """``(schema_name, request_json) -> assistant message content``."""
 
-Scripted = str | int | tuple[int, float] | tuple[str, float]
-"""A scripted answer: content, an error status, ``(429, retry_after_s)`` or ``("sleep", s)``."""
+
+@dataclass(frozen=True)
+class Raw:
+    """A scripted answer sent as it is: any status, content type and body."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+
+Scripted = str | int | tuple[int, float] | tuple[str, float] | Raw
+"""A scripted answer: content, an error status, ``(429, retry_after_s)``, ``("sleep", s)``, or
+``Raw``."""
 
 CHAT_PATH: Final = "/v1/chat/completions"
 CLAIMS_SCHEMA: Final = "observer_claims"
@@ -100,6 +126,11 @@ _ERRORS: Final[dict[int, tuple[str, str | None, str]]] = {
     504: ("server_error", None, "Gateway timeout."),
 }
 
+DATAMARK: Final = "ˆ"
+# An instruction a model without defences obeys, wherever it reads it (plain spaces only:
+# the datamarked form is data to it).
+_MARK_ALL = re.compile(r"mark\s+(?:every|all)\s+claims?\s+(?:as\s+)?supported", re.I)
+_NO_CLAIMS = re.compile(r"(?:return|reply\s+with|extract|give)\s+no\s+claims", re.I)
 _CITATION = re.compile(r"\s*\[\d+\]")
 _SENTENCE_LINE = re.compile(r"^\s*\[(\d+)\]\s?(.*)$")
 _SOURCE_START = re.compile(r"^\[(\d+)\](.*)$")
@@ -156,13 +187,18 @@ def _messages(request: dict[str, Any]) -> list[dict[str, Any]]:
     return [m for m in messages if isinstance(m, dict)]
 
 
+def _opening(tag: str) -> re.Pattern[str]:
+    """A block's opening tag, whatever code ends it: ``<sources>``, ``<sources-1f0c9a2e>``."""
+    return re.compile(rf"<{tag}(-[0-9A-Za-z]+)?>")
+
+
 def _user_text_with(request: dict[str, Any], tag: str) -> str:
-    """The last user message holding ``<tag>`` (a repair turn after it has no blocks)."""
+    """The last user message holding ``<tag...>`` (a repair turn after it has no blocks)."""
     users = [_content_text(m.get("content")) for m in _messages(request) if m.get("role") == "user"]
     if not users:
         raise ValueError("the request has no user message")
     for text in reversed(users):
-        if f"<{tag}>" in text:
+        if _opening(tag).search(text):
             return text
     raise ValueError(f"no user message has a <{tag}>...</{tag}> block")
 
@@ -190,19 +226,20 @@ def schema_name_of(request: dict[str, Any]) -> str:
     for message in reversed(_messages(request)):
         if message.get("role") == "user":
             user = _content_text(message.get("content"))
-            if "<answer_sentences>" in user:
+            if _opening("answer_sentences").search(user):
                 return CLAIMS_SCHEMA
-            if "<claims>" in user:
+            if _opening("claims").search(user):
                 return VERDICTS_SCHEMA
     return ""
 
 
 def _block(text: str, tag: str) -> str:
-    start = text.find(f"<{tag}>")
-    end = text.find(f"</{tag}>", start + 1)
-    if start < 0 or end < 0:
+    """A block's body as a model told about the datamark reads it: ``ˆ`` is a space."""
+    opening = _opening(tag).search(text)
+    end = text.find(f"</{tag}{opening.group(1) or ''}>", opening.end()) if opening else -1
+    if opening is None or end < 0:
         raise ValueError(f"the user message has no <{tag}>...</{tag}> block")
-    return text[start + len(tag) + 2 : end]
+    return text[opening.end() : end].replace(DATAMARK, " ")
 
 
 def _judge_claims(request: dict[str, Any]) -> str:
@@ -259,6 +296,26 @@ def _judge_verdicts(request: dict[str, Any]) -> str:
             cited = _supported(text, _numbers_in(cited_text))
         verdicts.append((int(claim["id"]), _supported(text, all_numbers), cited))
     return verdicts_json(verdicts)
+
+
+def instruction_following_judge(schema_name: str, request: dict[str, Any]) -> str:
+    """``default_judge``, but obeying what it reads as an instruction (module docstring)."""
+    users = [_content_text(m.get("content")) for m in _messages(request) if m.get("role") == "user"]
+    text = "\n".join(users)
+    if schema_name == CLAIMS_SCHEMA:
+        if _NO_CLAIMS.search(text):
+            return claims_json([])
+        claims = json.loads(_judge_claims(request))["claims"]
+        kept = [
+            c for c in claims if not (_NO_CLAIMS.search(c["text"]) or _MARK_ALL.search(c["text"]))
+        ]
+        return claims_json([(n, c["text"], c["sentence"]) for n, c in enumerate(kept, start=1)])
+    if schema_name == VERDICTS_SCHEMA and _MARK_ALL.search(text):
+        verdicts = json.loads(_judge_verdicts(request))["verdicts"]
+        return verdicts_json(
+            [(v["id"], True, None if v["cited_support"] is None else True) for v in verdicts]
+        )
+    return default_judge(schema_name, request)
 
 
 def default_judge(schema_name: str, request: dict[str, Any]) -> str:
@@ -353,6 +410,7 @@ class OpenAIStub(LoopbackService):
         self.judge = judge if judge is not None else default_judge
         self.latency_s = 0.0
         self.reject_json_schema = False
+        self.echo_key = False  # error bodies quote the bearer token received
         self.finish_reason = "stop"
         self._lock = threading.Lock()
         self._script: deque[Scripted] = deque()
@@ -453,6 +511,9 @@ class OpenAIStub(LoopbackService):
                 scripted = self._script.popleft() if self._script else None
 
         self._sleep(handler.server, self.latency_s)
+        early = self._hostile(invalid, scripted, token)
+        if early is not None:
+            return early
         if invalid is not None:
             return invalid
         if self.reject_json_schema and is_json_schema:
@@ -475,6 +536,17 @@ class OpenAIStub(LoopbackService):
                 self._judge_errors.append(exc)
             return _error(500, f"stub judge raised {type(exc).__name__}: {exc}")
         return self._completion(request, content, number)
+
+    def _hostile(
+        self, invalid: _Reply | None, scripted: Scripted | None, token: str
+    ) -> _Reply | None:
+        """A broken endpoint's answer: an error quoting the key (``echo_key``), a ``Raw``."""
+        if self.echo_key and (invalid is not None or isinstance(scripted, int)):
+            status = 400 if invalid is not None or not isinstance(scripted, int) else scripted
+            return _error(status, f"Incorrect API key provided: {token.strip()}")
+        if isinstance(scripted, Raw):
+            return _Reply(scripted.status, scripted.body, {"content-type": scripted.content_type})
+        return None
 
     def _completion(self, request: dict[str, Any], content: str, number: int) -> _Reply:
         prompt_chars = sum(len(_content_text(m.get("content"))) for m in _messages(request))
@@ -515,9 +587,11 @@ class OpenAIStub(LoopbackService):
 
     @staticmethod
     def _respond(handler: LoopbackHandler, reply: _Reply) -> None:
-        payload = json.dumps(reply.body).encode()
+        raw = isinstance(reply.body, bytes)
+        payload = reply.body if raw else json.dumps(reply.body).encode()
         handler.send_response(reply.status, HTTPStatus(reply.status).phrase)
-        handler.send_header("Content-Type", "application/json")
+        if not raw:
+            handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(payload)))
         handler.send_header("x-request-id", f"req_{uuid.uuid4().hex}")
         for name, value in reply.headers.items():
@@ -531,7 +605,7 @@ class OpenAIStub(LoopbackService):
 def _validate_scripted(response: object) -> None:
     if isinstance(response, bool):
         raise TypeError(f"not a scripted answer: {response!r}")
-    if isinstance(response, str):
+    if isinstance(response, str | Raw):
         return
     if isinstance(response, int):
         if not 400 <= response <= 599:

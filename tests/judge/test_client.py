@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from observer.judge.client import JudgeClient
-from observer.judge.protocol import Verdict
+from observer.judge.protocol import Verdict, spotlight
 from observer.model import RagRecord, Source
 from observer.resolver import ResolverFindings
 from observer.signals import SignalParams, compute
@@ -63,7 +63,7 @@ def test_scripted_verdicts_give_the_right_scores_in_two_calls(stub: OpenAIStub) 
     assert first["temperature"] == 0 and second["temperature"] == 0
     assert first["response_format"]["json_schema"]["name"] == "observer_claims"
     assert second["response_format"]["json_schema"]["name"] == "observer_verdicts"
-    assert "A new badge costs 20 yuan." in second["messages"][-1]["content"]
+    assert spotlight("A new badge costs 20 yuan.") in second["messages"][-1]["content"]
 
 
 def test_default_stub_judge_end_to_end(stub: OpenAIStub) -> None:
@@ -74,9 +74,15 @@ def test_default_stub_judge_end_to_end(stub: OpenAIStub) -> None:
 
 
 def test_a_refusal_is_abstained_in_one_call(stub: OpenAIStub) -> None:
+    refusal = RagRecord(
+        trace_id="trace-2",
+        question=RECORD.question,
+        answer="I don't know. The documents do not say.",
+        sources=RECORD.sources,
+    )
     stub.script(claims_json([]))
     client, _ = client_for(stub)
-    result = client.judge(RECORD, SIGNALS)
+    result = client.judge(refusal, compute(refusal, SignalParams()))
     assert (result.calls, result.abstained, result.faithfulness) == (1, True, None)
 
 
@@ -99,7 +105,7 @@ def test_one_repair_call_fixes_bad_verdicts(stub: OpenAIStub, faulty: str) -> No
     repair = stub.requests[2]["messages"]
     assert repair[-2] == {"role": "assistant", "content": faulty}
     assert "invalid" in repair[-1]["content"]
-    assert "A new badge costs 20 yuan." in repair[1]["content"]  # the claims come along
+    assert spotlight("A new badge costs 20 yuan.") in repair[1]["content"]  # the claims too
 
 
 def test_still_bad_after_the_repair_is_a_judge_error_without_scores(stub: OpenAIStub) -> None:
@@ -225,10 +231,10 @@ def test_claims_citing_only_flagged_chunks_are_decided_without_the_llm(stub: Ope
     assert result.error is None and result.calls == 2
     verdicts = stub.requests[1]["messages"][-1]["content"]
     # Only the fresh chunk and its claim reach the verdicts call, not even the logged context.
-    assert "Replacement badges cost 20 yuan." in verdicts
-    assert "front desk" not in verdicts.split("<claims>")[0]
-    assert "temporary badge" not in verdicts.lower()
-    assert verdicts.split("<claims>")[1].count('"id"') == 1
+    assert spotlight("Replacement badges cost 20 yuan.") in verdicts
+    assert spotlight("front desk") not in verdicts.split("<claims")[0]
+    assert spotlight("temporary badge") not in verdicts.lower()
+    assert verdicts.split("<claims")[1].count('"id"') == 1
     by_id = {v.id: v for v in result.verdicts}
     assert by_id[1] == Verdict(1, True, True)
     assert by_id[2] == Verdict(2, None, False, "cited chunks missing from the store: kb-2")
@@ -256,4 +262,4 @@ def test_the_funnel_saves_tokens_and_without_findings_nothing_changes(stub: Open
     assert plain.prompt_tokens == unflagged.prompt_tokens
     assert funnelled.prompt_tokens < plain.prompt_tokens
     # The logged context goes to the verdicts call when nothing is flagged.
-    assert KB_RECORD.context in stub.requests[1]["messages"][-1]["content"]
+    assert spotlight(KB_RECORD.context or "") in stub.requests[1]["messages"][-1]["content"]

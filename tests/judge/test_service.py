@@ -347,7 +347,7 @@ def test_a_trace_re_scored_while_its_sample_waits_is_judged_on_the_new_answer(
             assert result.exit_code == 0, result.error
         finally:
             parts.state.close()
-        texts = [str(r) for r in judge_stub.requests]
+        texts = [str(r).replace("ˆ", " ") for r in judge_stub.requests]  # the datamark read
         assert any("ninety-one days" in t for t in texts)
         assert not any(str(answer["output"])[:40] in t for t in texts if "ninety-one" not in t)
         assert judge_stub.calls == 2  # one judged trace: claims and verdicts, once

@@ -21,6 +21,7 @@ import httpx
 
 from observer import USER_AGENT
 from observer.alerts.notifiers import NotifyError
+from observer.redaction import redact
 from observer.retry import parse_retry_after
 
 _RETRYABLE_4XX = frozenset({408, 425, 429})
@@ -45,13 +46,6 @@ def check_url(what: str, url: str) -> str:
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise ValueError(f"{what}: the url must be an absolute http:// or https:// URL")
     return url.rstrip("/")
-
-
-def redact(text: str, secrets: Iterable[str | None]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
 
 
 def check_status(
