@@ -567,7 +567,7 @@ def discover_command(
         window = str(file_path) + (f" since {iso(start)}" if start else "")
     else:
 
-        def read(source: LangfuseSource) -> tuple[discover.Sample, str]:
+        def read(source: LangfuseSource) -> tuple[discover.TraceSample, str]:
             end = source.now()
             start = _since(since or "1h", end)
             if start >= end:

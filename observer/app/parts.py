@@ -25,14 +25,14 @@ from observer.app.contact import ready
 from observer.app.event_path import EventPath
 from observer.app.passes import Passes
 from observer.config import ConfigError, Settings
-from observer.fleet.alerts import Evaluation, FleetAlerts, publish_row
+from observer.fleet.alerts import FleetAlerts, FleetEvaluation, publish_row
 from observer.fleet.budget import FleetBudget, provisional_s
 from observer.fleet.keys import Keys
 from observer.fleet.lease import Lease
 from observer.fleet.member import Crew, Member
 from observer.fleet.reader import FleetMarks, StreamPublisher
 from observer.fleet.stream import TraceStream
-from observer.fleet.worker import Worker
+from observer.fleet.worker import EntryWorker
 from observer.judge.client import JudgeClient, judge_http_client
 from observer.judge.outcome import JudgeResult
 from observer.judge.service import JudgedHook, JudgeService
@@ -557,7 +557,7 @@ def _build(
         metrics.set_watermark(
             (watermark or first).timestamp(), clock=lambda: server.now().timestamp()
         )
-    evaluation = Evaluation(fleet_alerts, fleet.lease) if fleet_alerts and fleet else None
+    evaluation = FleetEvaluation(fleet_alerts, fleet.lease) if fleet_alerts and fleet else None
     # Window rules on their own thread: a catch-up after a gap never holds a pass.
     evaluator = AlertEvaluator(
         alerts,
@@ -763,7 +763,7 @@ def _member(
     settings: Settings,
     fleet: _Fleet,
     fleet_alerts: FleetAlerts,
-    evaluation: Evaluation,
+    evaluation: FleetEvaluation,
     pipeline: Pipeline,
     passes: Passes,
     resolver: ResolverLookup | None,
@@ -775,7 +775,7 @@ def _member(
 ) -> Member:
     """This process's part of the fleet: its worker scores with the pipeline's recorder."""
     assert settings.fleet is not None
-    worker = Worker(
+    worker = EntryWorker(
         fleet.stream,
         fleet.name,
         pipeline.traces,

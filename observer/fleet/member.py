@@ -50,12 +50,12 @@ import structlog
 from observer.background import Deadline
 from observer.background import Worker as Loop
 from observer.errors import RemoteError
-from observer.fleet.alerts import Evaluation, FleetAlerts
+from observer.fleet.alerts import FleetAlerts, FleetEvaluation
 from observer.fleet.connect import BLOCK_MS, LeaseLost
 from observer.fleet.keys import Keys, epoch_parts, epoch_value
 from observer.fleet.lease import Lease
 from observer.fleet.stream import TraceStream, lost
-from observer.fleet.worker import ENVIRONMENT, Worker
+from observer.fleet.worker import ENVIRONMENT, EntryWorker
 from observer.pipeline import Pipeline
 from observer.sources.langfuse import Stopped
 from observer.state import State
@@ -92,8 +92,8 @@ class Crew:
     lease: Lease
     stream: TraceStream
     alerts: FleetAlerts
-    evaluation: Evaluation
-    worker: Worker
+    evaluation: FleetEvaluation
+    worker: EntryWorker
     pipeline: Pipeline  # the reader's (marks and publisher in Redis)
     read: Callable[[], object]  # one reader's pass (observer.app.passes.Passes.tick)
     state: State

@@ -65,7 +65,7 @@ class _Sample:
 
 
 @dataclass(frozen=True, slots=True)
-class Claim:
+class BudgetClaim:
     """An answer taken for the judge in a fleet's budget, until the trace's commit."""
 
     trace_id: str
@@ -82,7 +82,7 @@ class Reservation:
 
     sample: _Sample
     write: Callable[[sqlite3.Connection], None]
-    claim: Claim | None = None  # the fleet's, when there is one
+    claim: BudgetClaim | None = None  # the fleet's, when there is one
 
 
 class SharedBudget(Protocol):
@@ -223,7 +223,7 @@ class JudgeService:
             return None
         claim = None
         if sampled and self.shared is not None:
-            claim = Claim(record.trace_id, basis, hour, day, expected, uuid.uuid4().hex)
+            claim = BudgetClaim(record.trace_id, basis, hour, day, expected, uuid.uuid4().hex)
             answer = self.shared.claim(
                 record.trace_id,
                 basis,
