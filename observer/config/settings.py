@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from observer.config.alerts import AlertsSettings, NotifierSettings
 from observer.config.keys import shown_key
@@ -66,7 +66,7 @@ class Settings(BaseModel):
     run: RunSettings = RunSettings()
     mapping: MappingSettings = MappingSettings()
     judge: JudgeSettings = JudgeSettings()
-    alerts: AlertsSettings = AlertsSettings()
+    alerts: AlertsSettings = Field(default_factory=AlertsSettings)  # its rules checked when built
     limits: LimitsSettings = LimitsSettings()
     resolver: ResolverSettings = ResolverSettings()
     http: HttpSettings = HttpSettings()
