@@ -293,13 +293,13 @@ def _run_once_command(parts: app.Parts, dry_run: str | None) -> NoReturn:
     from observer import app
     from observer.views.passes import pass_table, progress_line
 
-    with progress_line("run --once", parts.metrics):
+    with progress_line("run --once", parts.pipeline, parts.dispatcher):
         outcome = app.run_once(parts)
-    if outcome.passed is not None:
+    if outcome.report is not None:
         extra = {} if dry_run is None else _dry_run_rows(parts, dry_run)
         title = "observer run --once" + (" --dry-run" if dry_run is not None else "")
         # With the scores on stdout, the table goes to stderr.
-        table = pass_table(title, outcome.passed, parts, extra, outcome.waiting, dry_run)
+        table = pass_table(title, outcome.report, extra, dry_run)
         console(stderr=dry_run == "-").print(table)
     if outcome.error:
         click.echo(f"observer: {outcome.error}", err=True)
@@ -400,15 +400,15 @@ def _backfill_command(
     from observer import app
     from observer.views.passes import backfill_bar, pass_table, window_done
 
-    with backfill_bar(begin, finish, parts.metrics) as progress, app.signals_set(parts.stop):
+    with backfill_bar(begin, finish, parts.pipeline) as progress, app.signals_set(parts.stopping):
         outcome = app.backfill(parts, begin, finish, timedelta(hours=chunk_hours), progress.update)
     stopped = outcome.error == "stopped"
-    if outcome.passed is not None:
+    if outcome.passed is not None and outcome.report is not None:
         extra = {} if dry_run is None else _dry_run_rows(parts, dry_run)
         if stopped:
             extra["window done"] = window_done(begin, progress.reached, outcome.passed)
         title = "observer backfill" + (" --dry-run" if dry_run is not None else "")
-        table = pass_table(title, outcome.passed, parts, extra, outcome.waiting, dry_run)
+        table = pass_table(title, outcome.report, extra, dry_run)
         console(stderr=dry_run == "-").print(table)
     if stopped:
         resume = f"{self_command()} backfill --from {iso(progress.reached)} --to {iso(finish)}"

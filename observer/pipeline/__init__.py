@@ -159,6 +159,7 @@ def next_watermark(
 class PassResult:
     start: datetime
     end: datetime
+    pages: int = 0
     observations: int = 0
     scored: int = 0
     rescored: int = 0
@@ -253,6 +254,7 @@ class Pipeline:
         # while published traces wait to be acknowledged). In memory only: a new reader
         # starts from the watermark, and what it publishes again is unchanged.
         self.cursor: datetime | None = None
+        self.counting: PassResult | None = None  # the pass in hand, counted as it goes
         self.metrics = metrics
         self.notify = notify
         self.traces = TraceRecorder(
@@ -358,6 +360,7 @@ class Pipeline:
         with self.tracer.start_as_current_span("observer.poll_pass") as span:
             if result is None:
                 result = PassResult(start, end)
+            self.counting = result  # what the pass in hand did so far (a progress line's)
             self._window(start, end, now, max(end, read_until or end), result)
             if span.is_recording():
                 span.set_attributes(
@@ -393,6 +396,7 @@ class Pipeline:
             while (page := _next_page(pages)) is not None:
                 if page is not _STOPPED:
                     page = clean_page(page)  # text and numbers safe to keep, at the edge
+                    result.pages += 1
                 result.observations += len(page)
                 fresh = {
                     t for o in page if isinstance(t := o.get("traceId"), str) and t not in flight
