@@ -56,7 +56,13 @@ print(",".join(sorted(m for m in sys.modules if m.startswith("observer."))))
 """
 # What `observer score` may load: the configuration's reader and its signal sections, the
 # record, the signals and what prints them (no alerting, state, judge or client).
-SCORE_LOADS = ("observer.config.", "observer.signals", "observer.mapping", "observer.views")
+SCORE_LOADS = (
+    "observer.config.",
+    "observer.signals",
+    "observer.mapping",
+    "observer.views",
+    "observer.commands",  # the command line's families: click and light helpers at the top
+)
 SCORE_ALSO = {
     "observer.app",  # the package's lazy face only
     "observer.app.score_file",
