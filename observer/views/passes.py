@@ -160,11 +160,14 @@ class BackfillProgress:
 
 
 def _backfill_note(done: list[PassResult], pipeline: Pipeline) -> str:
-    """Traces and scores so far: the chunks done (their totals, the last told) and the
-    chunk in hand, as the pipeline counts them (in the middle of a chunk too: a chunk can
-    be a day of traces)."""
+    """Traces and scores so far: the chunks done (their totals, the last told, then the
+    chunk that was in hand when they were told) and the chunk in hand, as the pipeline
+    counts them (in the middle of a chunk too: a chunk can be a day of traces). The chunk
+    in hand is counted only until it is in the totals: the pipeline keeps it as its
+    `counting` until the next chunk begins."""
     hand = pipeline.counting
-    now = done[-1:] + ([hand] if hand is not None and hand.end > hand.start else [])
+    fresh = hand is not None and hand.end > hand.start and all(hand is not d for d in done[1:])
+    now = done[:1] + ([hand] if fresh and hand is not None else [])
     traces = sum(r.traces for r in now)
     scored = sum(r.scored + r.rescored for r in now)
     queued = sum(r.scores for r in now)
@@ -207,7 +210,8 @@ def backfill_bar(
 
         def update(at: datetime, totals: PassResult) -> None:
             progress.reached = at
-            told.append(totals)
+            # The totals, and the chunk they now hold (still the pipeline's `counting`).
+            told[:] = [totals] + ([pipeline.counting] if pipeline.counting is not None else [])
             note = _backfill_note(told, pipeline)
             bar.update(task, completed=(at - begin).total_seconds(), note=note)
 
