@@ -15,10 +15,14 @@ import structlog
 from observer.app.exits import EXIT_AUTH, EXIT_CONFIG, EXIT_OK, EXIT_UNREACHABLE, exit_for
 from observer.app.parts import Parts
 from observer.background import Deadline
-from observer.errors import AuthRejected
+from observer.errors import AuthRejected, ConfigError
 from observer.failures import FailureKind, PassOutcome, classify
 from observer.pipeline import PassResult
 from observer.sources import Stopped
+from observer.state import StateError
+
+# Refusals of the local files: the command names the file (a dry run's copy by the real one).
+LOCAL_FILE_ERRORS = (ConfigError, StateError)
 
 log = structlog.get_logger("observer.app")
 
@@ -86,8 +90,8 @@ def run_once(
         parts.passes.check()
     except Exception as error:
         failure = classify(error)
-        if failure in (None, "crashed", "state") and not isinstance(error, Stopped):
-            raise
+        if failure == "crashed" or isinstance(error, LOCAL_FILE_ERRORS):
+            raise  # a bug, or a configuration or state file refused: raised as it is
         stopped = parts.stopping.is_set()
         parts.stop(Deadline.within(grace), deliver=False)
         if stopped:  # SIGTERM or Ctrl-C while Langfuse was being reached
@@ -186,8 +190,8 @@ def backfill(
         parts.passes.check()  # first contact, as run --once's
     except Exception as error:
         failure = classify(error)
-        if failure in (None, "crashed", "state"):
-            raise
+        if failure in (None, "crashed") or isinstance(error, LOCAL_FILE_ERRORS):
+            raise  # a stop, a bug, or a configuration or state file refused: as it is
         parts.stop(Deadline.within(grace), deliver=False)
         return OnceResult(exit_for(failure), None, waiting, str(error), waiting, failure)
     parts.dispatcher.start()

@@ -122,9 +122,11 @@ class Parts:
 
     def close(self) -> None:
         """Close what build() opened; again, nothing happens. After a stop that left a
-        thread inside a request, nothing is closed under it: the process ends anyway."""
-        if self._abandoned:
+        thread inside a request, nothing is closed under it (the state file's hold alone is
+        given up): the process ends anyway."""
+        if self._abandoned:  # the process ends anyway; another may take the file now
             self.closing.pop_all()
+            self.state.let_go()
         self.closing.close()
 
     def stop(self, deadline: Deadline, *, deliver: bool = True) -> tuple[bool, int]:
