@@ -51,6 +51,9 @@ CREATE TABLE IF NOT EXISTS outbox (
     last_error TEXT
 );
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox (next_attempt, seq);
+-- Each trace's scores are queued after the newest: MAX(seq) by an index, not a scan of
+-- the whole outbox (which made a long catch-up quadratic).
+CREATE INDEX IF NOT EXISTS outbox_seq ON outbox (seq);
 CREATE INDEX IF NOT EXISTS outbox_trace ON outbox (trace_id);
 CREATE TABLE IF NOT EXISTS trace_scores (
     trace_id TEXT NOT NULL,
