@@ -17,7 +17,10 @@ Logs are rendered as the daemon renders them (JSON, `--log-level`), then dropped
   to observations, added to the assembly), what the HTTP threads spend;
 - scoring: every trace settled and scored (`Receiver.step` until none is due: mapping,
   signals, fingerprint, scores, history rows and the outbox in the state file), what the
-  scoring worker spends. Posting the scores (the dispatcher) is not included.
+  scoring worker spends;
+- delivery: the outbox sent to the fake Langfuse (`Dispatcher.send_due`: batches read,
+  posted over loopback HTTP, acknowledged), what the dispatcher spends (the fake's own
+  threads are not counted).
 
 `--profile` runs both under pyinstrument (install it in the venv) and prints its tree.
 """
@@ -165,20 +168,26 @@ def main() -> None:
         while receiver.step():
             pass
         scoring = time.thread_time() - began
+        queued = parts.state.outbox_size()
+        began = time.thread_time()
+        parts.dispatcher.send_due()
+        delivery = time.thread_time() - began
         if profiler is not None:
             profiler.stop()
         scored = parts.metrics.value("observer_traces_total", outcome="scored")
-        queued = parts.state.outbox_size()
+        stored = sum(len(names) for names in fake.scores_by_trace().values())
         parts.close()
     if profiler is not None:
         print(profiler.output_text(unicode=True, color=False, show_all=False))
     n = args.traces
     print(f"{n} traces, {args.per_export} per export, {len(exports)} exports; scored {scored:g}, "
-          f"{queued} scores queued; load {os.getloadavg()[0]:.2f}")  # fmt: skip
+          f"{queued} scores queued, {stored} stored; load {os.getloadavg()[0]:.2f}")  # fmt: skip
     print(f"intake (decode + convert + assemble): {1000 * intake / n:.2f} ms CPU per trace")
     print(f"scoring (map + signals + record):     {1000 * scoring / n:.2f} ms CPU per trace")
-    print(f"total: {1000 * (intake + scoring) / n:.2f} ms CPU per trace "
-          f"= {n / (intake + scoring):.0f} traces per CPU second")  # fmt: skip
+    print(f"delivery (post + acknowledge):        {1000 * delivery / n:.2f} ms CPU per trace")
+    total = intake + scoring + delivery
+    print(f"total: {1000 * total / n:.2f} ms CPU per trace "
+          f"= {n / total:.0f} traces per CPU second")  # fmt: skip
 
 
 if __name__ == "__main__":

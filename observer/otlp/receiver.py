@@ -32,7 +32,7 @@ import structlog
 from observer.background import Deadline, Worker
 from observer.otlp.assembly import Assembly, Dropped, Handed, Limits, SpanIn
 from observer.otlp.server import ExportAnswer, Result
-from observer.otlp.spans import span_observation
+from observer.otlp.spans import origin, span_observation
 from observer.otlp.values import attributes_of
 from observer.otlp.wire import Decoded
 from observer.pipeline import CLOCK_SKEW, Lookup
@@ -56,9 +56,9 @@ def observations_of(decoded: Decoded, project_id: str | None) -> list[SpanIn]:
     for resource_spans in decoded.body.get("resourceSpans") or []:
         resource = attributes_of((resource_spans.get("resource") or {}).get("attributes"))
         for scope_spans in resource_spans.get("scopeSpans") or []:
-            scope = scope_spans.get("scope") or {}
+            where = origin(resource, scope_spans.get("scope") or {})
             for span in scope_spans.get("spans") or []:
-                observation = span_observation(span, scope, dict(resource), project_id)
+                observation = span_observation(span, where, project_id)
                 trace_id, span_id = observation["traceId"], observation["id"]
                 out.append(
                     SpanIn(
