@@ -341,12 +341,16 @@ class State:
             db.execute(
                 "DELETE FROM trace_scores WHERE trace_id = ? AND name = ?", (trace_id, score.name)
             )
+        payloads = [_payload(score) for score in scores]
         self._queue(db, stale, "delete")
-        self._queue(db, scores, activity=activity)
+        self._queue(db, scores, activity=activity, payloads=payloads)
         db.executemany(
             "INSERT INTO trace_scores (trace_id, name, payload, basis) VALUES (?, ?, ?, NULL) "
             "ON CONFLICT(trace_id, name) DO UPDATE SET payload = excluded.payload, basis = NULL",
-            [(trace_id, score.name, _payload(score)) for score in scores],
+            [
+                (trace_id, score.name, payload)
+                for score, payload in zip(scores, payloads, strict=True)
+            ],
         )
         return len(stale)
 
@@ -361,10 +365,12 @@ class State:
         op: Op = "upsert",
         *,
         activity: datetime | None = None,
+        payloads: Sequence[bytes] | None = None,
     ) -> None:
         """Queue scores (or their deletion), each replacing what is queued under its id.
 
-        The newest intent for an id is what Langfuse must end up with.
+        The newest intent for an id is what Langfuse must end up with. `payloads`: the
+        scores' own, when the caller encoded them already.
         """
         if not scores:
             return
@@ -381,8 +387,10 @@ class State:
             "seq = excluded.seq, op = excluded.op, activity = excluded.activity, "
             "attempts = 0, next_attempt = 0",
             [
-                (score.id, seq + index, score.trace_id, _payload(score), op, moment)
-                for index, score in enumerate(scores, start=1)
+                (score.id, seq + index, score.trace_id, payload, op, moment)
+                for index, (score, payload) in enumerate(
+                    zip(scores, payloads or [_payload(s) for s in scores], strict=True), start=1
+                )
             ],
         )
 
@@ -488,13 +496,12 @@ class State:
             ended: dict[str, float] = {}
             for row in rows:
                 found = db.execute(
-                    "SELECT trace_id, activity FROM outbox "
-                    "WHERE score_id = ? AND payload = ? AND op = ?",
+                    "DELETE FROM outbox WHERE score_id = ? AND payload = ? AND op = ? "
+                    "RETURNING trace_id, activity",
                     row,
                 ).fetchone()
                 if found is None:
                     continue  # re-queued since, or acknowledged already
-                db.execute("DELETE FROM outbox WHERE score_id = ? AND payload = ? AND op = ?", row)
                 if found[1] is not None:
                     trace_id, moment = str(found[0]), float(found[1])
                     ended[trace_id] = max(moment, ended.get(trace_id, moment))
