@@ -65,7 +65,7 @@ def free_port() -> int:
 
 
 def start_observer(
-    fake: FakeLangfuse, port: int, state: Path, settle_s: float, root_grace_s: float
+    fake: FakeLangfuse, port: int, state: Path, settle_s: float, root_grace_s: float, log: Path
 ) -> Any:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OBSERVER_", "LANGFUSE_"))}
     env.update(
@@ -85,7 +85,7 @@ def start_observer(
         [str(ROOT / ".venv" / "bin" / "observer"), "run"],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=open(state.with_suffix(".log"), "w"),  # noqa: SIM115 - lives with the process
+        stderr=open(log, "w"),  # noqa: SIM115 - lives with the process
     )
     deadline = time.time() + 30
     while time.time() < deadline:
@@ -158,6 +158,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--settle-s", type=float, default=2.0)
     parser.add_argument("--root-grace-s", type=float, default=0.3)
+    parser.add_argument("--log", metavar="FILE", help="observer's log (warnings) here")
     parser.add_argument(
         "--py-spy",
         metavar="FILE",
@@ -171,9 +172,9 @@ def main() -> None:
 
     with TimedFake() as fake, tempfile.TemporaryDirectory() as tmp:
         port = free_port()
-        proc = start_observer(
-            fake, port, Path(tmp) / "state.sqlite", args.settle_s, args.root_grace_s
-        )
+        state = Path(tmp) / "state.sqlite"
+        log = Path(args.log) if args.log else state.with_suffix(".log")
+        proc = start_observer(fake, port, state, args.settle_s, args.root_grace_s, log)
         client = Langfuse(
             public_key=fake.public_key,
             secret_key=fake.secret_key,
