@@ -65,7 +65,13 @@ def free_port() -> int:
 
 
 def start_observer(
-    fake: FakeLangfuse, port: int, state: Path, settle_s: float, root_grace_s: float, log: Path
+    fake: FakeLangfuse,
+    port: int,
+    state: Path,
+    settle_s: float,
+    root_grace_s: float,
+    log: Path,
+    extra: dict[str, str] | None = None,
 ) -> Any:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OBSERVER_", "LANGFUSE_"))}
     env.update(
@@ -81,6 +87,7 @@ def start_observer(
         OBSERVER_LOG__LEVEL="warning",
         OBSERVER_LOG__FORMAT="json",
     )
+    env.update(extra or {})
     proc = subprocess.Popen(
         [str(ROOT / ".venv" / "bin" / "observer"), "run"],
         env=env,
@@ -160,6 +167,13 @@ def main() -> None:
     parser.add_argument("--root-grace-s", type=float, default=0.3)
     parser.add_argument("--log", metavar="FILE", help="observer's log (warnings) here")
     parser.add_argument(
+        "--set",
+        metavar="VARIABLE=VALUE",
+        action="append",
+        default=[],
+        help="a setting of observer's, e.g. OBSERVER_ALERTS__DEFAULTS=false (repeatable)",
+    )
+    parser.add_argument(
         "--py-spy",
         metavar="FILE",
         help="sample observer with py-spy (in the venv) while fed; its collapsed stacks here",
@@ -174,7 +188,8 @@ def main() -> None:
         port = free_port()
         state = Path(tmp) / "state.sqlite"
         log = Path(args.log) if args.log else state.with_suffix(".log")
-        proc = start_observer(fake, port, state, args.settle_s, args.root_grace_s, log)
+        extra = dict(item.split("=", 1) for item in args.set)
+        proc = start_observer(fake, port, state, args.settle_s, args.root_grace_s, log, extra)
         client = Langfuse(
             public_key=fake.public_key,
             secret_key=fake.secret_key,
@@ -242,6 +257,11 @@ def main() -> None:
             peak = max(m for _, m in rss)
             print(f"observer RSS: after 1 min {warm[0]:.0f} MB, end {warm[-1]:.0f} MB, "
                   f"peak {peak:.0f} MB, load at end {os.getloadavg()[0]:.2f}")  # fmt: skip
+            minutes = [  # the sample nearest each minute
+                min(rss, key=lambda sample: abs(sample[0] - 60 * k))[1]
+                for k in range(1, int(rss[-1][0] // 60) + 1)
+            ]
+            print("observer RSS a minute apart: " + ", ".join(f"{m:.0f}" for m in minutes))
 
 
 if __name__ == "__main__":

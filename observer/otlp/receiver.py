@@ -43,7 +43,10 @@ from observer.times import parse_time
 
 log = structlog.get_logger("observer.otlp")
 
-BATCH = 200  # traces scored per step at most: one query for their fingerprints, one commit
+# Traces scored per step at most: one query for their fingerprints, one commit. Past a few
+# dozen a bigger step saves little (the commit is shared already) and its first traces'
+# scores wait for its last ones.
+BATCH = 50
 STOPPING_RETRY_S = 5.0
 OUTBOX_RETRY_S = 10.0
 PROJECT_RETRY_S = 10.0
