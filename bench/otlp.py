@@ -15,7 +15,7 @@ receiver, and the time from each trace's end to its scores in (the fake) Langfus
   moment the fake Langfuse stored the trace's last score (same clock);
 - lost: traces without their scores 60 s after the feed ended;
 - memory: observer's RSS every 5 s (/proc), its growth after the first minute;
-- CPU: observer's user + system time (/proc) over the run, per trace sent, and the share
+- CPU: observer's user + system time (/proc) over the run, per trace scored, and the share
   of one core it took; the machine's load average, sampled every 5 s (min-max).
 Prints one table; the README's Figures hold a run's.
 """
@@ -247,8 +247,8 @@ def main() -> None:
                   f"max {max(lags):.2f} s")  # fmt: skip
         counts = list(fake.count.values()) or [0]
         print(f"scores stored {sum(counts)} (per trace {min(counts)}-{max(counts)})")
-        if ends:
-            print(f"observer CPU {cpu:.1f} s: {1000 * cpu / len(ends):.2f} ms per trace, "
+        if lags:
+            print(f"observer CPU {cpu:.1f} s: {1000 * cpu / len(lags):.2f} ms per trace scored, "
                   f"{100 * cpu / wall:.0f} % of one core; this bench (the SDK app and the "
                   f"fake Langfuse) {100 * mine / wall:.0f} %")  # fmt: skip
         if loads:

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.fakes.langfuse_server import FakeLangfuse  # noqa: E402
-from tests.otlp.harness import ANSWER, CHUNKS, PROMPT, QUESTION, Ticks  # noqa: E402
+from tests.otlp.harness import Ticks, emit_answer  # noqa: E402
 
 
 def one_answer() -> Any:
@@ -58,19 +58,7 @@ def one_answer() -> Any:
         span_exporter=memory,
         environment="production",
     )
-    with client.start_as_current_observation(
-        as_type="span", name="rag-query", input={"question": QUESTION}
-    ) as root:
-        with client.start_as_current_observation(
-            as_type="retriever", name="retrieve", input=QUESTION
-        ) as retriever:
-            retriever.update(output=CHUNKS)
-        with client.start_as_current_observation(
-            as_type="generation", name="generate", model="gpt-4o-mini", input=PROMPT
-        ) as generation:
-            generation.update(output=ANSWER)
-        root.update(output=ANSWER)
-    client.flush()
+    emit_answer(client)
     return encode_spans(memory.get_finished_spans())
 
 
