@@ -169,8 +169,9 @@ class OtlpMetrics:
         )
         self.handed = Counter(
             "observer_otlp_traces_settled_total",
-            "Traces handed to scoring by reason (settled: root in and quiet for settle_s; "
-            "max_traces, max_bytes: settled early, the assembly was full)",
+            "Traces handed to scoring by reason (whole: root in, every parent in, quiet for "
+            "root_grace_s; settled: quiet for settle_s; max_traces, max_bytes: settled early, "
+            "the assembly was full)",
             ["reason"],
             registry=r,
         )
