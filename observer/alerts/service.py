@@ -44,7 +44,7 @@ from observer.alerts.engine import (
     Row,
     evaluation_points,
 )
-from observer.alerts.history import judge_values, signal_values, trace_row
+from observer.alerts.history import judge_values
 from observer.alerts.messages import (
     digest_notification,
     regression_notification,
@@ -74,7 +74,7 @@ from observer.alerts.triage import lookback_s, triage
 from observer.alerts.windows import slide
 from observer.background import Deadline
 from observer.judge.outcome import JudgeResult
-from observer.model import RagRecord, Signals
+from observer.model import RagRecord
 from observer.state import State
 from observer.state.history import first_seen, release_rows, release_stats
 from observer.state.rows import Notification, Outgoing, Triage
@@ -306,9 +306,9 @@ class AlertService:
 
     # -- per trace ----------------------------------------------------------------
 
-    def scored(self, record: RagRecord, signals: Signals) -> None:
-        """A trace's scores are in the outbox (its history row with them): trace rules."""
-        row = trace_row(record, signal_values(signals), self.clock(), signals.concentration.top_doc)
+    def scored(self, row: Row) -> None:
+        """A trace's scores are in the outbox with its history row, `row`: the trace rules
+        see that very row (the resolver's values in it), never one rebuilt from signals."""
         self.check_trace(row)
 
     def judged(self, record: RagRecord, result: JudgeResult) -> None:

@@ -38,7 +38,6 @@ from observer.judge.outcome import JudgeResult
 from observer.judge.service import JudgedHook, JudgeService
 from observer.model import RagRecord, Signals
 from observer.pipeline import Marks, Pipeline
-from observer.resolver.core import ResolverFindings
 from observer.resolver.daemon import ResolverLookup
 from observer.resolver.store import Fields
 from observer.signals.summary import Summary
@@ -49,6 +48,7 @@ from observer.sources import ObservationSource
 from observer.sources.langfuse import LangfuseSource
 from observer.sources.ratelimit import RateLimiter
 from observer.state import State
+from observer.state.rows import Row
 from observer.telemetry.http import Health, HttpServer
 from observer.telemetry.metrics import Metrics
 from observer.telemetry.otel import LangfuseOtlp, Telemetry, setup_telemetry
@@ -512,8 +512,8 @@ def _build(
 
     disabled = metrics.judge_decisions.labels(decision="disabled")
 
-    def on_scored(record: RagRecord, signals: Signals, findings: ResolverFindings | None) -> None:
-        alerts.scored(record, signals)
+    def on_scored(record: RagRecord, signals: Signals, row: Row) -> None:
+        alerts.scored(row)
         if judge is None:
             disabled.inc()
 
