@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from observer.alerts.regression import default_regression_rules  # noqa: E402
-from observer.alerts.service import AlertService  # noqa: E402
+from observer.alerts.service import AlertService, Options, RuleSet  # noqa: E402
 from observer.state import State  # noqa: E402
 from observer.telemetry.metrics import Metrics  # noqa: E402
 from tests.alerts.test_triage import NEW, T, grounding_rule, release_scenario  # noqa: E402
@@ -60,7 +60,7 @@ def measure(rate: float, repeat: int) -> tuple[list[str], bool]:
         state.history.put_many(release_scenario(30, rate, regression.read_s))
         state.set_watermark(datetime.fromtimestamp(T, UTC))
         service = AlertService(
-            state, Metrics(), (RULE,), (), notifier_kinds={}, delivery=None, base_url="x"
+            state, Metrics(), RuleSet((RULE,), ()), delivery=None, options=Options(base_url="x")
         )
         group = (("environment", "production"),)
         triage_s, found = timed(repeat, lambda: service.triage_at(RULE, group, T))

@@ -26,7 +26,7 @@ import redis
 
 from observer.alerts.engine import Row
 from observer.alerts.rules import Expression, TraceRule
-from observer.alerts.service import AlertService
+from observer.alerts.service import AlertService, Options, RuleSet
 from observer.fleet.alerts import TRACE_ALERT_KEPT_S, FleetAlerts
 from observer.fleet.budget import DAY_S, FleetBudget
 from observer.fleet.keys import Keys
@@ -244,11 +244,9 @@ def _alerts(client: redis.Redis, state: State, member: str) -> tuple[AlertServic
     service = AlertService(
         state,
         Metrics(),
-        (),
-        (RULE,),
-        notifier_kinds={},
+        RuleSet((), (RULE,)),
         delivery=None,
-        base_url="https://langfuse.example.com",
+        options=Options(base_url="https://langfuse.example.com"),
         clock=lambda: NOW,
         shared=fleet,
     )
