@@ -797,8 +797,8 @@ def alerts_status(config_path: str | None, state_path: str | None, as_json: bool
             click.echo(line)
         return
     shown = console()
-    for item in view.status_rich(report):
-        shown.print(item, soft_wrap=isinstance(item, str), highlight=False, markup=False)
+    for item in view.status_rich(report, shown.width):
+        shown.print(item, highlight=False, markup=False)  # wrapped between words
 
 
 @alerts.command("test")
@@ -877,10 +877,10 @@ def alerts_backtest(
         return
     shown = console()
     shown.print(held)
-    for table in view.backtest_tables(results, begin, finish):
+    for table in view.backtest_tables(results, begin, finish, shown.width):
         shown.print(table)
     for line in after:
-        shown.print(line, soft_wrap=True, highlight=False, markup=False)
+        shown.print(line, highlight=False, markup=False)
 
 
 @main.group(short_help="The fleet of `observer run` on Redis.")

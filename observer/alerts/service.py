@@ -28,7 +28,7 @@ from observer.alerts.announce import Routing
 from observer.alerts.delivery import Delivery
 from observer.alerts.engine import AlertEvent, AlertState, GroupKey, Row
 from observer.alerts.families import Rows
-from observer.alerts.families.release import Regressions, release_findings
+from observer.alerts.families.release import Regressions
 from observer.alerts.families.trace import Digests, SharedTraceRules, TraceRules, hour_of
 from observer.alerts.families.window import (
     JudgeHealth,
@@ -40,7 +40,7 @@ from observer.alerts.families.window import (
 )
 from observer.alerts.history import judge_values
 from observer.alerts.incidents import DEFAULT_WINDOW_S
-from observer.alerts.regression import Finding, RegressionRule
+from observer.alerts.regression import RegressionRule
 from observer.alerts.rules import Route, TraceRule, WindowRule
 from observer.alerts.sender import Sender
 from observer.background import Deadline
@@ -204,10 +204,6 @@ class AlertService:
         if row is not None:
             self.trace_family.step(self.clock(), [row])
 
-    def check_trace(self, row: Row) -> None:
-        """The trace rules on one history row (its trace id set)."""
-        self.trace_family.step(self.clock(), [row])
-
     # -- the daemon's own samples -------------------------------------------------
 
     def record_pass(self, now: datetime, lag_s: float) -> None:
@@ -267,10 +263,6 @@ class AlertService:
         """The triage of `rule`'s `group` at `at` over the stored history (`alerts status`
         and `backtest` too); None for a rule on the daemon's own samples."""
         return triage_at(rule, group, at, rows or self.state.history)
-
-    def release_findings(self, rule: RegressionRule, rows: Rows, at: float) -> list[Finding]:
-        """`regression.compare` at `at`, its statistics summed by SQLite (bench/triage.py)."""
-        return release_findings(rule, rows, at)
 
     def resume_delivery(self) -> None:
         """Send what waits in the outbox (at start: what a killed process left)."""

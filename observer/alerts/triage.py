@@ -22,7 +22,7 @@ already keeps, at no LLM cost, every firing notification also says
   windows that had already crossed (warn or page) ends at the first such
   window; inside it, the moment that best splits the bad share into a before
   and an after (the largest likelihood ratio of two Bernoulli rates, over the
-  samples from a window before that one) is the onset: the start of the
+  samples from half a window before that one) is the onset: the start of the
   change, not the moment the rule fired. Time is cut into buckets of `size`
   seconds (a divisor of the step and the window, about a thirtieth of the
   step), so the onset is told to within a bucket.
@@ -466,13 +466,13 @@ class _Timeline:
         self.by_index: dict[int, Bucket] = {}
         self.indexes: list[int] = []  # of by_index, ascending
 
-    def reach(self, moment: float) -> None:
-        """Read back to `moment` (not before `earliest`), doubling what is read at least."""
+    def reach(self, moment: float, chunk: float) -> None:
+        """Read back to `moment` (not before `earliest`), at least `chunk` seconds at a time
+        (a scan back reads a few spans, not one per step)."""
         moment = max(moment, self.earliest)
         if moment >= self.start:
             return
-        span = self.anchor - self.start
-        moment = max(self.earliest, min(moment, self.anchor - 2 * span))
+        moment = max(self.earliest, min(moment, self.start - chunk))
         for bucket in self.slices.buckets(self.size, self.anchor, moment, self.start):
             held = self.by_index.get(bucket.index)
             self.by_index[bucket.index] = bucket if held is None else _merged(held, bucket)
@@ -517,7 +517,7 @@ def onset(rule: WindowRule, slices: Slices, at: float) -> tuple[float | None, bo
     open_start = True  # until a window is found that had not crossed, with enough samples
     k = 0
     while at - k * step - rule.window_s >= earliest - step:
-        timeline.reach(at - k * step - rule.window_s)
+        timeline.reach(at - k * step - rule.window_s, rule.window_s)
         parts = timeline.between(k * per_step, k * per_step + per_window - 1)
         if not crossed(rule, parts):
             open_start = sum(p.n for p in parts) < rule.min_samples
@@ -527,10 +527,10 @@ def onset(rule: WindowRule, slices: Slices, at: float) -> tuple[float | None, bo
     if first is None:
         return None, False
     # The change began inside the first crossed window (the one before it had not crossed);
-    # the split is fitted over the samples from a window before that one.
+    # the split is fitted over the samples from half a window before that one.
     low, high = first - rule.window_s - step, first
-    timeline.reach(low - rule.window_s)
-    span = timeline.between(0, int((at - (low - rule.window_s)) / size))
+    timeline.reach(low - rule.window_s / 2, 0.0)
+    span = timeline.between(0, int((at - (low - rule.window_s / 2)) / size))
     ordered = sorted(span, key=lambda b: b.first)
     return change_point(
         [b.first for b in ordered], [b.bad for b in ordered], low, high, [b.n for b in ordered]

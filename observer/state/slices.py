@@ -122,19 +122,34 @@ def _bad_sql(query: Query) -> str:
     return f"(v {_sql_op(query.bad_op)} :line)"
 
 
-# A bad sample's layer, or why it has none: alerts.triage.place, in SQL.
-_PLACE = f"""CASE
-  WHEN coalesce({_field("missing_chunks")}, 0) > 0 OR coalesce({_field("stale_citations")}, 0) > 0
+# The fields that place a bad sample, read in one parse of the row's JSON (a JSON array).
+_PLACE_FIELDS = (
+    "json_extract(CAST(signals AS TEXT), '$.missing_chunks', '$.stale_citations', "
+    "'$.abstained', '$.crag_grade', '$.over_refusal')"
+)
+# A bad sample's layer, or why it has none (alerts.triage.place), from those fields:
+# f's items are missing_chunks, stale_citations, abstained, crag_grade, over_refusal.
+_PLACE = """CASE
+  WHEN coalesce(json_extract(f, '$[0]'), 0) > 0 OR coalesce(json_extract(f, '$[1]'), 0) > 0
     THEN 'index'
-  WHEN {_field("abstained")} = 1 THEN CASE
-    WHEN {_field("crag_grade")} = 'HIGH' OR {_field("over_refusal")} = 1 THEN 'abstention'
-    WHEN {_field("crag_grade")} = 'LOW' THEN 'refused_without_evidence'
-    WHEN {_field("crag_grade")} IS NULL THEN 'no_retrieval_score'
+  WHEN json_extract(f, '$[2]') = 1 THEN CASE
+    WHEN json_extract(f, '$[3]') = 'HIGH' OR json_extract(f, '$[4]') = 1 THEN 'abstention'
+    WHEN json_extract(f, '$[3]') = 'LOW' THEN 'refused_without_evidence'
+    WHEN json_extract(f, '$[3]') IS NULL THEN 'no_retrieval_score'
     ELSE 'ambiguous' END
-  WHEN {_field("crag_grade")} = 'LOW' THEN 'retrieval'
-  WHEN {_field("crag_grade")} = 'HIGH' THEN 'generation'
-  WHEN {_field("crag_grade")} IS NULL THEN 'no_retrieval_score'
+  WHEN json_extract(f, '$[3]') = 'LOW' THEN 'retrieval'
+  WHEN json_extract(f, '$[3]') = 'HIGH' THEN 'generation'
+  WHEN json_extract(f, '$[3]') IS NULL THEN 'no_retrieval_score'
   ELSE 'ambiguous' END"""
+
+
+def _placed(samples: str) -> str:
+    """`samples` with each bad sample's place (its JSON parsed once more, only if bad)."""
+    return (
+        f"SELECT *, CASE WHEN bad THEN {_PLACE} ELSE '' END AS place FROM ("
+        f"SELECT *, CASE WHEN bad THEN {_PLACE_FIELDS} END AS f FROM ({samples}) "
+        "LIMIT -1 OFFSET 0)"
+    )
 
 
 def _samples(query: Query, extra: str = "") -> tuple[str, dict[str, Any]]:
@@ -183,9 +198,7 @@ def cells(db: sqlite3.Connection, query: Query, start: float, end: float) -> lis
     samples, parameters = _samples(query)
     sql = (
         "SELECT environment, query_type, dims, bad, place, COUNT(*), TOTAL(v), MIN(v), MAX(v) "
-        f"FROM (SELECT environment, query_type, dims, v, bad, CASE WHEN bad THEN {_PLACE} "
-        f"ELSE '' END AS place FROM ({samples})) "
-        "GROUP BY environment, query_type, dims, bad, place"
+        f"FROM ({_placed(samples)}) GROUP BY environment, query_type, dims, bad, place"
     )
     seen: dict[Any, Any] = {}
     return [
@@ -243,7 +256,7 @@ def places(
     samples, parameters = _samples(query, " AND ".join(conditions))
     parameters.update({f"where{i}": v for i, (_, v) in enumerate(where)})
     parameters.update(start=start, end=end)
-    sql = f"SELECT {_PLACE} AS place, COUNT(*) FROM ({samples}) WHERE bad GROUP BY place"
+    sql = f"SELECT place, COUNT(*) FROM ({_placed(samples)}) WHERE bad GROUP BY place"
     return {str(p): int(n) for p, n in db.execute(sql, parameters)}
 
 

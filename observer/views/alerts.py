@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from observer.app import AlertStatus, Backtest, RegressionBacktest
 
 HEADER = ("rule", "group", "value", "samples", "state", "since")
+TABLE_HEADER = ("rule", "group", "value", "n", "state", "since")
 # Labels a table shows by their value alone (the caption says so).
 PLAIN_LABELS = ("environment", "query_type")
 
@@ -166,14 +167,21 @@ def status_cells(rows: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
 
 
 def _table_group(group: Mapping[str, str]) -> str:
-    """A group in a table: one label a line, environment and query type by value."""
+    """A group in a table: one label a line, environment and query type by value (a
+    release regression's signal is told with its rule)."""
     lines = [
         (value if value != NONE else pair_text(key, value))
         if key in PLAIN_LABELS
         else pair_text(key, value)
         for key, value in group.items()
+        if key != "signal"
     ]
     return "\n".join(lines) or "-"
+
+
+def _table_rule(row: Mapping[str, Any]) -> str:
+    signal = row["group"].get("signal")
+    return f"{row['rule']}\non {signal}" if signal else str(row["rule"])
 
 
 def plain_columns(cells: Sequence[tuple[str, ...]], header: tuple[str, ...] = HEADER) -> list[str]:
@@ -192,35 +200,71 @@ def _columns(rows: Sequence[tuple[str, ...]], count: int) -> list[tuple[str, ...
 
 
 def _table(title: str, caption: str | None = None) -> Table:
-    from rich import box
     from rich.table import Table
 
     return Table(
         title=title,
         caption=caption,
-        box=box.SIMPLE_HEAD,
+        box=None,
         padding=(0, 1),
+        pad_edge=False,
         collapse_padding=True,
+        show_edge=False,
+        header_style="bold",
         title_justify="left",
         caption_justify="left",
     )
 
 
-def _word_column(table: Table, name: str, words: Sequence[str], **options: Any) -> None:
-    """A column that wraps between words only: never narrower than its longest word."""
-    longest = max((len(w) for text in words for w in text.split()), default=1)
-    table.add_column(name, min_width=max(longest, len(name)), overflow="fold", **options)
+def _fitted(
+    title: str,
+    header: Sequence[str],
+    cells: Sequence[tuple[str, ...]],
+    width: int,
+    caption: str | None = None,
+    right: Sequence[str] = (),
+) -> Table:
+    """A table whose columns fit `width`: each at least its longest word wide (so text
+    wraps only between words), the room left given to those whose lines are longest."""
+    table = _table(title, caption)
+    columns = _columns(cells, len(header))
+    least = [
+        max([len(name), *(len(w) for text in column for w in text.split())])
+        for name, column in zip(header, columns, strict=True)
+    ]
+    most = [
+        max([len(name), *(len(line) for text in column for line in text.splitlines())])
+        for name, column in zip(header, columns, strict=True)
+    ]
+    room = width - (len(header) - 1)  # a space between columns
+    widths: list[int | None] = list(least)
+    if sum(least) > room:
+        widths = [None] * len(header)  # cannot fit whole words: the terminal wraps
+    else:
+        # The room left: first whole to the columns that need least of it (a time on one
+        # line), then to the others, the one that needs most first.
+        left = room - sum(least)
+        for i in sorted(range(len(header)), key=lambda k: (most[k] - least[k], k)):
+            need = most[i] - least[i]
+            if need <= left:
+                widths[i] = most[i]
+                left -= need
+        for i in sorted(range(len(header)), key=lambda k: (least[k] - most[k], k)):
+            grant = min(left, most[i] - (widths[i] or 0))
+            widths[i] = (widths[i] or 0) + grant
+            left -= grant
+    for name, w in zip(header, widths, strict=True):
+        table.add_column(name, width=w, justify="right" if name in right else "left")
+    for line in cells:
+        table.add_row(*line)
+    return table
 
 
-def status_table(rows: Sequence[dict[str, Any]]) -> RenderableType:
-    """On a terminal: a table that fits 80 columns, wrapping only between words."""
-    table = _table(
-        "observer alerts status",
-        "group: the values of environment and query type; other labels as name=value",
-    )
+def status_table(rows: Sequence[dict[str, Any]], width: int = 80) -> RenderableType:
+    """On a terminal: a table that fits `width`, wrapping only between words."""
     cells = [
         (
-            row["rule"],
+            _table_rule(row),
             _table_group(row["group"]),
             "-" if row["value"] is None else number(row["value"]),
             str(row["samples"]),
@@ -229,16 +273,15 @@ def status_table(rows: Sequence[dict[str, Any]]) -> RenderableType:
         )
         for row in rows
     ]
-    columns = _columns(cells, len(HEADER))
-    table.add_column("rule", no_wrap=True, min_width=max((len(r) for r in columns[0]), default=4))
-    _word_column(table, "group", columns[1])
-    table.add_column("value", no_wrap=True, justify="right")
-    table.add_column("samples", no_wrap=True, justify="right")
-    _word_column(table, "state", columns[4])
-    _word_column(table, "since", columns[5])
-    for line in cells:
-        table.add_row(*line)
-    return table
+    return _fitted(
+        "observer alerts status",
+        TABLE_HEADER,
+        cells,
+        width,
+        "group: the values of environment and query type, other labels as name=value; "
+        "n: samples in the window",
+        right=("value", "n"),
+    )
 
 
 def incident_lines(incidents: Sequence[Incident]) -> list[str]:
@@ -259,9 +302,8 @@ def incident_lines(incidents: Sequence[Incident]) -> list[str]:
     return out
 
 
-def incident_table(incidents: Sequence[Incident]) -> RenderableType:
+def incident_table(incidents: Sequence[Incident], width: int = 80) -> RenderableType:
     """On a terminal: an incident a row, its symptoms one a line."""
-    table = _table("incidents (alerts of one cause)")
     rows = [
         (
             incident.id[-8:],
@@ -274,15 +316,8 @@ def incident_table(incidents: Sequence[Incident]) -> RenderableType:
         )
         for incident in incidents
     ]
-    columns = _columns(rows, 5)
-    table.add_column("incident", no_wrap=True)
-    _word_column(table, "cause", columns[1])
-    table.add_column("state", no_wrap=True)
-    _word_column(table, "since", columns[3])
-    _word_column(table, "symptoms", columns[4])
-    for row in rows:
-        table.add_row(*row)
-    return table
+    header = ("incident", "cause", "state", "since", "symptoms")
+    return _fitted("incidents (alerts of one cause)", header, rows, width)
 
 
 def status_footer(report: AlertStatus) -> str:
@@ -304,11 +339,15 @@ def status_plain(report: AlertStatus) -> list[str]:
     return [*lines, *status_triage(report)]
 
 
-def status_rich(report: AlertStatus) -> list[RenderableType | str]:
-    """On a terminal: the rules' table, the footer, the incidents' table, the triage."""
-    out: list[RenderableType | str] = [status_table(status_rows(report)), status_footer(report)]
+def status_rich(report: AlertStatus, width: int = 80) -> list[RenderableType | str]:
+    """On a terminal `width` wide: the rules' table, the footer, the incidents' table, the
+    triage."""
+    out: list[RenderableType | str] = [
+        status_table(status_rows(report), width),
+        status_footer(report),
+    ]
     if report.incidents:
-        out.append(incident_table(report.incidents))
+        out.append(incident_table(report.incidents, width))
     return [*out, *status_triage(report)]
 
 
@@ -355,7 +394,7 @@ def backtest_cells(
 
 
 def backtest_tables(
-    results: Sequence[Backtest], begin: datetime, finish: datetime
+    results: Sequence[Backtest], begin: datetime, finish: datetime, width: int = 80
 ) -> list[RenderableType]:
     """On a terminal: the summary per rule, then (when anything would have been sent) the
     timeline."""
@@ -366,13 +405,7 @@ def backtest_tables(
         ("what would have been notified", TIMELINE_HEADER, timeline),
     ):
         if cells or not tables:
-            table = _table(title)
-            columns = _columns(cells, len(header))
-            for name, column in zip(header, columns, strict=True):
-                _word_column(table, name, column)
-            for line in cells:
-                table.add_row(*line)
-            tables.append(table)
+            tables.append(_fitted(title, header, cells, width))
     return tables
 
 

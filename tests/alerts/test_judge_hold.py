@@ -164,10 +164,10 @@ def test_critical_claim_unsupported_is_held_while_the_judge_is_unhealthy(
     group = (("environment", "production"), ("query_type", "billing"))
     try:
         state.alerts.commit("judge_error_rate_high", {group: AlertState(status="firing")}, T)
-        service.check_trace(Row(T, {"critical_unsupported": True}, "held-1", "p1"))
+        service.scored(Row(T, {"critical_unsupported": True}, "held-1", "p1"))
         assert state.alerts.waiting() == 0 and oncall.requests == []
         state.alerts.commit("judge_error_rate_high", {}, T + 60)  # the judge is healthy
-        service.check_trace(Row(T + 60, {"critical_unsupported": True}, "told-1", "p1"))
+        service.scored(Row(T + 60, {"critical_unsupported": True}, "told-1", "p1"))
         (request,) = oncall.wait_for(1)
         assert request.json()["rule"] == "critical_claim_unsupported"
     finally:

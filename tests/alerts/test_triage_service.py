@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from observer.alerts.delivery import Delivery
+from observer.alerts.families.release import release_findings
 from observer.alerts.notifiers.alertmanager import AlertmanagerNotifier
 from observer.alerts.regression import compare, default_regression_rules
 from observer.alerts.rules import Route
@@ -157,15 +158,12 @@ def test_sqlite_computes_the_release_comparison_the_rows_give(tmp_path: Path) ->
     rows = release_scenario()
     state.history.put_many(rows)
     (rule,) = default_regression_rules()
-    service = AlertService(
-        state, Metrics(), RuleSet((), ()), delivery=None, options=Options(base_url="x")
-    )
     expected = compare(rule, rows, T)
     assert expected  # the scenario has a regression to find
     reader = state.history.reader()
     try:
         for history in (state.history, reader):
-            found = service.release_findings(rule, history, T)
+            found = release_findings(rule, history, T)
             assert [f.group for f in found] == [f.group for f in expected]
             for mine, theirs in zip(found, expected, strict=True):
                 assert mine.value == pytest.approx(theirs.value)
