@@ -118,6 +118,12 @@ class AlertService:
 
     def __post_init__(self) -> None:
         o, rules = self.options, self.rule_set
+        self.rules, self.trace_rules, self.regressions = (
+            rules.window,
+            rules.trace,
+            rules.regressions,
+        )
+        self.max_groups, self.step_s = o.max_groups, o.step_s
         self.metrics.notifiers_known(self.notifiers)
         self.sender = Sender(
             self.state,
@@ -168,28 +174,6 @@ class AlertService:
                 self.sender.export_active(rule.name, stored[rule.name])
         self.regression_rules.export()
         self.sender.export_incidents()
-
-    # -- the rules --------------------------------------------------------------
-
-    @property
-    def rules(self) -> tuple[WindowRule, ...]:
-        return self.rule_set.window
-
-    @property
-    def trace_rules(self) -> tuple[TraceRule, ...]:
-        return self.rule_set.trace
-
-    @property
-    def regressions(self) -> tuple[RegressionRule, ...]:
-        return self.rule_set.regressions
-
-    @property
-    def max_groups(self) -> int:
-        return self.options.max_groups
-
-    @property
-    def step_s(self) -> float:
-        return self.options.step_s
 
     # -- per trace --------------------------------------------------------------
 
