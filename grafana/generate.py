@@ -982,8 +982,9 @@ def pipeline_health() -> dict[str, Any]:
             "type in one environment) are one incident: one page, one thread.",
             [
                 query(
+                    # None open is a line at 0, not no data: `on()` adds the 0 only then.
                     "sum by (environment) (observer_alert_incidents_open"
-                    f'{{{PIPELINE}, environment=~"$environment"}})',
+                    f'{{{PIPELINE}, environment=~"$environment"}}) or on() vector(0)',
                     "{{environment}}",
                 )
             ],

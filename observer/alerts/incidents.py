@@ -153,7 +153,8 @@ def tell(
     known = list(incidents.values()) if isinstance(incidents, Mapping) else list(incidents)
     holding = _holding(known, notification.dedup_key)
     transition = notification.transition
-    if transition in ("firing", "no_data") and holding is None:
+    if transition in ("firing", "no_data", "released") and holding is None:
+        # A held alert told once the judge is healthy again is told for the first time.
         return _fired(known, notification, names, at, window_s)
     if transition == "resolved":
         return _ended(holding, notification, names, at)
@@ -257,3 +258,19 @@ def _updated(
         incident = replace(incident, symptoms=symptoms)
     incident = replace(incident, notified=_names(incident.notified, names))
     return Told(_told(notification, incident, "update"), incident)
+
+
+def forget(incidents: Sequence[Incident], kept: set[str], at: float) -> list[Incident]:
+    """The incidents changed when the rules not in `kept` are no longer configured: their
+    symptoms end (nobody is told: the rule is gone), an incident left with none resolves."""
+    changed: list[Incident] = []
+    for incident in incidents:
+        if not incident.open or all(s.rule in kept for s in incident.firing):
+            continue
+        symptoms = tuple(
+            s if s.rule in kept or not s.firing else replace(s, resolved_at=at)
+            for s in incident.symptoms
+        )
+        still = any(s.firing for s in symptoms)
+        changed.append(replace(incident, symptoms=symptoms, resolved_at=None if still else at))
+    return changed

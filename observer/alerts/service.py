@@ -39,7 +39,7 @@ from observer.alerts.families.window import (
     triage_at,
 )
 from observer.alerts.history import judge_values
-from observer.alerts.incidents import DEFAULT_WINDOW_S
+from observer.alerts.incidents import DEFAULT_WINDOW_S, forget
 from observer.alerts.regression import RegressionRule
 from observer.alerts.rules import Route, TraceRule, WindowRule
 from observer.alerts.sender import Sender
@@ -230,6 +230,8 @@ class AlertService:
             if not self._forgot:
                 kept = {r.name for r in self.rules} | {r.name for r in self.regressions}
                 self.state.alerts.forget_other_rules(kept)
+                gone = forget(self.state.alerts.incidents(), kept, now.timestamp())
+                self.state.alerts.save_incidents(gone)  # no incident waits on a rule removed
                 self._forgot = True
             for family in windows:
                 family.step(now, history, max_points=max_points, should_stop=should_stop)

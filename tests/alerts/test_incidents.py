@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from observer.alerts.incidents import cause_of, tell
+from observer.alerts.incidents import cause_of, forget, tell
 from observer.state.rows import GroupKey, Incident, Notification, Segment, Triage
 
 T = 1_800_000_000.0
@@ -230,6 +230,23 @@ def test_with_correlation_off_every_alert_is_its_own_incident_keyed_as_before() 
     assert len(known) == 2
 
 
+def test_a_held_alert_told_at_last_opens_or_joins_its_incident() -> None:
+    known: dict[str, Incident] = {}
+    told(
+        known,
+        alert(
+            "a",
+            triage=lead(
+                ("release", NEW),
+            ),
+        ),
+        T,
+    )
+    released, _ = told(known, alert("faithfulness_low", transition="released",
+                                    triage=lead(("release", NEW),)), T + 60)  # fmt: skip
+    assert released.role == "joined"
+
+
 def test_repeats_escalations_and_reposts_update_the_incident() -> None:
     known: dict[str, Incident] = {}
     n = alert(
@@ -281,3 +298,32 @@ def test_every_symptom_is_in_exactly_one_open_incident_until_it_resolves(
             if any(s.rule == f"r{i}" and s.firing for s in inc.symptoms)
         ]
         assert len(holding) == 1 and holding[0].open
+
+
+def test_a_rule_removed_from_the_configuration_leaves_no_incident_open() -> None:
+    known: dict[str, Incident] = {}
+    told(
+        known,
+        alert(
+            "kept",
+            triage=lead(
+                ("release", NEW),
+            ),
+        ),
+        T,
+    )
+    told(
+        known,
+        alert(
+            "removed",
+            triage=lead(
+                ("release", NEW),
+            ),
+        ),
+        T + 60,
+    )
+    (still,) = forget(list(known.values()), {"kept"}, T + 120)
+    assert still.open and [s.rule for s in still.firing] == ["kept"]
+    (gone,) = forget([still], set(), T + 180)
+    assert not gone.open and gone.resolved_at == T + 180
+    assert forget([gone], set(), T + 240) == []
