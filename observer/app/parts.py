@@ -19,7 +19,7 @@ from observer import USER_AGENT, background, langfuse_api
 from observer.alerts.delivery import Delivery
 from observer.alerts.evaluator import AlertEvaluator
 from observer.alerts.notifiers import Notifier, NotifyError
-from observer.alerts.service import AlertService, SharedTraceRules
+from observer.alerts.service import AlertService, Options, RuleSet, SharedTraceRules
 from observer.app import event_path
 from observer.app.contact import ready
 from observer.app.event_path import EventPath
@@ -38,7 +38,6 @@ from observer.judge.outcome import JudgeResult
 from observer.judge.service import JudgedHook, JudgeService
 from observer.model import RagRecord, Signals
 from observer.pipeline import Marks, Pipeline
-from observer.resolver.core import ResolverFindings
 from observer.resolver.daemon import ResolverLookup
 from observer.resolver.store import Fields
 from observer.signals.summary import Summary
@@ -49,6 +48,7 @@ from observer.sources import ObservationSource
 from observer.sources.langfuse import LangfuseSource
 from observer.sources.ratelimit import RateLimiter
 from observer.state import State
+from observer.state.rows import Row
 from observer.telemetry.http import Health, HttpServer
 from observer.telemetry.metrics import Metrics
 from observer.telemetry.otel import LangfuseOtlp, Telemetry, setup_telemetry
@@ -157,7 +157,9 @@ def build_notifiers(settings: Settings, only: str | None = None) -> dict[str, No
                     notifier = PagerDutyNotifier(n.name, secret, timeout_s=n.timeout_s)
             elif n.kind == "slack":
                 assert secret is not None
-                notifier = SlackNotifier(n.name, secret, timeout_s=n.timeout_s)
+                notifier = SlackNotifier(
+                    n.name, secret, timeout_s=n.timeout_s, channel=n.channel, url=n.url or None
+                )
             else:
                 notifier = WebhookNotifier(n.name, n.url, secret=secret, timeout_s=n.timeout_s)
         except (ValueError, NotifyError) as error:
@@ -257,16 +259,16 @@ def build_alerts(
     return AlertService(
         state,
         metrics,
-        a.window_rules(),
-        a.trace_rule_list(),
-        notifier_kinds={n.name: n.kind for n in a.notifiers} if notify else {},
+        RuleSet(a.window_rules(), a.trace_rule_list(), a.regression_rules(), a.route_list()),
         delivery=delivery,
-        base_url=without_credentials(settings.langfuse.base_url),  # links people follow
-        max_groups=a.max_groups,
-        history_days=a.history_days,
+        notifiers={n.name: n.kind for n in a.notifiers} if notify else {},
+        options=Options(
+            base_url=without_credentials(settings.langfuse.base_url),  # links people follow
+            max_groups=a.max_groups,
+            history_days=a.history_days,
+            correlation_window_s=a.correlation_window_s,
+        ),
         shared=shared,
-        routes=a.route_list(),
-        regressions=a.regression_rules(),
     )
 
 
@@ -519,8 +521,8 @@ def _build(
 
     disabled = metrics.judge_decisions.labels(decision="disabled")
 
-    def on_scored(record: RagRecord, signals: Signals, findings: ResolverFindings | None) -> None:
-        alerts.scored(record, signals)
+    def on_scored(record: RagRecord, signals: Signals, row: Row) -> None:
+        alerts.scored(row)
         if judge is None:
             disabled.inc()
 

@@ -42,6 +42,7 @@ from observer.resolver.scores import resolver_score_events
 from observer.scores import score_events
 from observer.signals import SignalParams, compute
 from observer.state import OutboxFull, State, TraceWrite
+from observer.state.rows import Row
 from observer.telemetry.metrics import Metrics
 from observer.times import iso, parse_time
 
@@ -50,10 +51,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("observer.pipeline")
 
-# on_scored: a trace's scores are safely in the outbox (new or changed traces), with
-# what the resolver found of its cited chunks (None: no resolver, or it could not say);
-# on_signals: every answer trace read, changed or not (summaries).
-ScoredHook = Callable[[RagRecord, Signals, "ResolverFindings | None"], None]
+# on_scored: a trace's scores are safely in the outbox (new or changed traces), with the
+# history row written with them (what the resolver found of its cited chunks included: the
+# row the trace rules see); on_signals: every answer trace read, changed or not (summaries).
+ScoredHook = Callable[[RagRecord, Signals, Row], None]
 SignalsHook = Callable[[RagRecord, Signals], None]
 
 
@@ -456,8 +457,8 @@ class TraceRecorder:
         )
         if reservation is not None and self.judge is not None:
             self.judge.queued(reservation)
-        if self.on_scored is not None:
-            self.on_scored(mapped, signals, prepared.findings)
+        if self.on_scored is not None and write.history is not None:
+            self.on_scored(mapped, signals, write.history)
         return Outcome(kind, scores=len(scores))
 
     def _reservation(

@@ -559,6 +559,21 @@ class Metrics:
             registry=r,
         )
         self._alerts_active: dict[str, set[tuple[str, str, str]]] = {}
+        self.alert_incidents_open = Gauge(
+            "observer_alert_incidents_open",
+            "Incidents open now, by environment: alerts that share one cause count once "
+            "(docs/alerts.md#incidents)",
+            ["environment"],
+            registry=r,
+        )
+        self._incidents_open: set[str] = set()
+        self.trace_alerts = Counter(
+            "observer_trace_alerts_total",
+            "Traces a trace rule raised, by rule and result (notified, digest: kept for the "
+            "hourly digest, held: the judge is unhealthy)",
+            ["rule", "result"],
+            registry=r,
+        )
 
         _zero(self.traces, "outcome", TRACE_OUTCOMES)
         _zero(self.skips, "reason", SKIP_REASONS)
@@ -621,6 +636,18 @@ class Metrics:
                 ).set(n)
         for key in before - {key for key, n in firing.items() if n > 0}:
             self.alerts_active.remove(rule, *key)
+
+    def set_incidents_open(self, by_environment: Mapping[str, int]) -> None:
+        """The incidents open now per environment; an environment with none is removed."""
+        with self._labels_lock:
+            before = self._incidents_open
+            self._incidents_open = {e for e, n in by_environment.items() if n > 0}
+        for environment in self._incidents_open:
+            self.alert_incidents_open.labels(environment=environment).set(
+                by_environment[environment]
+            )
+        for environment in before - self._incidents_open:
+            self.alert_incidents_open.remove(environment)
 
     # -- the lag ------------------------------------------------------------------
 
