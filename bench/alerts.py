@@ -41,7 +41,7 @@ from rich.table import Table
 from observer.alerts.engine import AlertEvent, AlertState, GroupKey, Row, evaluation_points, replay
 from observer.alerts.evaluator import AlertEvaluator
 from observer.alerts.rules import default_window_rules
-from observer.alerts.service import AlertService, StepResult
+from observer.alerts.service import AlertService, Options, RuleSet, StepResult
 from observer.background import Deadline
 from observer.state import State
 from observer.telemetry.metrics import Metrics
@@ -114,11 +114,9 @@ def service_on(path: Path) -> AlertService:
     return AlertService(
         State(path),
         Metrics(),
-        default_window_rules(),
-        (),
-        notifier_kinds={},
+        RuleSet(default_window_rules(), ()),
         delivery=None,
-        base_url="https://langfuse.example.com",
+        options=Options(base_url="https://langfuse.example.com"),
     )
 
 

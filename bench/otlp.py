@@ -14,7 +14,9 @@ receiver, and the time from each trace's end to its scores in (the fake) Langfus
 - trace end -> scores: from the moment the root span ended (this process's clock) to the
   moment the fake Langfuse stored the trace's last score (same clock);
 - lost: traces without their scores 60 s after the feed ended;
-- memory: observer's RSS every 5 s (/proc), its growth after the first minute.
+- memory: observer's RSS every 5 s (/proc), its growth after the first minute;
+- CPU: observer's user + system time (/proc) over the run, per trace scored, and the share
+  of one core it took; the machine's load average, sampled every 5 s (min-max).
 Prints one table; the README's Figures hold a run's.
 """
 
@@ -62,7 +64,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_observer(fake: FakeLangfuse, port: int, state: Path, settle_s: float) -> Any:
+def start_observer(
+    fake: FakeLangfuse,
+    port: int,
+    state: Path,
+    settle_s: float,
+    root_grace_s: float,
+    log: Path,
+    extra: dict[str, str] | None = None,
+) -> Any:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OBSERVER_", "LANGFUSE_"))}
     env.update(
         LANGFUSE_PUBLIC_KEY=fake.public_key,
@@ -70,17 +80,19 @@ def start_observer(fake: FakeLangfuse, port: int, state: Path, settle_s: float) 
         LANGFUSE_BASE_URL=fake.url,
         OBSERVER_OTLP__LISTEN=f"127.0.0.1:{port}",
         OBSERVER_OTLP__SETTLE_S=str(settle_s),
+        OBSERVER_OTLP__ROOT_GRACE_S=str(root_grace_s),
         OBSERVER_HTTP__ENABLED="false",
         OBSERVER_STATE__PATH=str(state),
         OBSERVER_SOURCE__REQUESTS_PER_MINUTE="6000",
         OBSERVER_LOG__LEVEL="warning",
         OBSERVER_LOG__FORMAT="json",
     )
+    env.update(extra or {})
     proc = subprocess.Popen(
         [str(ROOT / ".venv" / "bin" / "observer"), "run"],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=open(state.with_suffix(".log"), "w"),  # noqa: SIM115 - lives with the process
+        stderr=open(log, "w"),  # noqa: SIM115 - lives with the process
     )
     deadline = time.time() + 30
     while time.time() < deadline:
@@ -97,6 +109,12 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def cpu_s(pid: int) -> float:
+    """The process's user + system CPU seconds so far (/proc/<pid>/stat, fields 14-15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def feed(client: Any, rate: float, seconds: float, threads: int, ends: dict[str, float]) -> None:
@@ -146,6 +164,20 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--settle-s", type=float, default=2.0)
+    parser.add_argument("--root-grace-s", type=float, default=0.3)
+    parser.add_argument("--log", metavar="FILE", help="observer's log (warnings) here")
+    parser.add_argument(
+        "--set",
+        metavar="VARIABLE=VALUE",
+        action="append",
+        default=[],
+        help="a setting of observer's, e.g. OBSERVER_ALERTS__DEFAULTS=false (repeatable)",
+    )
+    parser.add_argument(
+        "--py-spy",
+        metavar="FILE",
+        help="sample observer with py-spy (in the venv) while fed; its collapsed stacks here",
+    )
     parser.add_argument("--flush-interval", type=float, default=0.5)
     args = parser.parse_args()
 
@@ -154,7 +186,10 @@ def main() -> None:
 
     with TimedFake() as fake, tempfile.TemporaryDirectory() as tmp:
         port = free_port()
-        proc = start_observer(fake, port, Path(tmp) / "state.sqlite", args.settle_s)
+        state = Path(tmp) / "state.sqlite"
+        log = Path(args.log) if args.log else state.with_suffix(".log")
+        extra = dict(item.split("=", 1) for item in args.set)
+        proc = start_observer(fake, port, state, args.settle_s, args.root_grace_s, log, extra)
         client = Langfuse(
             public_key=fake.public_key,
             secret_key=fake.secret_key,
@@ -164,23 +199,38 @@ def main() -> None:
             environment="production",
         )
         rss: list[tuple[float, float]] = []
+        loads: list[float] = []
         sampling = threading.Event()
 
         def sample() -> None:
             began = time.monotonic()
             while not sampling.wait(5):
                 rss.append((time.monotonic() - began, rss_mb(proc.pid)))
+                loads.append(os.getloadavg()[0])
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         load = os.getloadavg()
         ends: dict[str, float] = {}
+        cpu_began, mine_began, fed_at = cpu_s(proc.pid), time.process_time(), time.monotonic()
+        spy = None
+        if args.py_spy:
+            spy = subprocess.Popen(
+                [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(proc.pid),
+                 "--format", "raw", "--output", args.py_spy, "--rate", "50", "--nonblocking",
+                 "--duration", str(int(args.seconds))],
+                stdout=subprocess.DEVNULL,
+            )  # fmt: skip
         feed(client, args.rate, args.seconds, args.threads, ends)
+        if spy is not None:
+            spy.wait()
         client.flush()
         deadline = time.time() + 60
         while time.time() < deadline and any(t not in fake.stored for t in ends):
             time.sleep(0.5)
         time.sleep(2)  # a late re-score would show here
+        cpu = cpu_s(proc.pid) - cpu_began
+        mine, wall = time.process_time() - mine_began, time.monotonic() - fed_at
         sampling.set()
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
@@ -197,10 +247,21 @@ def main() -> None:
                   f"max {max(lags):.2f} s")  # fmt: skip
         counts = list(fake.count.values()) or [0]
         print(f"scores stored {sum(counts)} (per trace {min(counts)}-{max(counts)})")
+        if lags:
+            print(f"observer CPU {cpu:.1f} s: {1000 * cpu / len(lags):.2f} ms per trace scored, "
+                  f"{100 * cpu / wall:.0f} % of one core; this bench (the SDK app and the "
+                  f"fake Langfuse) {100 * mine / wall:.0f} %")  # fmt: skip
+        if loads:
+            print(f"load average during the run: {min(loads):.1f}-{max(loads):.1f}")
         if warm:
             peak = max(m for _, m in rss)
             print(f"observer RSS: after 1 min {warm[0]:.0f} MB, end {warm[-1]:.0f} MB, "
                   f"peak {peak:.0f} MB, load at end {os.getloadavg()[0]:.2f}")  # fmt: skip
+            minutes = [  # the sample nearest each minute
+                min(rss, key=lambda sample: abs(sample[0] - 60 * k))[1]
+                for k in range(1, int(rss[-1][0] // 60) + 1)
+            ]
+            print("observer RSS a minute apart: " + ", ".join(f"{m:.0f}" for m in minutes))
 
 
 if __name__ == "__main__":

@@ -728,9 +728,21 @@ def pipeline_health() -> dict[str, Any]:
         ),
         single(
             "observer alerts firing",
-            "Alerts of observer's own rules firing now (observer_alerts_active).",
+            "Alerts of observer's own rules firing now, release_regression and the judge's "
+            "health among them (observer_alerts_active).",
             # A group's series exists only while it fires: none firing is 0, not no data.
             query(f"sum(observer_alerts_active{{{alerts_selector}}}) or vector(0)"),
+            thresholds=steps(GREEN, (1, RED)),
+        ),
+        single(
+            "Incidents open",
+            "Incidents open now: the alerts one cause trips (a bad release: the low-band "
+            "rate, the release regression, a grounding rule) count once "
+            "(observer_alert_incidents_open).",
+            query(
+                "sum(observer_alert_incidents_open"
+                f'{{{PIPELINE}, environment=~"$environment"}}) or vector(0)'
+            ),
             thresholds=steps(GREEN, (1, RED)),
         ),
         single(
@@ -926,8 +938,9 @@ def pipeline_health() -> dict[str, Any]:
         .title("observer's alert rules")
         .description(
             "observer_alerts_active: each of observer's own alert rules per group "
-            "(environment, query type) and severity; red while firing. A rule with "
-            "nothing firing shows as one green row."
+            "(environment, query type) and severity, every kind: window rules, the judge's "
+            "health, release_regression; red while firing. A rule with nothing firing "
+            "shows as one green row."
         )
         .datasource(DATASOURCE)
         .span(24)
@@ -962,6 +975,30 @@ def pipeline_health() -> dict[str, Any]:
             "Alert rule evaluations by outcome / min",
             "ok, pending, firing.",
             [query(rate_by("observer_alert_evaluations_total", "outcome"), "{{outcome}}")],
+        ),
+        graph(
+            "Incidents open by environment",
+            "Alerts that share one cause (the same release, model, prompt, document or query "
+            "type in one environment) are one incident: one page, one thread.",
+            [
+                query(
+                    # None open is a line at 0, not no data: `on()` adds the 0 only then.
+                    "sum by (environment) (observer_alert_incidents_open"
+                    f'{{{PIPELINE}, environment=~"$environment"}}) or on() vector(0)',
+                    "{{environment}}",
+                )
+            ],
+        ),
+        graph(
+            "Trace-rule alerts by rule and result / min",
+            "Traces a trace rule raised: notified at once, kept for the hourly digest "
+            "(max_per_hour), or held while the judge is unhealthy.",
+            [
+                query(
+                    rate_by("observer_trace_alerts_total", "rule, result"),
+                    "{{rule}} {{result}}",
+                )
+            ],
         ),
     ]
     variables = [

@@ -207,12 +207,15 @@ def _serve(
 
 
 @contextmanager
-def alertmanager(workdir: Path, *, timeout_s: float = 120.0) -> Iterator[RunningServer]:
-    """A real Alertmanager on 127.0.0.1 for the duration of the block."""
+def alertmanager(
+    workdir: Path, *, timeout_s: float = 120.0, config_text: str = ALERTMANAGER_CONFIG
+) -> Iterator[RunningServer]:
+    """A real Alertmanager on 127.0.0.1 for the duration of the block (its config
+    `config_text`: by default one null receiver)."""
     binary = require_binary("prometheus-alertmanager")
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "alertmanager.yml"
-    config.write_text(ALERTMANAGER_CONFIG)
+    config.write_text(config_text)
 
     def arguments(port: int) -> list[str]:
         return [

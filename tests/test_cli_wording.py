@@ -58,11 +58,15 @@ def test_counted(count: float, noun: str, plural: str | None, said: str) -> None
 
 
 def test_alerts_status_counts_one_trace_rule(tmp_path: Path) -> None:
-    """The default configuration: twelve window rules and one trace rule."""
+    """The default configuration: fourteen window rules, the release regression and one
+    trace rule."""
     State(tmp_path / "s.sqlite").close()
     result = CliRunner().invoke(main, ["alerts", "status", "--state", str(tmp_path / "s.sqlite")])
     assert result.exit_code == 0, result.output
-    assert "14 window rules, 1 trace rule; windows end at the watermark (none)" in result.stdout
+    assert (
+        "14 window rules, 1 release regression rule, 1 trace rule; windows end at the "
+        "watermark (none)" in result.stdout
+    )
 
 
 def test_explain_counts_one_document(tmp_path: Path) -> None:

@@ -7,13 +7,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from observer.mapping import MappingRules
 from observer.pipeline import PassResult
-from observer.pipeline.traces import Outcome, TraceRecorder, last_activity
+from observer.pipeline.traces import Outcome, Recording, TraceRecorder, last_activity
 from observer.signals import SignalParams
-from observer.state import State
+from observer.state import State, StateError
 from observer.telemetry.metrics import Metrics
 from observer.times import parse_time
 from tests.daemon_helpers import demo_observations
@@ -189,5 +190,138 @@ def test_the_scores_carry_the_traces_last_activity_to_the_outbox(tmp_path: Path)
         traces.record(trace_id, prepared, root, None, NOW)
         queued = [p.score for p in state.due(NOW.timestamp(), 1000)]
         assert state.acknowledge(queued) == [(trace_id, prepared.last_activity.timestamp())]
+    finally:
+        state.close()
+
+
+# -- many traces with one commit (`record_many`: the event path's settling step) -----------
+
+
+def prepared_all(
+    traces: TraceRecorder, state: State, chosen: dict[str, list[dict[str, Any]]]
+) -> list[Recording]:
+    known = state.fingerprints(list(chosen))
+    items: list[Recording] = []
+    for trace_id, observations in chosen.items():
+        root = root_start(observations)
+        prepared = traces.prepare(trace_id, observations, known.get(trace_id), NOW, root)
+        items.append((trace_id, prepared, root, known.get(trace_id), None))
+    return items
+
+
+def contents(state: State) -> tuple[list[tuple[str, bytes]], dict[str, str], list[Any]]:
+    queued = [(p.score.id, orjson.dumps(p.score)) for p in state.due(NOW.timestamp(), 10_000)]
+    traces = sorted(demo_traces())
+    return queued, state.fingerprints(traces), state.history.rows(0, NOW.timestamp() + 1)
+
+
+def test_many_traces_recorded_at_once_come_out_as_recorded_one_by_one(tmp_path: Path) -> None:
+    """Every demo trace (answers and skips): the same outcomes, scores in the same order,
+    fingerprints and history rows, the same counts; with one commit instead of one each."""
+    one, many = State(tmp_path / "one.sqlite"), State(tmp_path / "many.sqlite")
+    one_metrics, many_metrics = Metrics(), Metrics()
+    alone, together = recorder(one, one_metrics), recorder(many, many_metrics)
+    try:
+        singly = [
+            alone.record(trace_id, prepared, root, known, NOW, latest)
+            for trace_id, prepared, root, known, latest in prepared_all(alone, one, demo_traces())
+        ]
+        statements: list[str] = []
+        many._db.set_trace_callback(statements.append)
+        at_once = together.record_many(prepared_all(together, many, demo_traces()), NOW)
+        many._db.set_trace_callback(None)
+        assert at_once == singly
+        assert {o.kind for o in singly} == {"scored", "skipped"}
+        assert [s for s in statements if s.strip().upper() == "COMMIT"] == ["COMMIT"]
+        assert contents(many) == contents(one)
+        for outcome in ("scored", "skipped"):
+            assert many_metrics.value("observer_traces_total", outcome=outcome) == (
+                one_metrics.value("observer_traces_total", outcome=outcome)
+            )
+    finally:
+        one.close()
+        many.close()
+
+
+class SamplingJudge:
+    """The judge as the recorder sees it (`JudgeGate`), sampling the traces it is given:
+    each sample's write marks the state file; what the recorder does with it is noted."""
+
+    def __init__(self, sampled: set[str]) -> None:
+        self.sampled = sampled
+        self.taken: list[str] = []  # queued after the trace's commit
+        self.given_back: list[str] = []  # released: the trace's write failed
+
+    def reservation(self, record: Any, signals: Any, findings: Any, basis: str) -> Any:
+        from observer.judge.service import Reservation
+
+        if record.trace_id not in self.sampled:
+            return None
+
+        def write(db: Any) -> None:
+            db.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (record.trace_id, basis))
+
+        return Reservation(record.trace_id, write)  # its sample: the trace id, for the notes
+
+    def queued(self, reservation: Any) -> None:
+        self.taken.append(reservation.sample)
+
+    def release(self, reservation: Any) -> None:
+        self.given_back.append(reservation.sample)
+
+
+@pytest.mark.parametrize("refused", ["sampled", "batched"])
+def test_the_file_failing_mid_batch_loses_nothing_doubles_nothing_gives_back_the_sample(
+    tmp_path: Path, refused: str
+) -> None:
+    """Six answers, the third sampled by the judge (written first, alone); the file
+    refuses the third's write or the fifth's (a trigger's abort, as a full disk refuses):
+    StateError, nothing of the batch written, the sample given back if its write failed
+    and queued only once committed. Recorded again: each trace scored once in all."""
+    import sqlite3
+
+    answers = {t: o for t, o in demo_traces().items() if any(x["name"] == "answer" for x in o)}
+    chosen = dict(list(answers.items())[:6])
+    ids = list(chosen)
+    sampled, broken = ids[2], ids[2] if refused == "sampled" else ids[4]
+    state, metrics = State(tmp_path / "s.sqlite"), Metrics()
+    judge = SamplingJudge({sampled})
+    traces = TraceRecorder(state, metrics, SignalParams(), MappingRules(), judge=judge)
+    with sqlite3.connect(tmp_path / "s.sqlite") as other:
+        other.execute(
+            f"CREATE TRIGGER refuse BEFORE INSERT ON traces WHEN NEW.trace_id = '{broken}' "
+            "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+    other.close()
+    try:
+        with pytest.raises(StateError, match="refused"):
+            traces.record_many(prepared_all(traces, state, chosen), NOW)
+        first = set(state.fingerprints(ids))
+        if refused == "sampled":
+            assert (first, judge.given_back, judge.taken) == (set(), [sampled], [])
+        else:  # the sample's own transaction committed before the batch failed
+            assert (first, judge.given_back, judge.taken) == ({sampled}, [], [sampled])
+        assert {p.score.trace_id for p in state.due(NOW.timestamp(), 1000)} == first
+        assert len(state.history.rows(0, NOW.timestamp() + 1)) == len(first)
+        with sqlite3.connect(tmp_path / "s.sqlite") as other:
+            other.execute("DROP TRIGGER refuse")
+        other.close()
+        again = traces.record_many(prepared_all(traces, state, chosen), NOW)
+        assert all(isinstance(o, Outcome) for o in again)
+        assert set(state.fingerprints(ids)) == set(ids)
+        assert judge.taken == [sampled]
+        assert state._file.get_meta(sampled) is not None  # the sample's write, once
+        assert metrics.value("observer_traces_total", outcome="scored") == 6
+        clean = State(tmp_path / "clean.sqlite")  # what a run without the failure leaves
+        try:
+            recorder(clean, Metrics()).record_many(prepared_all(traces, clean, chosen), NOW)
+            (queued, fingerprints, rows), (want_queued, want_fingerprints, want_rows) = (
+                contents(state),
+                contents(clean),
+            )  # the sampled trace went first: the same, in another order
+            assert sorted(queued) == sorted(want_queued) and fingerprints == want_fingerprints
+            assert sorted(map(repr, rows)) == sorted(map(repr, want_rows))
+        finally:
+            clean.close()
     finally:
         state.close()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import structlog
@@ -59,6 +60,10 @@ class Outbox(Protocol):
 
     def waiting(self, notifier: str | None = None) -> int: ...
 
+    def thread(self, notifier: str, incident: str) -> str | None: ...
+
+    def remember_thread(self, notifier: str, incident: str, ref: str, at: float) -> None: ...
+
 
 class NothingQueued:
     """An outbox that holds nothing: for a Delivery that only sends now (`alerts test`)."""
@@ -77,6 +82,12 @@ class NothingQueued:
 
     def waiting(self, notifier: str | None = None) -> int:
         return 0
+
+    def thread(self, notifier: str, incident: str) -> str | None:
+        return None
+
+    def remember_thread(self, notifier: str, incident: str, ref: str, at: float) -> None:
+        pass
 
 
 class _Lane:
@@ -266,8 +277,16 @@ class Delivery:
     # -- the lanes' side ------------------------------------------------------
 
     def send_queued(self, name: str, notifier: Notifier, queued: Queued) -> bool:
-        """One row sent (or dropped for good); True when the lane must stop after it."""
-        error, keep = self._attempt(name, notifier, queued.notification)
+        """One row sent (or dropped for good); True when the lane must stop after it. A
+        message of an incident carries the receiver's id of the incident's first message
+        there (`thread`), and a first message's id is kept for the ones after it."""
+        notification = queued.notification
+        incident = notification.incident.id if notification.incident is not None else None
+        if incident is not None:
+            notification = replace(notification, thread=self.outbox.thread(name, incident))
+        error, keep, posted = self._attempt(name, notifier, notification)
+        if posted is not None and incident is not None and notification.thread is None:
+            self.outbox.remember_thread(name, incident, posted, notification.sent_at.timestamp())
         if error is None or not keep:
             self.outbox.delivered(queued.id)
             return False
@@ -277,12 +296,14 @@ class Delivery:
 
     def _attempt(
         self, name: str, notifier: Notifier, notification: Notification
-    ) -> tuple[str | None, bool]:
+    ) -> tuple[str | None, bool, str | None]:
         """Send with retries: (the error, or None when sent; whether another try later
-        could succeed)."""
+        could succeed; the receiver's id of the message, when it gives one)."""
+
+        posted: list[str | None] = [None]
 
         def attempt() -> None:
-            notifier.send(notification)
+            posted[0] = notifier.send(notification)
 
         def on_retry(attempt_number: int, error: Exception, wait_s: float) -> None:
             log.info(
@@ -320,7 +341,7 @@ class Delivery:
                 error=text,
                 kept=keep,  # in the outbox, tried again at the next evaluation
             )
-            return text, _retryable(error)
+            return text, _retryable(error), None
         self._metrics.alert_notifications.labels(notifier=name, result="sent").inc()
         log.info(
             "alert_notification_sent",
@@ -329,7 +350,7 @@ class Delivery:
             state=notification.state,
             dedup_key=notification.dedup_key,
         )
-        return None, False
+        return None, False, posted[0]
 
     def _dropped(self, name: str, notification: Notification, reason: str) -> None:
         """Count every drop; the log line is limited by `telemetry.logging.limit_repeats`."""

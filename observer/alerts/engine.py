@@ -331,6 +331,7 @@ def _ok(state: AlertState) -> AlertState:
         escalate_since=None,
         no_data_firing=False,
         layer=None,
+        layer_note=None,
         held=False,
     )
 

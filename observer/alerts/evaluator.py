@@ -155,10 +155,9 @@ class AlertEvaluator:
             step = self.service.evaluate_step(
                 target,
                 max_points=self.max_points,
-                rows=reader.rows if reader is not None else None,
+                rows=reader,
                 should_stop=self._stop.is_set,
                 resume=resume,
-                history=reader,
             )
         except Exception:  # the loop never dies; the next tick tries again
             log.exception("alert_evaluation_failed")

@@ -1,14 +1,28 @@
-"""What a person reads: engine events and trace hits turned into notifications (pure)."""
+"""What a person reads: engine events, trace hits and release findings turned into
+notifications (pure). Every sentence is true in its words (observer.alerts.notifiers._text):
+a resolve says the value is below (or above) its line, a number is finite or not told, a
+row without a dimension reads as people say it, one moment is "since", and the layer is
+named or said to be unclear, with why."""
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from observer.alerts.engine import AlertEvent, Example, GroupKey, Row, Top
+from observer.alerts.notifiers._text import (
+    brief,
+    layer_note,
+    line_words,
+    number,
+    number_against,
+    where_text,
+)
 from observer.alerts.regression import Finding, RegressionRule
-from observer.alerts.rules import TraceRule, WindowRule
+from observer.alerts.rules import JUDGE_HEALTH_RULES, TraceRule, WindowRule
+from observer.alerts.triage import UNPLACED, place
 from observer.state.rows import (
     Notification,
     NotificationKind,
@@ -26,19 +40,13 @@ ADVICE: dict[str, str] = {
         "that reads them; `observer explain TRACE_ID` shows one trace."
     ),
 }
-
-
-def triage_brief(triage: Triage) -> str:
-    """`release=rc2, query_type=pricing; generation; since 10:10Z` for a summary line."""
-    parts: list[str] = []
-    if triage.lead is not None:
-        parts.append(", ".join(f"{k}={v}" for k, v in triage.lead.where))
-    if triage.layer is not None:
-        parts.append(triage.layer)
-    if triage.onset is not None:
-        earlier = " or earlier" if triage.onset_open else ""
-        parts.append(f"since {_moment(triage.onset).strftime('%H:%MZ')}{earlier}")
-    return "; ".join(parts)
+# Why an alert without a triage names no layer.
+NO_DATA_NOTE = (
+    "no samples arrive, so none can be placed (the service may be down, or observer may "
+    "not be reading its traces)"
+)
+NO_TRIAGE_NOTE = "its triage could not read the history (logged as alert_triage_failed)"
+DIGEST_NOTE = "a digest only counts the traces; each one notified on its own named its layer"
 
 
 def dedup_key(rule: str, group: GroupKey) -> str:
@@ -63,15 +71,11 @@ def trace_urls(base_url: str, examples: Sequence[Example]) -> tuple[str, ...]:
 
 
 def group_text(group: GroupKey) -> str:
-    return ", ".join(f"{k}={v}" for k, v in group) or "all traces"
+    return where_text(group, "all traces")
 
 
 def _moment(at: float) -> datetime:
     return datetime.fromtimestamp(at, UTC)
-
-
-def _number(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4g}"
 
 
 def _detail(rule: WindowRule) -> str:
@@ -83,73 +87,117 @@ def top_text(rule: WindowRule, top: Top) -> str:
     return f"top {_detail(rule)} {top.value} ({top.count} of {top.of})"
 
 
+def layer_of_window(
+    rule: WindowRule, transition: str, triage: Triage | None
+) -> tuple[str | None, str | None]:
+    """The layer a firing window alert names, or None and why (`Notification.layer_note`):
+    `judge` for the judge's health rules (the eval owner's route), `pipeline` for the
+    daemon's own samples, else its triage's."""
+    if rule.name in JUDGE_HEALTH_RULES:
+        return "judge", None
+    if rule.pipeline:
+        return "pipeline", None
+    if transition == "no_data":
+        return None, NO_DATA_NOTE
+    if triage is None:
+        return None, NO_TRIAGE_NOTE
+    if triage.layer is not None:
+        return triage.layer, None
+    return None, layer_note(triage)
+
+
+def _measured(rule: WindowRule) -> str:
+    return f"{rule.aggregate}({rule.expression})"
+
+
+def _resolved_text(rule: WindowRule, event: AlertEvent, where: str) -> tuple[str, str, float]:
+    """A resolve's summary and description, and the line it is back within (its warning
+    line when it has one: the first it crosses)."""
+    line = rule.warn_threshold if rule.warn_threshold is not None else rule.threshold
+    window = format_duration(rule.window_s)
+    if event.value is None or not math.isfinite(event.value):
+        state = f"no sample of {rule.expression} in the last {window}"
+        summary = f"resolved: {rule.name} ({where}): no samples"
+    else:
+        state = (
+            f"{_measured(rule)} is {line_words(rule.op, line, event.value)}, over the last "
+            f"{window} ({event.samples} samples)"
+        )
+        summary = f"resolved: {rule.name} ({where}): {line_words(rule.op, line, event.value)}"
+    return summary, f"{state}. It fired at {iso(_moment(event.since))}.", line
+
+
+def _firing_text(
+    rule: WindowRule, event: AlertEvent, where: str, threshold: float, level: str
+) -> tuple[str, str]:
+    measured = _measured(rule)
+    value = "n/a" if event.value is None else number_against(event.value, threshold)
+    summary = f"{rule.name}: {measured} {value} {rule.op} {threshold:g} ({where})"
+    warn = f", warning {rule.op} {rule.warn_threshold:g}" if rule.warn_threshold is not None else ""
+    description = (
+        f"{measured} is {number(event.value)} over the last {format_duration(rule.window_s)} "
+        f"in event time ({event.samples} samples); page {rule.op} {rule.threshold:g}{warn}. "
+        f"Severity {level}, fired at {iso(_moment(event.since))}."
+    )
+    if event.top is not None:
+        top = event.top
+        summary += f", {top_text(rule, top)}"
+        description += (
+            f" Top {_detail(rule)}: {top.value}, {top.count} of the {top.of} "
+            f"{rule.expression.signal} traces in the window."
+        )
+    advice = ADVICE.get(rule.expression.signal)
+    if advice is not None:
+        description += f" {advice}"
+    return summary, description
+
+
 def window_notification(
     rule: WindowRule,
     event: AlertEvent,
     base_url: str,
     sent_at: datetime,
     *,
-    state: NotificationState | None = None,
+    transition: str | None = None,
     severity: str | None = None,
     triage: Triage | None = None,
     layer: str | None = None,
+    layer_note: str | None = None,
 ) -> Notification:
-    """A window rule's transition (or, with `state`/`severity`, a refresh or a close);
-    a firing one carries its `triage`, when the caller made one."""
-    resolved = (state or ("resolved" if event.transition == "resolved" else "firing")) == "resolved"
+    """A window rule's transition, or (`transition`) an Alertmanager re-post (`refresh`),
+    the close of its old severity (`closing`, with that `severity`) or a held alert told
+    (`released`); a firing one carries its `triage`, when the caller made one."""
+    told = transition or event.transition
+    resolved = told in ("resolved", "closing")
     level: Severity = "page" if (severity or event.severity) == "page" else "warn"
-    measured = f"{rule.aggregate}({rule.expression})"
     where = group_text(event.group)
     threshold = rule.threshold if level == "page" else (rule.warn_threshold or rule.threshold)
-    window = format_duration(rule.window_s)
-    if event.transition == "no_data":
+    if told == "no_data":
         summary = f"{rule.name}: no data for {format_duration(rule.no_data_for_s)} ({where})"
         description = (
             f"No sample of {rule.expression} in {where} for {format_duration(rule.no_data_for_s)}:"
             " the service may be down, or observer may not be reading its traces."
         )
-    elif resolved:
-        summary = f"resolved: {rule.name} ({where})"
+    elif told == "resolved":
+        summary, description, threshold = _resolved_text(rule, event, where)
+    elif told == "closing":
+        summary = f"{rule.name}: now {event.severity}, no longer {level} ({where})"
         description = (
-            f"{measured} is {_number(event.value)} over the last {window} "
-            f"({event.samples} samples), back within {rule.op} {threshold:g}. "
-            f"It had fired since {iso(_moment(event.since))}."
+            f"{_measured(rule)} is {number(event.value)}: the alert is {event.severity} now; "
+            f"this closes its {level} alert."
         )
     else:
-        summary = (
-            f"{rule.name}: {measured} {_number(event.value)} {rule.op} {threshold:g} ({where})"
-        )
-        warn = (
-            f", warning {rule.op} {rule.warn_threshold:g}"
-            if rule.warn_threshold is not None
-            else ""
-        )
-        description = (
-            f"{measured} is {_number(event.value)} over the last {window} in event time "
-            f"({event.samples} samples); page {rule.op} {rule.threshold:g}{warn}. "
-            f"Severity {level} since {iso(_moment(event.since))}."
-        )
-        if event.top is not None:
-            top = event.top
-            summary += f", {top_text(rule, top)}"
-            description += (
-                f" Top {_detail(rule)}: {top.value}, {top.count} of the {top.of} "
-                f"{rule.expression.signal} traces in the window."
-            )
-        advice = ADVICE.get(rule.expression.signal)
-        if advice is not None:
-            description += f" {advice}"
+        summary, description = _firing_text(rule, event, where, threshold, level)
         if triage is not None:
-            brief = triage_brief(triage)
-            if brief:
-                summary += f" [{brief}]"
-    if resolved or event.transition == "no_data":
+            summary += f" [{brief(triage)}]"
+        if told == "released":
+            description += " It was held while the judge was unhealthy; the judge is healthy again."
+    if resolved or told == "no_data":
         triage = None
     examples = triage.examples if triage is not None and triage.examples else event.examples
     key = dedup_key(rule.name, event.group)
-    transition = state or event.transition
     return Notification(
-        id=message_id(key, f"{transition}:{level}", event.at),
+        id=message_id(key, f"{told}:{level}", event.at),
         dedup_key=key,
         rule=rule.name,
         kind="window",
@@ -172,15 +220,21 @@ def window_notification(
         runbook_url=rule.runbook_url,
         triage=triage,
         layer=layer,
+        layer_note=None if layer is not None else layer_note,
+        transition=told,
     )
 
 
 def trace_notification(rule: TraceRule, row: Row, base_url: str, sent_at: datetime) -> Notification:
-    """One trace that meets a trace rule, notified at once."""
+    """One trace that meets a trace rule, notified at once; its layer by the same rules a
+    triage places a bad sample by."""
     assert row.trace_id is not None
     group: GroupKey = (("environment", row.environment), ("query_type", row.query_type))
     example = Example(row.trace_id, row.project_id, 1.0)
     key = dedup_key(rule.name, (*group, ("trace_id", row.trace_id)))
+    placed = place(row.values)
+    layer = None if placed in UNPLACED else placed
+    value = rule.expression.value(row.values)
     return Notification(
         id=message_id(key, "trace", row.at),
         dedup_key=key,
@@ -190,13 +244,17 @@ def trace_notification(rule: TraceRule, row: Row, base_url: str, sent_at: dateti
         severity="page",
         group=group,
         summary=f"{rule.name}: trace {row.trace_id} ({group_text(group)})",
-        description=f"Trace {row.trace_id} meets {rule.expression}.",
+        description=(
+            f"Trace {row.trace_id} meets {rule.expression} (answered at {iso(_moment(row.at))})."
+        ),
         started_at=_moment(row.at),
         sent_at=sent_at,
         signal=str(rule.expression),
-        value=rule.expression.value(row.values),
+        value=value,
         trace_urls=trace_urls(base_url, [example]),
         runbook_url=rule.runbook_url,
+        layer=layer,
+        layer_note=None if layer is not None else UNPLACED[placed],
     )
 
 
@@ -231,7 +289,16 @@ def digest_notification(
         samples=suppressed,
         trace_urls=trace_urls(base_url, examples),
         runbook_url=rule.runbook_url,
+        layer_note=DIGEST_NOTE,
     )
+
+
+def _spread(finding: Finding) -> str:
+    """How sure the comparison is, in words: the z when it is finite."""
+    samples = f"{finding.samples} and {finding.before_samples} samples"
+    if math.isfinite(finding.z):
+        return f"{samples}, z = {finding.z:.3g}"
+    return f"{samples}; every sample within each release alike, so the difference is certain"
 
 
 def regression_notification(
@@ -242,28 +309,31 @@ def regression_notification(
     since: float,
     base_url: str,
     sent_at: datetime,
+    *,
+    layer: str | None = None,
+    layer_note: str | None = None,
 ) -> Notification:
     """A new release worse than the one before it (`finding`), or that finding resolved
     (None: the comparison no longer holds)."""
     key = dedup_key(rule.name, group)
     labels = dict(group)
     where = group_text(tuple((k, v) for k, v in group if k != "signal"))
-    signal = labels.get("signal")
+    signal = labels.get("signal", "its signals")
+    release = labels.get(rule.dimension, f"the new {rule.dimension}")
     if finding is None:
         summary = f"resolved: {rule.name} ({where}, {signal})"
         description = (
-            f"{rule.dimension} {labels.get(rule.dimension)} is no longer worse than the one "
-            f"before it on {signal} (fixed, or replaced). It had fired since "
-            f"{iso(_moment(since))}."
+            f"{rule.dimension} {release} is no longer worse than the one before it on "
+            f"{signal} (fixed, or replaced). It fired at {iso(_moment(since))}."
         )
     else:
         summary = f"{rule.name}: {finding.text(rule.dimension)} ({where})"
         description = (
-            f"{finding.aggregate}({finding.signal}) is {finding.value:.4g} on "
-            f"{rule.dimension} {finding.new} against {finding.before_value:.4g} on "
-            f"{finding.before} ({finding.samples} and {finding.before_samples} samples, "
-            f"z = {finding.z:.3g}); a {rule.dimension} pages when it is worse by at least "
-            f"{rule.min_effect:g} with z >= {rule.z_floor:g}, whatever the absolute thresholds."
+            f"{finding.aggregate}({finding.signal}) is {number(finding.value)} on "
+            f"{rule.dimension} {finding.new} against {number(finding.before_value)} on "
+            f"{finding.before} ({_spread(finding)}); a {rule.dimension} pages when it is "
+            f"worse by at least {rule.min_effect:g} with z >= {rule.z_floor:g}, whatever "
+            "the absolute thresholds."
         )
     state: NotificationState = "resolved" if finding is None else "firing"
     return Notification(
@@ -285,4 +355,7 @@ def regression_notification(
         samples=finding.samples if finding is not None else None,
         trace_urls=trace_urls(base_url, finding.examples) if finding is not None else (),
         runbook_url=rule.runbook_url,
+        layer=layer,
+        layer_note=None if layer is not None else layer_note,
+        transition=state,
     )

@@ -218,7 +218,14 @@ class WindowRule:
         return f"{self.aggregate}({self.expression}) {self.op} {self.threshold:g}"
 
 
-LAYERS: tuple[str, ...] = ("retrieval", "generation", "index", "abstention", "judge")
+LAYERS: tuple[str, ...] = (
+    "retrieval",
+    "generation",
+    "index",
+    "abstention",
+    "judge",
+    "pipeline",
+)
 # Signals the LLM judge writes: alerts on them are held while the judge is unhealthy.
 JUDGE_SIGNALS: frozenset[str] = frozenset(
     {"faithfulness", "citation_accuracy", "critical_unsupported"}

@@ -16,21 +16,30 @@ already keeps, at no LLM cost, every firing notification also says
   `floor` samples and a bad share higher than outside's by a two-proportion
   z of at least `Z_FLOOR`, so noise never leads. Within the leading segment a
   second dimension that concentrates the bad samples further is named with it
-  (release=rc2 and query_type=pricing).
+  (release=rc2 and query_type=pricing). When every sample is bad, the whole
+  group is: no segment can stand out.
 - **since when**: the onset. Scanning back from the alert in steps, the run of
   windows that had already crossed (warn or page) ends at the first such
   window; inside it, the moment that best splits the bad share into a before
-  and an after (the largest likelihood ratio of two Bernoulli rates) is the
-  onset: the start of the change, not the moment the rule fired.
+  and an after (the largest likelihood ratio of two Bernoulli rates, over the
+  samples from half a window before that one) is the onset: the start of the
+  change, not the moment the rule fired. Time is cut into buckets of `size`
+  seconds (a divisor of the step and the window, about a thirtieth of the
+  step), so the onset is told to within a bucket.
 - **whose**: the layer to blame, over the bad samples of the leading segment
-  (the zero-cost rules of docs/alerts.md#triage): `index` when cited chunks are missing or stale,
-  `abstention` when the answer refused while retrieval was HIGH, `retrieval`
-  when the CRAG grade is LOW, `generation` when retrieval was HIGH yet the
-  answer failed. The layer that holds more than half of the classified bad
-  samples is named; none when no layer does.
+  (`place`, the zero-cost rules of docs/alerts.md#triage): `index` when cited
+  chunks are missing or stale, `abstention` when the answer refused while
+  retrieval was HIGH, `retrieval` when the CRAG grade is LOW, `generation`
+  when retrieval was HIGH yet the answer failed. The layer that holds more than
+  half of the placed bad samples is named; none when no layer does, and the
+  samples no rule could place are counted by why (`Triage.unclear`: no
+  retrieval score recorded, retrieval AMBIGUOUS, a refusal without evidence).
 - **examples**: the worst traces of the leading segment in the window.
 
-No clock, no I/O: the caller reads the history (`KEYS`) and passes the rows.
+The triage reads counts, not rows (`Slices`): SQLite computes them over the stored
+history for the daemon and `alerts status` (observer.state.slices), `RowSlices`
+from rows in memory for `alerts backtest` and the tests; both give the same triage.
+No clock, no I/O here.
 """
 
 from __future__ import annotations
@@ -39,11 +48,12 @@ import bisect
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
+from typing import Final, Protocol
 
-from observer.alerts.engine import MAX_EXAMPLES, aggregate, group_of, in_scope, worst
+from observer.alerts.engine import MAX_EXAMPLES, group_of, in_scope, quantile, worst
 from observer.alerts.rules import DIMENSIONS, LAYERS, WindowRule
-from observer.state.rows import GroupKey, Row, Segment, Triage, Value
+from observer.state.rows import Example, GroupKey, Row, Segment, Triage, Value
+from observer.state.slices import Bucket, Cell, Query
 
 # A segment leads only when its bad share is this many standard errors above the rest's.
 Z_FLOOR: Final = 3.0
@@ -56,10 +66,18 @@ LAYER_KEYS: Final = frozenset(
 )
 # How far back the onset is looked for: this many windows, at least two hours, at most a day.
 LOOKBACK_WINDOWS: Final = 8
+QUANTILES: Final = frozenset({"p50", "p95"})
+# A bad sample no layer rule places, and why, in words (`Triage.unclear`).
+UNPLACED: Final[Mapping[str, str]] = {
+    "no_retrieval_score": "its trace recorded no retrieval score, so its retrieval grade is "
+    "unknown",
+    "ambiguous": "its retrieval was AMBIGUOUS",
+    "refused_without_evidence": "it refused with retrieval LOW (right to: no evidence)",
+}
 
 
 def lookback_s(rule: WindowRule) -> float:
-    """The span of history a triage reads, ending at the alert."""
+    """The span of history a triage may read, ending at the alert."""
     return min(24 * 3600.0, max(2 * 3600.0, LOOKBACK_WINDOWS * rule.window_s))
 
 
@@ -68,7 +86,9 @@ def keys(rule: WindowRule) -> set[str]:
     return {rule.expression.signal, *LAYER_KEYS}
 
 
-Sample = tuple[float, Row]  # the expression's value on a row, and the row
+def first_line(rule: WindowRule) -> float:
+    """The first line the rule's value crosses: warn's, else the page's."""
+    return rule.warn_threshold if rule.warn_threshold is not None else rule.threshold
 
 
 def is_bad(rule: WindowRule, value: float) -> bool:
@@ -76,16 +96,73 @@ def is_bad(rule: WindowRule, value: float) -> bool:
     threshold (warn's, when the rule has one: the first line it crosses)."""
     if rule.expression.is_flag:
         return value == 1.0
-    line = rule.warn_threshold if rule.warn_threshold is not None else rule.threshold
-    return rule.breaches(value, line)
+    return rule.breaches(value, first_line(rule))
 
 
 def bad_when(rule: WindowRule) -> str:
     """What `is_bad` tests, as a person reads it: `ungrounded`, `numeric_grounding < 0.95`."""
     if rule.expression.is_flag:
         return str(rule.expression)
-    line = rule.warn_threshold if rule.warn_threshold is not None else rule.threshold
-    return f"{rule.expression.signal} {rule.op} {line:g}"
+    return f"{rule.expression.signal} {rule.op} {first_line(rule):g}"
+
+
+def query(rule: WindowRule, group: GroupKey) -> Query:
+    """The rule's samples of `group` as observer.state.slices asks SQLite for them."""
+    expression = rule.expression
+    operand = expression.operand
+    return Query(
+        signal=expression.signal,
+        op=expression.op,
+        operand=operand,
+        bad_op=None if expression.is_flag else rule.op,
+        line=first_line(rule),
+        scope=tuple(sorted({*group, *rule.where})),
+        highest=rule.op in (">", ">="),
+    )
+
+
+def _positive(value: Value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def place(values: Mapping[str, Value]) -> str:
+    """Where one bad sample points (docs/alerts.md#triage): a layer, or why none
+    (a key of `UNPLACED`)."""
+    if _positive(values.get("missing_chunks")) or _positive(values.get("stale_citations")):
+        return "index"
+    grade = values.get("crag_grade")
+    if values.get("abstained") is True:
+        if grade == "HIGH" or values.get("over_refusal") is True:
+            return "abstention"
+        if grade == "LOW":
+            return "refused_without_evidence"
+        return "no_retrieval_score" if grade is None else "ambiguous"
+    if grade == "LOW":
+        return "retrieval"
+    if grade == "HIGH":
+        return "generation"
+    return "no_retrieval_score" if grade is None else "ambiguous"
+
+
+def layer_of(values: Mapping[str, Value]) -> str | None:
+    """The layer one bad sample points at, or None when it cannot tell."""
+    found = place(values)
+    return found if found in LAYERS else None
+
+
+class Slices(Protocol):
+    """A rule's samples of one group, aggregated (observer.state.slices, `RowSlices`)."""
+
+    def cells(self, start: float, end: float) -> list[Cell]: ...
+
+    def buckets(self, size: float, anchor: float, start: float, end: float) -> list[Bucket]: ...
+
+    def worst(
+        self, where: Sequence[tuple[str, str]], start: float, end: float
+    ) -> tuple[Example, ...]: ...
+
+
+Sample = tuple[float, Row]  # the expression's value on a row, and the row
 
 
 def samples_of(rule: WindowRule, group: GroupKey, rows: Iterable[Row]) -> list[Sample]:
@@ -101,6 +178,72 @@ def samples_of(rule: WindowRule, group: GroupKey, rows: Iterable[Row]) -> list[S
     return found
 
 
+class RowSlices:
+    """`Slices` from rows in memory (`alerts backtest`, the tests): what SQLite computes."""
+
+    def __init__(self, rule: WindowRule, group: GroupKey, rows: Iterable[Row]) -> None:
+        self.rule = rule
+        self.history = samples_of(rule, group, rows)
+        self.times = [r.at for _, r in self.history]
+        self.keep_values = rule.aggregate in QUANTILES
+
+    def _between(self, start: float, end: float) -> list[Sample]:
+        low = bisect.bisect_right(self.times, start)
+        return self.history[low : bisect.bisect_right(self.times, end)]
+
+    def cells(self, start: float, end: float) -> list[Cell]:
+        found: dict[tuple[object, ...], list[float]] = {}
+        labels: dict[tuple[object, ...], dict[str, str]] = {}
+        for value, row in self._between(start, end):
+            bad = is_bad(self.rule, value)
+            named = tuple(row.label(d) for d in DIMENSIONS)
+            key = (named, bad, place(row.values) if bad else "")
+            found.setdefault(key, []).append(value)
+            labels.setdefault(key, dict(zip(DIMENSIONS, named, strict=True)))
+        return [
+            Cell(
+                labels[key],
+                bool(key[1]),
+                str(key[2]),
+                len(values),
+                math.fsum(values),
+                min(values),
+                max(values),
+                tuple(values) if self.keep_values else (),
+            )
+            for key, values in found.items()
+        ]
+
+    def buckets(self, size: float, anchor: float, start: float, end: float) -> list[Bucket]:
+        found: dict[int, list[Sample]] = {}
+        for value, row in self._between(start, end):
+            found.setdefault(int((anchor - row.at) / size), []).append((value, row))
+        out: list[Bucket] = []
+        for index, items in found.items():
+            values = [v for v, _ in items]
+            out.append(
+                Bucket(
+                    index,
+                    len(values),
+                    sum(is_bad(self.rule, v) for v in values),
+                    math.fsum(values),
+                    min(values),
+                    max(values),
+                    min(r.at for _, r in items),
+                    tuple(values) if self.keep_values else (),
+                )
+            )
+        return out
+
+    def worst(
+        self, where: Sequence[tuple[str, str]], start: float, end: float
+    ) -> tuple[Example, ...]:
+        inside = [
+            (v, r) for v, r in self._between(start, end) if all(r.label(k) == x for k, x in where)
+        ]
+        return worst(self.rule, inside)[:MAX_EXAMPLES]
+
+
 def triage(
     rule: WindowRule,
     group: GroupKey,
@@ -110,33 +253,61 @@ def triage(
 ) -> Triage:
     """The triage of `rule`'s `group` firing at `at`, from the history `rows` (trace rows of
     at least `lookback_s(rule)` before `at`, with `keys(rule)` and the rows' dimensions)."""
-    history = samples_of(rule, group, rows)
-    window = [(v, r) for v, r in history if at - rule.window_s < r.at <= at]
-    bad = [is_bad(rule, v) for v, _ in window]
+    return triage_of(rule, group, RowSlices(rule, group, rows), at, dimensions)
+
+
+def triage_of(
+    rule: WindowRule,
+    group: GroupKey,
+    slices: Slices,
+    at: float,
+    dimensions: Sequence[str] = DIMENSIONS,
+) -> Triage:
+    """The triage of `rule`'s `group` firing at `at`, from its samples' `slices`."""
+    window = slices.cells(at - rule.window_s, at)
     fixed = {k for k, _ in group} | {k for k, _ in rule.where}
-    segments = rank(rule, window, bad, [d for d in dimensions if d not in fixed])
-    lead_rows = _inside(window, segments[0].where) if segments else window
-    layer, shares = blame(rule, [(v, r) for v, r in lead_rows if is_bad(rule, v)])
-    began, open_start = onset(rule, history, at)
+    segments = rank(rule, window, [d for d in dimensions if d not in fixed])
+    where = segments[0].where if segments else ()
+    lead = [c for c in window if _inside(c, where)]
+    placed: Counter[str] = Counter()
+    for cell in lead:
+        if cell.bad:
+            placed[cell.place] += cell.n
+    layer, shares, unclear = blame(placed)
+    began, open_start = onset(rule, slices, at)
     return Triage(
-        samples=len(window),
-        bad=sum(bad),
+        samples=sum(c.n for c in window),
+        bad=sum(c.n for c in window if c.bad),
         bad_when=bad_when(rule),
         segments=segments,
         onset=began,
         onset_open=open_start,
         layer=layer,
         layer_shares=shares,
-        examples=worst(rule, lead_rows)[:MAX_EXAMPLES],
+        examples=slices.worst(where, at - rule.window_s, at),
+        unclear=unclear,
     )
 
 
-def _inside(window: Sequence[Sample], where: Sequence[tuple[str, str]]) -> list[Sample]:
-    return [(v, r) for v, r in window if all(r.label(k) == value for k, value in where)]
+def _inside(cell: Cell, where: Sequence[tuple[str, str]]) -> bool:
+    return all(cell.label(k) == value for k, value in where)
 
 
-def _aggregate(rule: WindowRule, values: Sequence[float]) -> float | None:
-    return aggregate(rule.aggregate, values) if values else None
+def measure(rule: WindowRule, parts: Sequence[Cell] | Sequence[Bucket]) -> float | None:
+    """The rule's aggregate over cells or buckets (`engine.aggregate` of their samples)."""
+    n = sum(p.n for p in parts)
+    if n == 0:
+        return None
+    name = rule.aggregate
+    if name in QUANTILES:
+        return quantile(sorted(v for p in parts for v in p.values), 0.5 if name == "p50" else 0.95)
+    low, high = min(p.low for p in parts), max(p.high for p in parts)
+    total = math.fsum(p.total for p in parts)
+    if name in ("mean", "rate"):
+        return min(max(total / n, low), high)
+    if name == "count":
+        return total
+    return low if name == "min" else high
 
 
 def z_score(bad_in: int, n_in: int, bad_out: int, n_out: int) -> float:
@@ -156,48 +327,36 @@ def floor_of(rule: WindowRule) -> int:
 
 
 def rank(
-    rule: WindowRule, window: Sequence[Sample], bad: Sequence[bool], dimensions: Sequence[str]
+    rule: WindowRule, window: Sequence[Cell], dimensions: Sequence[str]
 ) -> tuple[Segment, ...]:
     """The best segment of each dimension, ranked by excess; the leader refined by a second
     dimension when that concentrates the bad samples further."""
-    total_bad = sum(bad)
+    total_bad = sum(c.n for c in window if c.bad)
     if total_bad == 0:
         return ()
-    best: list[Segment] = []
-    for dimension in dimensions:
-        found = _best_of(rule, window, bad, (), dimension, total_bad)
-        if found is not None:
-            best.append(found)
+    best = [s for d in dimensions if (s := _best_of(rule, window, (), d, total_bad)) is not None]
     best.sort(key=lambda s: (-s.excess, s.where))
     if not best:
         return ()
     lead = best[0]
-    inside = [i for i, (_, r) in enumerate(window) if all(r.label(k) == v for k, v in lead.where)]
+    inside = [c for c in window if _inside(c, lead.where)]
     refined: Segment | None = None
     for dimension in dimensions:
         if dimension == lead.where[0][0]:
             continue
-        narrower = _best_of(
-            rule,
-            [window[i] for i in inside],
-            [bad[i] for i in inside],
-            lead.where,
-            dimension,
-            total_bad,
-        )
+        narrower = _best_of(rule, inside, lead.where, dimension, total_bad)
         if narrower is not None and (refined is None or narrower.excess > refined.excess):
             refined = narrower
     if refined is not None:
         # Counted against the whole window, as every segment is.
-        refined = _segment(rule, window, bad, refined.where, total_bad)
+        refined = _segment(rule, window, refined.where, total_bad)
     ordered = ([refined] if refined is not None else []) + best
     return tuple(ordered[:SEGMENTS_TOLD])
 
 
 def _best_of(
     rule: WindowRule,
-    window: Sequence[Sample],
-    bad: Sequence[bool],
+    window: Sequence[Cell],
     prefix: tuple[tuple[str, str], ...],
     dimension: str,
     total_bad: int,
@@ -205,11 +364,11 @@ def _best_of(
     """The value of `dimension` (within `window`) with the largest significant excess."""
     counts: Counter[str] = Counter()
     bads: Counter[str] = Counter()
-    for (_, row), flagged in zip(window, bad, strict=True):
-        label = row.label(dimension)
-        counts[label] += 1
-        bads[label] += flagged
-    n, b = len(window), sum(bad)
+    for cell in window:
+        label = cell.label(dimension)
+        counts[label] += cell.n
+        bads[label] += cell.n if cell.bad else 0
+    n, b = sum(counts.values()), sum(bads.values())
     chosen: tuple[float, str] | None = None
     for label, n_in in counts.items():
         b_in = bads[label]
@@ -223,129 +382,184 @@ def _best_of(
             chosen = (excess, label)
     if chosen is None:
         return None
-    return _segment(rule, window, bad, (*prefix, (dimension, chosen[1])), total_bad)
+    return _segment(rule, window, (*prefix, (dimension, chosen[1])), total_bad)
 
 
 def _segment(
     rule: WindowRule,
-    window: Sequence[Sample],
-    bad: Sequence[bool],
+    window: Sequence[Cell],
     where: tuple[tuple[str, str], ...],
     total_bad: int,
 ) -> Segment:
-    inside: list[float] = []
-    outside: list[float] = []
-    b_in = b_out = 0
-    for (value, row), flagged in zip(window, bad, strict=True):
-        if all(row.label(k) == v for k, v in where):
-            inside.append(value)
-            b_in += flagged
-        else:
-            outside.append(value)
-            b_out += flagged
-    rest_rate = b_out / len(outside) if outside else 0.0
+    inside = [c for c in window if _inside(c, where)]
+    outside = [c for c in window if not _inside(c, where)]
+    n_in, n_out = sum(c.n for c in inside), sum(c.n for c in outside)
+    b_in = sum(c.n for c in inside if c.bad)
+    b_out = sum(c.n for c in outside if c.bad)
+    rest_rate = b_out / n_out if n_out else 0.0
     return Segment(
         where=where,
-        samples=len(inside),
+        samples=n_in,
         bad=b_in,
-        bad_rate=b_in / len(inside) if inside else 0.0,
+        bad_rate=b_in / n_in if n_in else 0.0,
         rest_bad_rate=rest_rate,
-        value=_aggregate(rule, inside),
-        rest_value=_aggregate(rule, outside),
+        value=measure(rule, inside),
+        rest_value=measure(rule, outside),
         share=b_in / total_bad if total_bad else 0.0,
-        excess=b_in - len(inside) * rest_rate,
+        excess=b_in - n_in * rest_rate,
     )
-
-
-def layer_of(values: Mapping[str, Value]) -> str | None:
-    """The layer one bad sample points at (docs/alerts.md#triage), or None when it cannot tell."""
-    if _positive(values.get("missing_chunks")) or _positive(values.get("stale_citations")):
-        return "index"
-    grade = values.get("crag_grade")
-    if values.get("abstained") is True:
-        return "abstention" if grade == "HIGH" or values.get("over_refusal") is True else None
-    if grade == "LOW":
-        return "retrieval"
-    if grade == "HIGH":
-        return "generation"
-    return None
-
-
-def _positive(value: Value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 def blame(
-    rule: WindowRule, bad: Sequence[Sample]
-) -> tuple[str | None, tuple[tuple[str, float], ...]]:
-    """The layer holding more than half of the classified bad samples, and every layer's
-    share of them (largest first)."""
-    counts = Counter(layer for _, row in bad if (layer := layer_of(row.values)) is not None)
-    told = sum(counts.values())
+    places: Mapping[str, int],
+) -> tuple[str | None, tuple[tuple[str, float], ...], tuple[tuple[str, int], ...]]:
+    """From the bad samples' places: the layer holding more than half of the placed ones,
+    every layer's share of them (largest first), and the unplaced ones by why."""
+    layers = {k: n for k, n in places.items() if k in LAYERS and n > 0}
+    unclear = tuple(
+        sorted(((k, n) for k, n in places.items() if k not in LAYERS and k and n > 0),
+               key=lambda item: (-item[1], item[0]))
+    )  # fmt: skip
+    told = sum(layers.values())
     if told == 0:
-        return None, ()
+        return None, (), unclear
     shares = tuple(
-        (name, counts[name] / told)
-        for name in sorted(counts, key=lambda n: (-counts[n], LAYERS.index(n)))
+        (name, layers[name] / told)
+        for name in sorted(layers, key=lambda n: (-layers[n], LAYERS.index(n)))
     )
     leader, share = shares[0]
-    return (leader if share > 0.5 else None), shares
+    return (leader if share > 0.5 else None), shares, unclear
 
 
-def crossed(rule: WindowRule, values: Sequence[float]) -> bool:
+def crossed(rule: WindowRule, parts: Sequence[Bucket]) -> bool:
     """A window's samples cross the rule's first line (warn, else page), with enough of them."""
-    if len(values) < rule.min_samples:
+    if sum(p.n for p in parts) < rule.min_samples:
         return False
-    value = aggregate(rule.aggregate, values)
-    line = rule.warn_threshold if rule.warn_threshold is not None else rule.threshold
-    return rule.breaches(value, line)
+    value = measure(rule, parts)
+    return value is not None and rule.breaches(value, first_line(rule))
 
 
-def onset(rule: WindowRule, history: Sequence[Sample], at: float) -> tuple[float | None, bool]:
+def bucket_size(window_s: float, step_s: float) -> float:
+    """Seconds a bucket spans: divides both the step and the window (in whole milliseconds),
+    about a thirtieth of the step, at least a millisecond."""
+    window_ms, step_ms = max(1, round(window_s * 1000)), max(1, round(step_s * 1000))
+    common = math.gcd(window_ms, step_ms)
+    target = max(1, step_ms // 30)
+    best = 1
+    for d in range(1, math.isqrt(common) + 1):
+        if common % d == 0:
+            for divisor in (d, common // d):
+                if divisor <= target:
+                    best = max(best, divisor)
+    return best / 1000
+
+
+class _Timeline:
+    """The buckets read so far, newest first by index, read further back on demand."""
+
+    def __init__(self, slices: Slices, size: float, anchor: float, earliest: float) -> None:
+        self.slices = slices
+        self.size = size
+        self.anchor = anchor
+        self.earliest = earliest  # the history read never starts before it
+        self.start = anchor  # read: (start, anchor]
+        self.by_index: dict[int, Bucket] = {}
+        self.indexes: list[int] = []  # of by_index, ascending
+
+    def reach(self, moment: float, chunk: float) -> None:
+        """Read back to `moment` (not before `earliest`), at least `chunk` seconds at a time
+        (a scan back reads a few spans, not one per step)."""
+        moment = max(moment, self.earliest)
+        if moment >= self.start:
+            return
+        moment = max(self.earliest, min(moment, self.start - chunk))
+        for bucket in self.slices.buckets(self.size, self.anchor, moment, self.start):
+            held = self.by_index.get(bucket.index)
+            self.by_index[bucket.index] = bucket if held is None else _merged(held, bucket)
+        self.indexes = sorted(self.by_index)
+        self.start = moment
+
+    def between(self, low: int, high: int) -> list[Bucket]:
+        """The buckets of indexes low..high (inclusive)."""
+        found = self.indexes[
+            bisect.bisect_left(self.indexes, low) : bisect.bisect_right(self.indexes, high)
+        ]
+        return [self.by_index[i] for i in found]
+
+
+def _merged(one: Bucket, two: Bucket) -> Bucket:
+    """A bucket split by two reads (its older part read later)."""
+    return Bucket(
+        one.index,
+        one.n + two.n,
+        one.bad + two.bad,
+        one.total + two.total,
+        min(one.low, two.low),
+        max(one.high, two.high),
+        min(one.first, two.first),
+        one.values + two.values,
+    )
+
+
+def onset(rule: WindowRule, slices: Slices, at: float) -> tuple[float | None, bool]:
     """When the change began: in the earliest of the run of crossed windows that ends at
     `at`, the split of the bad share into a before and an after that fits best; and
     whether the run reached back to where the history read starts (the window before it
     held too few samples to say, or the lookback ended): then the change began then or
     earlier."""
-    if not history:
-        return None, False
-    times = [r.at for _, r in history]
     step = max(60.0, rule.window_s / 10)
-    first: float | None = None
-    end = at
+    size = bucket_size(rule.window_s, step)
+    per_window = round(rule.window_s / size)
+    per_step = round(step / size)
     earliest = at - lookback_s(rule)
-    values = [v for v, _ in history]
+    timeline = _Timeline(slices, size, at, earliest - step)
+    first: float | None = None
     open_start = True  # until a window is found that had not crossed, with enough samples
-    while end - rule.window_s >= earliest - step:
-        low_i = bisect.bisect_right(times, end - rule.window_s)
-        window = values[low_i : bisect.bisect_right(times, end)]
-        if not crossed(rule, window):
-            open_start = len(window) < rule.min_samples
+    k = 0
+    while at - k * step - rule.window_s >= earliest - step:
+        timeline.reach(at - k * step - rule.window_s, rule.window_s)
+        parts = timeline.between(k * per_step, k * per_step + per_window - 1)
+        if not crossed(rule, parts):
+            open_start = sum(p.n for p in parts) < rule.min_samples
             break
-        first = end
-        end -= step
+        first = at - k * step
+        k += 1
     if first is None:
         return None, False
-    bad = [is_bad(rule, v) for v, _ in history]
-    # The change began inside the first crossed window (the one before it had not crossed).
+    # The change began inside the first crossed window (the one before it had not crossed);
+    # the split is fitted over the samples from half a window before that one.
     low, high = first - rule.window_s - step, first
-    return change_point(times, bad, low, high), open_start
+    timeline.reach(low - rule.window_s / 2, 0.0)
+    span = timeline.between(0, int((at - (low - rule.window_s / 2)) / size))
+    ordered = sorted(span, key=lambda b: b.first)
+    return change_point(
+        [b.first for b in ordered], [b.bad for b in ordered], low, high, [b.n for b in ordered]
+    ), open_start
 
 
-def change_point(times: Sequence[float], bad: Sequence[bool], low: float, high: float) -> float:
-    """The time in [low, high] that best splits `bad` (ordered by `times`) into two rates,
-    by the log-likelihood of two Bernoulli rates against one; `low` when none is better."""
-    n = len(bad)
-    total = sum(bad)
+def change_point(
+    times: Sequence[float],
+    bad: Sequence[int] | Sequence[bool],
+    low: float,
+    high: float,
+    counts: Sequence[int] | None = None,
+) -> float:
+    """The time in [low, high] that best splits `bad` (ordered by `times`; each point
+    `counts` samples, one by default, `bad` of them bad) into two rates, by the
+    log-likelihood of two Bernoulli rates against one; `low` when none is better."""
+    sizes = list(counts) if counts is not None else [1] * len(times)
+    n = sum(sizes)
+    total = sum(int(b) for b in bad)
     best_at, best_gain = low, 0.0
-    before = 0
-    for i in range(n):
-        # Split between i-1 and i: samples [0, i) before, [i, n) after.
-        if low <= times[i] <= high and 0 < i < n:
-            gain = _split_gain(before, i, total - before, n - i, total, n)
+    before = seen = 0
+    for i, moment in enumerate(times):
+        # Split before point i: the samples of points [0, i) before, [i, ...) after.
+        if low <= moment <= high and 0 < seen < n:
+            gain = _split_gain(before, seen, total - before, n - seen, total, n)
             if gain > best_gain:
-                best_gain, best_at = gain, times[i]
-        before += bad[i]
+                best_gain, best_at = gain, moment
+        before += int(bad[i])
+        seen += sizes[i]
     return best_at
 
 

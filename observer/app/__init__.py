@@ -22,9 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from observer.app.alerts import (
+        AlertStatus,
         Backtest,
         RegressionBacktest,
+        alert_status,
         backtest,
+        backtest_incidents,
         backtest_regressions,
         open_alerts,
         test_notification,
@@ -71,6 +74,9 @@ if TYPE_CHECKING:
 
 # Loaded when first asked for: `observer score` and `--help` import no client library.
 _HOMES = {
+    "AlertStatus": "observer.app.alerts",
+    "alert_status": "observer.app.alerts",
+    "backtest_incidents": "observer.app.alerts",
     "Backtest": "observer.app.alerts",
     "backtest": "observer.app.alerts",
     "RegressionBacktest": "observer.app.alerts",
@@ -133,6 +139,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_UNREACHABLE",
     "MAX_BACKFILL_CHUNK",
+    "AlertStatus",
     "Backtest",
     "CheckResult",
     "Mode",
@@ -140,8 +147,10 @@ __all__ = [
     "Parts",
     "PassResult",
     "RegressionBacktest",
+    "alert_status",
     "backfill",
     "backtest",
+    "backtest_incidents",
     "backtest_regressions",
     "build",
     "build_alerts",

@@ -1,10 +1,16 @@
 """The alert commands' part: rules over a state file (`alerts status`, `backtest`),
 and a test alert through the notifiers (`alerts test`).
+
+`alert_status` is what `alerts status` shows: every rule and group as the next
+evaluation would leave it, the triage of each firing group, and the incidents open
+(and resolved within the last day of event time). `backtest` replays the window rules
+from a clean state, `backtest_regressions` the release regressions, and
+`backtest_incidents` what the notifiers would have been told of them, as incidents.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -12,19 +18,21 @@ from pathlib import Path
 
 from observer.alerts.delivery import Delivery, NothingQueued
 from observer.alerts.engine import AlertEvent, evaluation_points, replay
+from observer.alerts.incidents import tell
+from observer.alerts.messages import layer_of_window, regression_notification, window_notification
 from observer.alerts.notifiers.trial import TestOutcome, send_test
 from observer.alerts.regression import RegressionRule
 from observer.alerts.regression import Transition as RegressionTransition
 from observer.alerts.regression import replay as replay_regression
 from observer.alerts.rules import WindowRule, row_keys
-from observer.alerts.service import AlertService
+from observer.alerts.service import AlertService, RuleStatus
 from observer.alerts.triage import keys as triage_keys
 from observer.alerts.triage import lookback_s, triage
 from observer.app.builders import build_alerts, build_notifiers, now_utc
 from observer.background import Deadline
 from observer.config import ConfigError, Settings
 from observer.state import State, StateError
-from observer.state.rows import Notification, Triage
+from observer.state.rows import GroupKey, Incident, Notification, Triage
 from observer.telemetry.metrics import Metrics
 
 
@@ -37,6 +45,45 @@ def open_alerts(settings: Settings, state_path: Path) -> Iterator[AlertService]:
         raise StateError(f"state file {state_path} does not exist (run the daemon first)")
     with closing(State(state_path)) as state:
         yield build_alerts(settings, state, Metrics(), notify=False)
+
+
+# `alerts status` also lists the incidents resolved this long before the watermark.
+RESOLVED_SHOWN_S = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class AlertStatus:
+    """What `alerts status` shows."""
+
+    statuses: list[RuleStatus]
+    triages: dict[tuple[str, GroupKey], Triage]
+    incidents: list[Incident]
+    watermark: float | None
+    rules: tuple[WindowRule | RegressionRule, ...]
+    trace_rules: int
+
+
+def alert_status(alerts: AlertService, now: datetime | None = None) -> AlertStatus:
+    """Every rule and group now (nothing sent, nothing saved), the triage of each firing
+    group of a window rule, and the incidents open or resolved within the last day."""
+    statuses = alerts.status(now)
+    triages: dict[tuple[str, GroupKey], Triage] = {}
+    for item in statuses:
+        if item.state.status == "firing" and isinstance(item.rule, WindowRule):
+            found = alerts.triage_at(item.rule, item.group, item.at)
+            if found is not None:
+                triages[(item.rule.name, item.group)] = found
+    mark = alerts.state.watermark()
+    at = mark.timestamp() if mark is not None else None
+    shown = alerts.incidents(None if at is None else at - RESOLVED_SHOWN_S)
+    return AlertStatus(
+        statuses,
+        triages,
+        shown,
+        at,
+        (*alerts.rules, *alerts.regressions),
+        len(alerts.trace_rules),
+    )
 
 
 @dataclass
@@ -95,6 +142,44 @@ def backtest_regressions(
         )
         out.append(RegressionBacktest(each, replay_regression(each, rows, points)))
     return out
+
+
+def backtest_incidents(
+    alerts: AlertService,
+    results: Sequence[Backtest],
+    regressions: Sequence[RegressionBacktest],
+    sent_at: datetime,
+) -> list[Incident]:
+    """What the notifiers would have been told of the replayed alerts, as incidents: every
+    notifying event and release finding in event time, placed by the daemon's rules."""
+    told: list[tuple[float, int, Notification]] = []
+    window_s = alerts.options.correlation_window_s
+    for result in results:
+        layers: dict[GroupKey, tuple[str | None, str | None]] = {}
+        for i, event in enumerate(result.events):
+            if not event.notify:
+                continue
+            triage = result.triages.get(i)
+            if event.transition in ("firing", "no_data"):
+                layers[event.group] = layer_of_window(result.rule, event.transition, triage)
+            layer, note = layers.get(event.group, (None, None))
+            made = window_notification(
+                result.rule, event, "", sent_at, triage=triage, layer=layer, layer_note=note
+            )
+            told.append((event.at, len(told), made))
+    for replayed in regressions:
+        since: dict[GroupKey, float] = {}
+        for at, (transition, group, finding) in replayed.events:
+            began = since.setdefault(group, at)
+            made = regression_notification(replayed.rule, group, finding, at, began, "", sent_at)
+            told.append((at, len(told), made))
+            if transition == "resolved":
+                since.pop(group, None)
+    incidents: dict[str, Incident] = {}
+    for at, _, notification in sorted(told, key=lambda item: (item[0], item[1])):
+        placed = tell(incidents, notification, (), at, window_s).incident
+        incidents[placed.id] = placed
+    return sorted(incidents.values(), key=lambda i: (i.opened_at, i.id))
 
 
 def test_notification(sent_at: datetime) -> Notification:

@@ -15,7 +15,7 @@ from langfuse.api.client import LangfuseAPI
 from observer import USER_AGENT, langfuse_api
 from observer.alerts.delivery import Delivery
 from observer.alerts.notifiers import Notifier, NotifyError
-from observer.alerts.service import AlertService, SharedTraceRules
+from observer.alerts.service import AlertService, Options, RuleSet, SharedTraceRules
 from observer.config import ConfigError, Settings
 from observer.health import Health
 from observer.judge.client import JudgeClient, judge_http_client
@@ -137,7 +137,9 @@ def build_notifiers(settings: Settings, only: str | None = None) -> dict[str, No
                     notifier = PagerDutyNotifier(n.name, secret, timeout_s=n.timeout_s)
             elif n.kind == "slack":
                 assert secret is not None
-                notifier = SlackNotifier(n.name, secret, timeout_s=n.timeout_s)
+                notifier = SlackNotifier(
+                    n.name, secret, timeout_s=n.timeout_s, channel=n.channel, url=n.url or None
+                )
             else:
                 notifier = WebhookNotifier(n.name, n.url, secret=secret, timeout_s=n.timeout_s)
         except (ValueError, NotifyError) as error:
@@ -237,16 +239,16 @@ def build_alerts(
     return AlertService(
         state,
         metrics,
-        a.window_rules(),
-        a.trace_rule_list(),
-        notifier_kinds={n.name: n.kind for n in a.notifiers} if notify else {},
+        RuleSet(a.window_rules(), a.trace_rule_list(), a.regression_rules(), a.route_list()),
         delivery=delivery,
-        base_url=without_credentials(settings.langfuse.base_url),  # links people follow
-        max_groups=a.max_groups,
-        history_days=a.history_days,
+        notifiers={n.name: n.kind for n in a.notifiers} if notify else {},
+        options=Options(
+            base_url=without_credentials(settings.langfuse.base_url),  # links people follow
+            max_groups=a.max_groups,
+            history_days=a.history_days,
+            correlation_window_s=a.correlation_window_s,
+        ),
         shared=shared,
-        routes=a.route_list(),
-        regressions=a.regression_rules(),
     )
 
 

@@ -56,6 +56,12 @@ def check(settings: Settings) -> None:
             "LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY (what the Langfuse SDK sends), or "
             "otlp.secret_env naming a variable that holds a bearer token"
         )
+    if o.root_grace_s > o.settle_s:
+        raise ConfigError(
+            f"otlp.root_grace_s: {o.root_grace_s:g} is longer than otlp.settle_s "
+            f"({o.settle_s:g}): a whole trace would wait longer than one still missing spans; "
+            "set otlp.root_grace_s at most otlp.settle_s"
+        )
     if o.poller == "off" and o.keep_s < o.settle_s:
         log.info("otlp_late_spans_unscored", keep_s=o.keep_s, action="raise otlp.keep_s")
 
@@ -178,7 +184,7 @@ def build_event_path(
         recorder.settled_elsewhere(),
         state,
         metrics,
-        Limits(o.settle_s, o.keep_s, o.max_traces, o.max_bytes),
+        Limits(o.settle_s, o.keep_s, o.max_traces, o.max_bytes, o.root_grace_s),
         project_id=ProjectId(api, limiter, stop),
         lookup=lookup,
         notify=notify,

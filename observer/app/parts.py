@@ -57,7 +57,6 @@ from observer.judge.service import JudgedHook, JudgeService
 from observer.mapping.rules import MappingRules
 from observer.model import RagRecord, Signals
 from observer.pipeline import Pipeline
-from observer.resolver.core import ResolverFindings
 from observer.resolver.daemon import ResolverLookup
 from observer.signals.summary import Summary
 from observer.sinks import ScoreSink
@@ -67,6 +66,7 @@ from observer.sources import ObservationSource
 from observer.sources.langfuse import LangfuseSource
 from observer.sources.ratelimit import RateLimiter
 from observer.state import State
+from observer.state.rows import Row
 from observer.telemetry.http import HttpServer
 from observer.telemetry.metrics import Metrics
 from observer.telemetry.otel import Telemetry, setup_telemetry
@@ -411,8 +411,8 @@ class _Wiring:
         alerts = self.alerts
         disabled = metrics.judge_decisions.labels(decision="disabled")
 
-        def on_scored(record: RagRecord, signals: Signals, _: ResolverFindings | None) -> None:
-            alerts.scored(record, signals)
+        def on_scored(record: RagRecord, signals: Signals, row: Row) -> None:
+            alerts.scored(row)
             if judge is None:
                 disabled.inc()
 

@@ -20,7 +20,6 @@ from observer.commands.common import (
 from observer.times import parse_duration
 from observer.urls import without_credentials
 from observer.views.console import console
-from observer.views.words import counted
 
 if TYPE_CHECKING:
     from observer.alerts.service import AlertService
@@ -72,44 +71,21 @@ def alerts_status(config_path: str | None, state_path: str | None, as_json: bool
     saved; nothing is sent and nothing is saved. A rule with no data is listed
     as such. Not on a terminal, the columns are plain and never wrap.
     """
+    from observer import app
     from observer.views import alerts as view
 
     with _alert_service(config_path, state_path) as service:
-        statuses = service.status()
-        watermark = service.state.watermark()
-        triages = {
-            (s.rule.name, s.group): found
-            for s in statuses
-            if s.state.status == "firing"
-            and (found := service.triage_at(s.rule, s.group, s.at)) is not None
-        }
-    rows = view.status_rows(statuses, service.rules, triages)
-    ends = view.when(watermark.timestamp()) if watermark else None
+        report = app.alert_status(service)
     if as_json:
-        document = {
-            "window_rules": len(service.rules),
-            "trace_rules": len(service.trace_rules),
-            "watermark": ends,
-            "rules": rows,
-        }
-        click.echo(json.dumps(document, indent=2))
+        click.echo(json.dumps(view.status_document(report), indent=2))
         return
-    cells = view.status_cells(rows)
-    footer = (
-        f"{counted(len(service.rules), 'window rule')}, "
-        f"{counted(len(service.trace_rules), 'trace rule')}; "
-        f"windows end at the watermark {ends or '(none)'}"
-    )
-    changed = view.status_triage(triages, service.rules)
     if not sys.stdout.isatty():
-        for line in [*view.plain_columns(cells), footer, *changed]:
+        for line in view.status_plain(report):
             click.echo(line)
         return
     shown = console()
-    shown.print(view.status_table(cells))
-    shown.print(footer)
-    for line in changed:
-        shown.print(line, soft_wrap=True, highlight=False, markup=False)
+    for item in view.status_rich(report, shown.width):
+        shown.print(item, highlight=False, markup=False)  # wrapped between words
 
 
 @alerts.command("test")
@@ -173,20 +149,25 @@ def alerts_backtest(
         span = service.state.history.span()
         results = app.backtest(service, begin, finish, step_s, rule)
         regressions = app.backtest_regressions(service, begin, finish, step_s, rule)
+        incidents = app.backtest_incidents(service, results, regressions, finish)
     held = "the state file holds no signal history yet: nothing to replay"
     if span is not None:
         held = f"history held: {view.when(span[0])} .. {view.when(span[1])}"
-    after = [*view.backtest_triage(results), *view.regression_lines(regressions)]
+    after = [
+        *view.backtest_triage(results),
+        *view.regression_lines(regressions),
+        *view.backtest_incidents(incidents),
+    ]
     if not sys.stdout.isatty():  # plain columns, never wrapped, as `alerts status`
         for line in [held, *view.backtest_plain(results, begin, finish), *after]:
             click.echo(line)
         return
     shown = console()
     shown.print(held)
-    for table in view.backtest_tables(results, begin, finish):
+    for table in view.backtest_tables(results, begin, finish, shown.width):
         shown.print(table)
     for line in after:
-        shown.print(line, soft_wrap=True, highlight=False, markup=False)
+        shown.print(line, highlight=False, markup=False)
 
 
 @click.group(short_help="The fleet of `observer run` on Redis.")

@@ -49,8 +49,9 @@ class TraceRuleSettings(_Section):
 
 
 class RouteSettings(_Section):
-    layer: Literal["retrieval", "generation", "index", "abstention", "judge"] = Field(
-        description="the layer a firing alert's triage blames (judge: the judge's own health)"
+    layer: Literal["retrieval", "generation", "index", "abstention", "judge", "pipeline"] = Field(
+        description="the layer a firing alert's triage blames (judge: the judge's own health; "
+        "pipeline: observer's own samples)"
     )
     notify: list[str] = Field(min_length=1, description="notifier names, instead of the rule's")
     rules: list[str] = Field(default_factory=list, description="only these rules (empty: all)")
@@ -62,12 +63,23 @@ class NotifierSettings(_Section):
     url: str = ""
     secret_env: str = Field("", description="the variable holding the key, URL or secret")
     timeout_s: float = Field(10.0, gt=0)
+    channel: str = Field(
+        "",
+        description="slack: the channel ID to post to with a bot token (chat.postMessage: "
+        "an incident's messages in one thread); empty: secret_env holds an incoming webhook",
+    )
 
 
 class AlertsSettings(_Section):
     defaults: bool = Field(True, description="the default rules apply when none is configured")
     history_days: float = Field(8.0, gt=0)
     max_groups: int = Field(50, ge=1, description="alert groups per rule at most")
+    correlation_window_s: float = Field(
+        900.0,
+        ge=0,
+        description="alerts of one cause firing within this many seconds of each other are "
+        "one incident; 0: every alert is an incident of its own",
+    )
     rules: list[WindowRuleSettings] = Field(default_factory=list)
     trace_rules: list[TraceRuleSettings] = Field(default_factory=list)
     notifiers: list[NotifierSettings] = Field(default_factory=list)
@@ -88,10 +100,14 @@ class AlertsSettings(_Section):
             if notifier.kind in ("alertmanager", "webhook") and not notifier.url:
                 raise ValueError(f"{where}.url: a {notifier.kind} notifier needs a url")
             if notifier.kind in ("pagerduty", "slack") and not notifier.secret_env:
-                what = "routing key" if notifier.kind == "pagerduty" else "webhook URL"
+                what = {"pagerduty": "routing key", "slack": "webhook URL"}[notifier.kind]
+                if notifier.channel:
+                    what = "bot token"
                 raise ValueError(
                     f"{where}.secret_env: name the environment variable holding the {what}"
                 )
+            if notifier.channel and notifier.kind != "slack":
+                raise ValueError(f"{where}.channel: only a slack notifier posts to a channel")
         targets = [("rules", r.name, r.notify) for r in self.rules]
         targets += [("trace_rules", r.name, r.notify) for r in self.trace_rules]
         rule_names = [name for _, name, _ in targets]

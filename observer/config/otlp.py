@@ -57,6 +57,12 @@ class OtlpSettings(Section):
     settle_s: float = Field(
         2.0, gt=0, description="a trace is scored once its root is in and it was quiet this long"
     )
+    root_grace_s: float = Field(
+        0.3,
+        ge=0,
+        description="a trace whose root is in and whose every span has its parent in the "
+        "trace is scored once it was quiet this long (at most settle_s)",
+    )
     keep_s: float = Field(
         30.0, ge=0, description="a scored trace stays in memory this long for late spans"
     )

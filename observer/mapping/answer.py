@@ -190,20 +190,22 @@ def _not_answers(
     known one, or one text recorded for generations that were asked different things and
     are not a wrapper and the call it wraps, which record one completion twice)."""
     found: dict[int, str] = {}
+    folded: dict[int, str] = {}
     same: dict[str, list[int]] = {}
     for i in places:
         text = (read[i][0] or "").strip()
         if text:
-            same.setdefault(normalised(text).lower(), []).append(i)
-    repeated = {text for text, group in same.items() if _apart(ordered, group)}
+            folded[i] = normalised(text).lower()
+            same.setdefault(folded[i], []).append(i)
+    repeated = {text for text, group in same.items() if len(group) > 1 and _apart(ordered, group)}
     for i in places:
-        text = (read[i][0] or "").strip()
-        folded = normalised(text).lower()
-        if text and (folded in PLACEHOLDERS or folded in repeated):
-            found[i] = f"recorded a placeholder ({text[:60]!r}) as its output"
+        if i in folded:
+            if folded[i] in PLACEHOLDERS or folded[i] in repeated:
+                text = (read[i][0] or "").strip()
+                found[i] = f"recorded a placeholder ({text[:60]!r}) as its output"
             continue
         calls = tool_calls_in(ordered[i].get("output"))
-        if calls and not text:
+        if calls:
             found[i] = f"called a tool ({', '.join(sorted(set(calls))[:3])})"
     return found
 

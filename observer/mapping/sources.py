@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from observer.mapping.decode import as_str, decode
@@ -244,14 +245,14 @@ class _Shown:
 
     candidate: Candidate
     at: tuple[int | None, ...]  # where each text starts in the prompt
+    found: int  # how many texts the prompt shows
+    whole: bool  # every one of them
 
-    @property
-    def found(self) -> int:
-        return sum(1 for a in self.at if a is not None)
-
-    @property
-    def whole(self) -> bool:
-        return self.found == len(self.at)
+    @classmethod
+    def of(cls, candidate: Candidate, prompt: str) -> _Shown:
+        at = tuple(positions(candidate.texts, prompt))
+        found = sum(1 for a in at if a is not None)
+        return cls(candidate, at, found, found == len(at))
 
     def numbered(self) -> Read:
         """The documents in the order the prompt shows them (those it does not, after)."""
@@ -294,7 +295,7 @@ def find_sources(
         return _as_picked(picked, before, every)
     if not every:
         return _untraced(view, generation, picked, trail)
-    shown = [_Shown(c, tuple(positions(c.texts, prompt))) for c in every]
+    shown = [_Shown.of(c, prompt) for c in every]
     picked_key = _picked_key(picked)
 
     def preference(entry: _Shown) -> tuple[int, bool, bool, bool, int]:
@@ -302,7 +303,8 @@ def find_sources(
         structured = not entry.candidate.from_text
         return (entry.found, entry.whole, structured, is_picked, entry.candidate.index)
 
-    best = max(shown, key=preference)
+    ranked = sorted(shown, key=preference, reverse=True)
+    best = ranked[0]
     if best.found == 0:
         if not rules.verify_sources:
             return _as_picked(picked, [c for c in every if c.index < generation], every)
@@ -344,8 +346,7 @@ def find_sources(
         note(trail, "check", f"sources: the prompt shows {best.found} of {len(best.at)} texts")
     # Copies in the order the prompt confirms them: a score of equal rank comes from the
     # list the prompt shows best (the reranked one, not the first stage's superset).
-    ordered = [e.candidate for e in sorted(shown, key=preference, reverse=True)]
-    sources = _merged(best.numbered(), ordered)
+    sources = _merged(best.numbered(), [e.candidate for e in ranked])
     observation = best.candidate.observation
     name = as_str(observation.get("name")) or as_str(observation.get("id")) or "?"
     return Found(sources, f"{name} {best.candidate.where}", CHECK_ALL if best.whole else CHECK_SOME)
@@ -452,13 +453,18 @@ def retrieval_signs(
     return signs
 
 
-def _texts_key(texts: Sequence[str]) -> tuple[str, ...]:
+def _texts_key(texts: tuple[str, ...]) -> tuple[str, ...]:
+    return _sorted_texts(texts)
+
+
+@lru_cache(maxsize=256)
+def _sorted_texts(texts: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(texts))
 
 
 def _picked_key(picked: Read | Skip | None) -> tuple[str, ...] | None:
     if isinstance(picked, Read) and picked.sources:
-        return _texts_key([s.text for s in picked.sources])
+        return _texts_key(tuple(s.text for s in picked.sources))
     return None
 
 

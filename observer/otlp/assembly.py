@@ -3,10 +3,15 @@
 Spans come in batches and out of order. Each trace collects its observations by span id
 (a span sent twice, as an exporter's retry does, is kept once). A trace is **due** when
 a root of it is in (an OTel SDK exports a span only once it has ended, so a received
-root has ended) and no span of it arrived for `settle_s`, on observer's own clock
-(`now`, monotonic seconds: the apps' clocks do not decide it). It is then handed out
-whole (`due`) and **kept** `keep_s` for a late span, which makes it due again whole: the
-trace is scored again, with the same score ids.
+root has ended) and no span of it arrived for a while, on observer's own clock (`now`,
+monotonic seconds: the apps' clocks do not decide it):
+- `root_grace_s` when its tree is **whole**: every span it holds is a root or has its
+  parent in the trace. Children end before their parent, and an SDK exports spans in the
+  order they end, so a root that arrives with its tree whole is, in practice, the end of
+  the trace; the grace takes the rest of an export split in several requests;
+- `settle_s` otherwise (a span whose parent has not arrived: more is on its way).
+It is then handed out whole (`due`) and **kept** `keep_s` for a late span, which makes it
+due again whole: the trace is scored again, with the same score ids.
 
 Memory is bounded in traces (`max_traces`) and span bytes (`max_bytes`, the spans'
 protobuf size), everything held counted: traces waiting, due, and kept. When a batch
@@ -27,6 +32,7 @@ from typing import Any, Literal
 __all__ = ["Admission", "Assembly", "Dropped", "Handed", "Limits", "SpanIn"]
 
 EarlyReason = Literal["max_traces", "max_bytes"]
+HandedReason = Literal["whole", "settled", "max_traces", "max_bytes"]
 DropReason = Literal["no_root", "forgotten"]
 
 
@@ -36,17 +42,20 @@ class Limits:
     keep_s: float = 30.0
     max_traces: int = 20_000
     max_bytes: int = 64 * 1024 * 1024
+    root_grace_s: float = 0.3
 
 
 @dataclass(frozen=True, slots=True)
 class SpanIn:
-    """One received span, converted: its trace, id, observation and protobuf size."""
+    """One received span, converted: its trace, id, observation, protobuf size, whether it
+    is a root and its parent's id (None: not given, so the tree is not known whole)."""
 
     trace_id: str
     span_id: str
     observation: dict[str, Any]
     size: int
     root: bool
+    parent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +64,7 @@ class Handed:
 
     trace_id: str
     observations: list[dict[str, Any]]
-    reason: Literal["settled", "max_traces", "max_bytes"]
+    reason: HandedReason
     first_at: float
     last_at: float
     again: bool
@@ -88,6 +97,7 @@ class _Trace:
     sizes: dict[str, int] = field(default_factory=dict)
     size: int = 0
     rooted: bool = False
+    missing: set[str] = field(default_factory=set)  # parents named and not held ("": unnamed)
     handed: int = 0  # times handed out
     pending: bool = True  # spans arrived since it was last handed out
     early: EarlyReason | None = None
@@ -160,6 +170,9 @@ class Assembly:
         trace.size += span.size - trace.sizes.get(span.span_id, 0)
         trace.sizes[span.span_id] = span.size
         trace.rooted = trace.rooted or span.root
+        trace.missing.discard(span.span_id)
+        if not span.root and (span.parent is None or span.parent not in trace.spans):
+            trace.missing.add(span.parent or "")
         trace.last_at = now
         if not known:
             trace.pending = True
@@ -212,20 +225,21 @@ class Assembly:
     # -- traces out -----------------------------------------------------------------------
 
     def due(self, now: float, limit: int | None = None) -> list[Handed]:
-        """The traces to score now, oldest first: settled (root in, quiet `settle_s`) or
-        settled early; each handed out with all its observations."""
+        """The traces to score now, oldest first: whole (root in, every parent in, quiet
+        `root_grace_s`), settled (root in, quiet `settle_s`) or settled early; each handed
+        out with all its observations."""
         out: list[Handed] = []
         for trace_id, trace in self._traces.items():
             if limit is not None and len(out) >= limit:
                 break
             if not trace.pending:
                 continue
-            quiet = now - trace.last_at >= self.limits.settle_s
-            if trace.early is None and not (trace.rooted and quiet):
-                continue
             if not trace.rooted:
                 continue  # settled early without a root: it waits, or is dropped (expire)
-            reason = trace.early or "settled"
+            quiet = now - trace.last_at >= self._quiet_s(trace)
+            if trace.early is None and not quiet:
+                continue
+            reason: HandedReason = trace.early or ("settled" if trace.missing else "whole")
             out.append(
                 Handed(
                     trace_id,
@@ -247,9 +261,15 @@ class Assembly:
         for trace in self._traces.values():
             if not trace.pending or not trace.rooted:
                 continue
-            wait = 0.0 if trace.early else max(0.0, trace.last_at + self.limits.settle_s - now)
+            wait = 0.0 if trace.early else max(0.0, trace.last_at + self._quiet_s(trace) - now)
             best = wait if best is None else min(best, wait)
         return best
+
+    def _quiet_s(self, trace: _Trace) -> float:
+        """How long a rooted trace must be quiet: the grace when its tree is whole."""
+        if trace.missing:
+            return self.limits.settle_s
+        return min(self.limits.root_grace_s, self.limits.settle_s)
 
     def put_back(self, handed: Handed) -> None:
         """A handed-out trace that could not be recorded (the outbox is full): due again."""

@@ -5,8 +5,9 @@ Langfuse's rules (observer.otlp.spans) and added to the assembly (observer.otlp.
 or refused whole with a Retry-After: 429 while the assembly is full, 503 while the
 outbox is full or the daemon is stopping (nothing taken is ever dropped in silence).
 `Receiver.step` runs on its `observer.background.Worker`: it scores the traces that are
-due with the pipeline's own `TraceRecorder` (mapping, signals, fingerprint, scores into
-the outbox in one transaction, the resolver and the judge), so a trace received here gets
+due (at most BATCH) with the pipeline's own `TraceRecorder` (mapping, signals,
+fingerprint, the resolver and the judge; the step's scores, fingerprints and history rows
+into the state file in one transaction, each trace all or nothing), so a trace received here gets
 the same record, score ids and timestamps as the same trace polled from Langfuse (§4: a
 score's id comes from the trace id and its name, its timestamp from the trace's earliest
 root). The fingerprints in the state file make either path find the other's work
@@ -31,7 +32,7 @@ import structlog
 from observer.background import Deadline, Worker
 from observer.otlp.assembly import Assembly, Dropped, Handed, Limits, SpanIn
 from observer.otlp.server import ExportAnswer, Result
-from observer.otlp.spans import span_observation
+from observer.otlp.spans import origin, span_observation
 from observer.otlp.values import attributes_of
 from observer.otlp.wire import Decoded
 from observer.pipeline import CLOCK_SKEW, Lookup
@@ -42,7 +43,10 @@ from observer.times import parse_time
 
 log = structlog.get_logger("observer.otlp")
 
-BATCH = 200  # traces scored per step at most: one state query for their fingerprints
+# Traces scored per step at most: one query for their fingerprints, one commit. Past a few
+# dozen a bigger step saves little (the commit is shared already) and its first traces'
+# scores wait for its last ones.
+BATCH = 50
 STOPPING_RETRY_S = 5.0
 OUTBOX_RETRY_S = 10.0
 PROJECT_RETRY_S = 10.0
@@ -55,9 +59,9 @@ def observations_of(decoded: Decoded, project_id: str | None) -> list[SpanIn]:
     for resource_spans in decoded.body.get("resourceSpans") or []:
         resource = attributes_of((resource_spans.get("resource") or {}).get("attributes"))
         for scope_spans in resource_spans.get("scopeSpans") or []:
-            scope = scope_spans.get("scope") or {}
+            where = origin(resource, scope_spans.get("scope") or {})
             for span in scope_spans.get("spans") or []:
-                observation = span_observation(span, scope, dict(resource), project_id)
+                observation = span_observation(span, where, project_id)
                 trace_id, span_id = observation["traceId"], observation["id"]
                 out.append(
                     SpanIn(
@@ -66,6 +70,7 @@ def observations_of(decoded: Decoded, project_id: str | None) -> list[SpanIn]:
                         observation,
                         decoded.sizes.get((trace_id, span_id), 0),
                         bool(observation["isRootObservation"]),
+                        observation["parentObservationId"],
                     )
                 )
     return out
@@ -221,15 +226,18 @@ class Receiver:
             if item is not None:
                 ready.append(item)
         self._look_up([p for *_, p in ready])
-        for trace, root, latest, prepared in ready:
-            try:
-                outcome = self.recorder.record(
-                    trace.trace_id, prepared, root, known.get(trace.trace_id), now, latest
+        outcomes = self.recorder.record_many(
+            [(t.trace_id, p, root, known.get(t.trace_id), latest) for t, root, latest, p in ready],
+            now,
+        )
+        for (trace, *_), outcome in zip(ready, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                log.error(
+                    "otlp_trace_failed",
+                    trace_id=trace.trace_id,
+                    step="record",
+                    exc_info=outcome,
                 )
-            except StateError:
-                raise
-            except Exception:
-                log.exception("otlp_trace_failed", trace_id=trace.trace_id, step="record")
                 continue
             if outcome.kind == "deferred":
                 self.outbox_full = True

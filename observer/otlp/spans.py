@@ -111,9 +111,11 @@ end time, so a conversion is deterministic.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -132,7 +134,7 @@ from observer.otlp.values import (
     truthy,
 )
 
-__all__ = ["convert", "merge_requests", "observation_type", "span_observation"]
+__all__ = ["Origin", "convert", "merge_requests", "observation_type", "origin", "span_observation"]
 
 # ---- metadata -------------------------------------------------------------------------------
 
@@ -329,6 +331,65 @@ def _read_metadata(pairs: list[tuple[str, str]]) -> dict[str, Any]:
     return {name: parse_json_prioritised(value) for name, value in stored.items()}
 
 
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """What every span of one resource and instrumentation scope shares, converted once
+    for them all rather than once a span: the resource's attributes, the scope's, and the
+    metadata paths both give (`resourceAttributes.*`, `scope.*`), as the v2 read returns
+    them."""
+
+    resource_attributes: dict[str, Any]
+    scope: Mapping[str, Any]
+    scope_name: str
+    scope_metadata: dict[str, Any]
+    read: dict[str, Any]
+
+
+def origin(resource_attributes: dict[str, Any], scope: Mapping[str, Any]) -> Origin:
+    scope_object = {k: v for k, v in scope.items() if k != "attributes" and _proto_present(v)}
+    scope_metadata = {**scope_object, "attributes": attributes_of(scope.get("attributes"))}
+    shared = {"resourceAttributes": resource_attributes, "scope": scope_metadata}
+    read = _read_metadata(_flatten(shared))
+    return Origin(resource_attributes, scope, str(scope.get("name") or ""), scope_metadata, read)
+
+
+_SHARED_KEYS = frozenset({"attributes", "resourceAttributes", "scope"})
+
+
+def _span_metadata(
+    attributes: Mapping[str, Any], where: Origin, value_in: Any
+) -> tuple[Any, dict[str, Any]]:
+    """(the input, tool definitions moved in; the metadata as the v2 read returns it):
+    ``{attributes, resourceAttributes, scope, ...observation metadata, ...trace
+    metadata}`` stored flat and read back, the origin's part taken as read once."""
+    own: dict[str, Any] = (
+        {} if where.scope_name.startswith("langfuse-sdk")
+        else {"attributes": filtered_attributes(attributes)}
+    )  # fmt: skip
+    domains = {
+        **_domain_metadata(attributes, "observation"),
+        **_domain_metadata(attributes, "trace"),
+    }
+    if _SHARED_KEYS.intersection(domains):  # a metadata key in place of a shared one
+        metadata = {
+            **own,
+            "resourceAttributes": where.resource_attributes,
+            "scope": where.scope_metadata,
+            **domains,
+        }
+        value_in, metadata = _normalize_tools(value_in, metadata)
+        return value_in, _read_metadata(_flatten(metadata))
+    value_in, rest = _normalize_tools(value_in, {**own, **domains})
+    head = {"attributes": rest.pop("attributes")} if "attributes" in rest else {}
+    read = _read_metadata(_flatten(head))
+    for path, value in where.read.items():  # after the attributes, before the rest
+        if path not in read:
+            read[path] = copy.deepcopy(value) if isinstance(value, dict | list) else value
+    for path, value in _read_metadata(_flatten(rest)).items():
+        read.setdefault(path, value)
+    return value_in, read
+
+
 def _stringify_io(value: Any) -> str | None:
     if value is None:
         return None
@@ -495,35 +556,17 @@ def _prompt_version(value: Any) -> int | None:
 
 
 def span_observation(
-    span: Mapping[str, Any],
-    scope: Mapping[str, Any],
-    resource_attributes: dict[str, Any],
-    project_id: str | None,
+    span: Mapping[str, Any], where: Origin, project_id: str | None
 ) -> dict[str, Any]:
+    """One OTLP/JSON span of `where`'s resource and scope as a v2 observation."""
+    resource_attributes, scope = where.resource_attributes, where.scope
     attributes = attributes_of(span.get("attributes"))
-    scope_name = str(scope.get("name") or "")
-    scope_attributes = attributes_of(scope.get("attributes"))
     trace_id = str(span.get("traceId") or "")
     span_id = str(span.get("spanId") or "")
     parent = span.get("parentSpanId") or None
     start, end = span_times(span)
-    value_in, value_out = extract_io(span.get("events") or [], attributes, scope_name)
-
-    scope_object: dict[str, Any] = {
-        k: v for k, v in scope.items() if k not in ("attributes",) and _proto_present(v)
-    }
-    metadata: dict[str, Any] = {
-        **(
-            {}
-            if scope_name.startswith("langfuse-sdk")
-            else {"attributes": filtered_attributes(attributes)}
-        ),
-        "resourceAttributes": resource_attributes,
-        "scope": {**scope_object, "attributes": scope_attributes},
-        **_domain_metadata(attributes, "observation"),
-        **_domain_metadata(attributes, "trace"),
-    }
-    value_in, metadata = _normalize_tools(value_in, metadata)
+    value_in, value_out = extract_io(span.get("events") or [], attributes, where.scope_name)
+    value_in, metadata = _span_metadata(attributes, where, value_in)
 
     is_app_root = attributes.get("langfuse.internal.is_app_root") in (True, "true")
     status = span.get("status") or {}
@@ -591,7 +634,7 @@ def span_observation(
         "updatedAt": end,
         "input": _stringify_io(value_in),
         "output": _stringify_io(value_out),
-        "metadata": _read_metadata(_flatten(metadata)),
+        "metadata": metadata,
         "tags": _tags(attributes),
         "release": release,
         "traceName": trace_name,
@@ -626,10 +669,8 @@ def convert(otlp: Mapping[str, Any], project_id: str | None) -> list[dict[str, A
     for resource_span in otlp.get("resourceSpans") or []:
         resource_attributes = attributes_of((resource_span.get("resource") or {}).get("attributes"))
         for scope_span in resource_span.get("scopeSpans") or []:
-            scope = scope_span.get("scope") or {}
+            where = origin(resource_attributes, scope_span.get("scope") or {})
             for span in scope_span.get("spans") or []:
-                observations.append(
-                    span_observation(span, scope, dict(resource_attributes), project_id)
-                )
+                observations.append(span_observation(span, where, project_id))
     observations.sort(key=lambda o: (o["startTime"], o["traceId"], o["id"]), reverse=True)
     return observations

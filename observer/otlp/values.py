@@ -102,8 +102,21 @@ def _parse_float(text: str) -> int | float | str:
     return js_number(number)
 
 
+# What a JSON text starts with after JSON's whitespace (an object, array, string, number,
+# true, false or null): any other text JSON.parse refuses, known without trying to parse
+# it (most attribute values are plain words, and a parser's error is costly to build).
+_JSON_START = frozenset('{["-0123456789tfn')
+_JSON_WHITESPACE = " \t\n\r"
+
+
+def _may_be_json(text: str) -> bool:
+    return text.lstrip(_JSON_WHITESPACE)[:1] in _JSON_START
+
+
 def js_parse(text: str) -> Any:
     """``JSON.parse`` (strict: no NaN/Infinity), big integers kept as their text."""
+    if not _may_be_json(text):
+        raise ValueError("not JSON")
     return json.loads(
         text, parse_constant=_reject_constant, parse_int=_parse_int, parse_float=_parse_float
     )
@@ -111,6 +124,8 @@ def js_parse(text: str) -> Any:
 
 def parse_json_prioritised(text: str) -> Any:
     """``parseJsonPrioritised``: the decoded JSON, or the text when it does not parse."""
+    if not _may_be_json(text):
+        return text
     try:
         return js_parse(text)
     except ValueError:
@@ -119,10 +134,7 @@ def parse_json_prioritised(text: str) -> Any:
 
 def parse_if_string(value: Any) -> Any:
     if isinstance(value, str):
-        try:
-            return js_parse(value)
-        except ValueError:
-            return value
+        return parse_json_prioritised(value)
     return value
 
 
@@ -130,7 +142,7 @@ def json_payload(payload: Any) -> Any:
     """``parseJsonPayload``: an object as is, a JSON string decoded, else None."""
     if payload is not None and isinstance(payload, dict | list):
         return payload
-    if isinstance(payload, str):
+    if isinstance(payload, str) and _may_be_json(payload):
         try:
             return js_parse(payload)
         except ValueError:

@@ -9,7 +9,8 @@ signal-history row saying so, for `skip_rate_high`), an unchanged trace
 pushes nothing, and a new or changed one gets its scores (with its last
 activity, for `observer_trace_to_score_seconds`), fingerprint and
 signal-history row in one transaction. It returns the `Outcome` the pass
-counts.
+counts. `record_many` records many with one commit (the event path's settling
+step), each trace still all or nothing and nothing counted before its commit.
 
 A trace's mapping and signals have a work budget (`limits.max_trace_cpu_s` of
 this thread's CPU): past it, the trace is skipped as `too_costly`. The skip's
@@ -21,9 +22,10 @@ one that changes, or a raised budget, is tried anew.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -39,7 +41,8 @@ from observer.resolver.core import ResolverFindings
 from observer.resolver.scores import resolver_score_events
 from observer.scores import score_events
 from observer.signals import SignalParams, compute
-from observer.state import OutboxFull, State
+from observer.state import OutboxFull, State, TraceWrite
+from observer.state.rows import Row
 from observer.telemetry.metrics import Metrics
 from observer.times import iso, parse_time
 
@@ -48,10 +51,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("observer.pipeline")
 
-# on_scored: a trace's scores are safely in the outbox (new or changed traces), with
-# what the resolver found of its cited chunks (None: no resolver, or it could not say);
-# on_signals: every answer trace read, changed or not (summaries).
-ScoredHook = Callable[[RagRecord, Signals, "ResolverFindings | None"], None]
+# on_scored: a trace's scores are safely in the outbox (new or changed traces), with the
+# history row written with them (what the resolver found of its cited chunks included: the
+# row the trace rules see); on_signals: every answer trace read, changed or not (summaries).
+ScoredHook = Callable[[RagRecord, Signals, Row], None]
 SignalsHook = Callable[[RagRecord, Signals], None]
 
 
@@ -127,6 +130,19 @@ class Prepared:
     def changed(self) -> bool:
         """New or changed since the last pass: worth a resolver lookup."""
         return self.fingerprint is not None and self.signals is not None
+
+
+# One prepared trace to record: (trace id, prepared, root start, known fingerprint, latest).
+Recording = tuple[str, Prepared, datetime, str | None, datetime | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Composed:
+    """A trace's write, composed: what goes in the transaction, what follows its commit."""
+
+    write: TraceWrite
+    done: Callable[[], Outcome]
+    reservation: Reservation | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,10 +298,55 @@ class TraceRecorder:
         now: datetime,
         latest: datetime | None = None,
     ) -> Outcome:
-        """Record one prepared trace; what became of it.
+        """Record one prepared trace, in a transaction of its own; what became of it.
 
         `latest`: the latest start time among its observations (not after now), kept
         with the trace so a later observation below its root is known for a change."""
+        (outcome,) = self.record_many([(trace_id, prepared, root_start, known, latest)], now)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def record_many(self, items: Sequence[Recording], now: datetime) -> list[Outcome | Exception]:
+        """Record prepared traces as `record` records one, their writes in one transaction
+        (the event path's settling step: one commit, not one a trace). A trace the judge
+        samples is written first, alone, so each sample is decided on the budget the
+        samples before it took. Each trace is all or nothing; what follows a commit (the
+        counts, the log line, the judge's queue, the hooks) follows it, never before.
+
+        What became of each, or the exception that stopped it alone (the others are
+        recorded). A StateError writes none of the batch, gives back every judge sample
+        taken for it, and is raised."""
+        outcomes: list[Outcome | Exception] = []
+        batch: list[tuple[int, _Composed]] = []
+        for trace_id, prepared, root_start, known, latest in items:
+            try:
+                composed = self._compose(trace_id, prepared, root_start, known, now, latest)
+            except Exception as error:  # a strange trace fails alone
+                outcomes.append(error)
+                continue
+            if isinstance(composed, Outcome):
+                outcomes.append(composed)
+            elif composed.reservation is not None:
+                outcomes.append(self._write([composed])[0])
+            else:
+                batch.append((len(outcomes), composed))
+                outcomes.append(Outcome("deferred"))  # the batch's, set below
+        for (index, _), outcome in zip(batch, self._write([c for _, c in batch]), strict=True):
+            outcomes[index] = outcome
+        return outcomes
+
+    def _compose(
+        self,
+        trace_id: str,
+        prepared: Prepared,
+        root_start: datetime,
+        known: str | None,
+        now: datetime,
+        latest: datetime | None,
+    ) -> Outcome | _Composed:
+        """What a trace writes and what follows the commit; or its outcome, when it writes
+        nothing with the others (unsettled, unchanged, a skip recorded before)."""
         if prepared.unsettled:
             self.metrics.traces.labels(outcome="unsettled").inc()
             return Outcome("unsettled")
@@ -309,30 +370,71 @@ class TraceRecorder:
         history = trace_row(mapped, values, now, signals.concentration.top_doc)
         basis = answer_basis(mapped)
         reservation = self._reservation(mapped, signals, prepared.findings, basis)
-        committed = False
+        write = TraceWrite(
+            trace_id,
+            prepared.fingerprint,
+            root_start,
+            scores,
+            now,
+            history,
+            basis=basis,
+            during=None if reservation is None else reservation.write,
+            latest=latest,
+            activity=prepared.last_activity,
+        )
+        return _Composed(
+            write,
+            functools.partial(self._scored, write, known, mapped, signals, prepared, reservation),
+            reservation,
+        )
+
+    def _write(self, composed: list[_Composed]) -> list[Outcome | Exception]:
+        """The traces' writes in one transaction, then what follows each commit."""
+        if not composed:
+            return []
         try:
-            self.state.record_trace(
-                trace_id,
-                prepared.fingerprint,
-                root_start,
-                scores,
-                now,
-                history,
-                basis=basis,
-                during=None if reservation is None else reservation.write,
-                latest=latest,
-                activity=prepared.last_activity,
-            )
-            committed = True
-        except OutboxFull as error:
-            self.metrics.traces.labels(outcome="deferred").inc()
-            log.warning("trace_deferred", trace_id=trace_id, reason="outbox_full", error=str(error))
-            return Outcome("deferred")
-        finally:
-            if not committed and reservation is not None and self.judge is not None:
-                # A fleet's claim taken for a sample that was never written: given back,
-                # or the trace read again would find it and never be judged.
-                self.judge.release(reservation)
+            results = self.state.record_traces([c.write for c in composed])
+        except BaseException:
+            for item in composed:
+                self._release(item.reservation)
+            raise
+        outcomes: list[Outcome | Exception] = []
+        for item, result in zip(composed, results, strict=True):
+            if isinstance(result, Exception):
+                self._release(item.reservation)
+                if not isinstance(result, OutboxFull):
+                    outcomes.append(result)
+                    continue
+                trace_id = item.write.trace_id
+                self.metrics.traces.labels(outcome="deferred").inc()
+                log.warning(
+                    "trace_deferred", trace_id=trace_id, reason="outbox_full", error=str(result)
+                )
+                outcomes.append(Outcome("deferred"))
+                continue
+            try:
+                outcomes.append(item.done())
+            except Exception as error:  # a hook's: the trace is recorded
+                outcomes.append(error)
+        return outcomes
+
+    def _release(self, reservation: Reservation | None) -> None:
+        if reservation is not None and self.judge is not None:
+            # A fleet's claim taken for a sample that was never written: given back,
+            # or the trace read again would find it and never be judged.
+            self.judge.release(reservation)
+
+    def _scored(
+        self,
+        write: TraceWrite,
+        known: str | None,
+        mapped: RagRecord,
+        signals: Signals,
+        prepared: Prepared,
+        reservation: Reservation | None,
+    ) -> Outcome:
+        """A new or changed trace's scores are committed: counted, logged, judged, told."""
+        trace_id, scores = write.trace_id, write.scores
         kind: OutcomeKind = "scored" if known is None or known.startswith("skip:") else "rescored"
         self.metrics.traces.labels(outcome=kind).inc()
         for score in scores:
@@ -355,8 +457,8 @@ class TraceRecorder:
         )
         if reservation is not None and self.judge is not None:
             self.judge.queued(reservation)
-        if self.on_scored is not None:
-            self.on_scored(mapped, signals, prepared.findings)
+        if self.on_scored is not None and write.history is not None:
+            self.on_scored(mapped, signals, write.history)
         return Outcome(kind, scores=len(scores))
 
     def _reservation(
@@ -390,23 +492,25 @@ class TraceRecorder:
         known: str | None,
         now: datetime,
         latest: datetime | None = None,
-    ) -> Outcome:
+    ) -> Outcome | _Composed:
         """A skip, recorded once: counted, logged, its scores (if it had any) deleted, and
         its history row (an answer-looking trace's) replacing the one it had."""
         skip = prepared.skip
         assert skip is not None
         fingerprint = skip_fingerprint(skip)
-        if fingerprint != known:  # else counted and logged when first seen
-            self.metrics.traces.labels(outcome="skipped").inc()
-            self.metrics.skips.labels(reason=skip.reason).inc()
-            self._count_provenance(prepared.provenance)
-            log.info("trace_skipped", trace_id=trace_id, reason=skip.reason, detail=skip.detail)
-            row = skip_row(
-                trace_id, skip.reason, root_start, prepared.environment, prepared.project_id
-            )
-            self.state.record_trace(trace_id, fingerprint, root_start, (), now, row, latest=latest)
-        elif latest is not None:
-            self.state.note_latest(trace_id, latest)
+        if fingerprint == known:  # counted and logged when first seen
+            if latest is not None:
+                self.state.note_latest(trace_id, latest)
+            return Outcome("skipped", reason=skip.reason)
+        row = skip_row(trace_id, skip.reason, root_start, prepared.environment, prepared.project_id)
+        write = TraceWrite(trace_id, fingerprint, root_start, (), now, row, latest=latest)
+        return _Composed(write, functools.partial(self._count_skip, trace_id, skip, prepared))
+
+    def _count_skip(self, trace_id: str, skip: Skip, prepared: Prepared) -> Outcome:
+        self.metrics.traces.labels(outcome="skipped").inc()
+        self.metrics.skips.labels(reason=skip.reason).inc()
+        self._count_provenance(prepared.provenance)
+        log.info("trace_skipped", trace_id=trace_id, reason=skip.reason, detail=skip.detail)
         return Outcome("skipped", reason=skip.reason)
 
 

@@ -18,17 +18,10 @@ from typing import Any, Final
 
 import orjson
 
+from observer.mapping.decode import clean_text
+
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**63 - 1
-
-
-def clean_text(value: str) -> str:
-    """`value` with every lone surrogate replaced by U+FFFD (paired ones cannot occur)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return value
 
 
 def clean(observation: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from observer.state.store import OutboxFull as OutboxFull
     from observer.state.store import Pending as Pending
     from observer.state.store import State as State
+    from observer.state.store import TraceWrite as TraceWrite
 
 _HOMES = {
     "StateError": "observer.state.db",
@@ -22,6 +23,7 @@ _HOMES = {
     "OutboxFull": "observer.state.store",
     "Pending": "observer.state.store",
     "State": "observer.state.store",
+    "TraceWrite": "observer.state.store",
 }
 
 

@@ -15,11 +15,17 @@ sends its rows oldest first and deletes a row once the receiver took it, so a
 process killed in between sends it after the restart (at least once; the
 receivers deduplicate by `dedup_key` / `webhook-id`). At most `max_queued`
 rows wait per notifier: past that the oldest are dropped, and counted.
+
+Incidents (docs/alerts.md#incidents) are kept beside the rules' state and written in
+the same transaction as the messages that changed them, so a restart neither opens a
+second incident for a cause nor forgets one; with them, per notifier and incident, the
+receiver's id of the incident's first message there (a Slack thread's `ts`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import sqlite3
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -34,6 +40,7 @@ from observer.state.rows import (
     AlertState,
     Example,
     GroupKey,
+    Incident,
     Notification,
     Outgoing,
     Queued,
@@ -67,6 +74,19 @@ CREATE TABLE IF NOT EXISTS alert_outbox (
     last_error TEXT
 );
 CREATE INDEX IF NOT EXISTS alert_outbox_notifier ON alert_outbox (notifier, id);
+CREATE TABLE IF NOT EXISTS alert_incidents (
+    id TEXT PRIMARY KEY,
+    open INTEGER NOT NULL,
+    at REAL NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS alert_threads (
+    notifier TEXT NOT NULL,
+    incident TEXT NOT NULL,
+    ref TEXT NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (notifier, incident)
+);
 CREATE TABLE IF NOT EXISTS trace_alert_hours (
     rule TEXT NOT NULL,
     hour TEXT NOT NULL,
@@ -118,6 +138,8 @@ def _notification(raw: bytes) -> Notification:
     data["trace_urls"] = tuple(data.get("trace_urls", ()))
     if data.get("triage") is not None:
         data["triage"] = Triage.stored(data["triage"])
+    if data.get("incident") is not None:
+        data["incident"] = Incident.stored(data["incident"])
     return Notification(**data)
 
 
@@ -177,12 +199,15 @@ class AlertStore:
         evaluated_at: float,
         outgoing: Sequence[Outgoing] = (),
         max_queued: int = 1000,
+        incidents: Sequence[Incident] = (),
     ) -> Counter[str]:
         """One evaluation step of a rule, in one transaction: its whole state (groups not in
         it are forgotten), the point it was evaluated up to, and the notifications it
-        decided. The rows dropped per notifier to keep at most `max_queued` waiting."""
+        decided, with the incidents they changed. The rows dropped per notifier to keep at
+        most `max_queued` waiting."""
         with self._file.transaction() as db:
             _save(db, rule, states)
+            _save_incidents(db, incidents)
             db.execute(
                 "INSERT INTO alert_progress (rule, evaluated_at) VALUES (?, ?) "
                 "ON CONFLICT(rule) DO UPDATE SET evaluated_at = excluded.evaluated_at",
@@ -205,25 +230,30 @@ class AlertStore:
                         db.execute(f"DELETE FROM {table} WHERE rule = ?", (rule,))
 
     def export(self) -> bytes:
-        """Every window rule's state and progress, to hand over (a fleet's evaluator)."""
+        """Every window rule's state and progress, the incidents and their threads, to hand
+        over (a fleet's evaluator: whoever evaluates next continues the same incidents)."""
         with self._file.lock:
-            states = self._file.db.execute("SELECT rule, grp, state FROM alert_state").fetchall()
-            progress = self._file.db.execute(
-                "SELECT rule, evaluated_at FROM alert_progress"
-            ).fetchall()
+            db = self._file.db
+            states = db.execute("SELECT rule, grp, state FROM alert_state").fetchall()
+            progress = db.execute("SELECT rule, evaluated_at FROM alert_progress").fetchall()
+            incidents = db.execute("SELECT id, open, at, data FROM alert_incidents").fetchall()
+            threads = db.execute("SELECT notifier, incident, ref, at FROM alert_threads").fetchall()
         return orjson.dumps(
             {
                 "states": [[str(r), _text(g), _text(st)] for r, g, st in states],
                 "progress": [[str(r), float(at)] for r, at in progress],
+                "incidents": [[str(i), int(o), float(at), _text(d)] for i, o, at, d in incidents],
+                "threads": [[str(n), str(i), str(ref), float(at)] for n, i, ref, at in threads],
             }
         )
 
     def restore(self, exported: bytes) -> None:
-        """Take over what `export` handed over: this file's window-rule state replaced."""
+        """Take over what `export` handed over: this file's window-rule state and incidents
+        replaced (an export of an observer before incidents carries none: none are kept)."""
         data = orjson.loads(exported)
         with self._file.transaction() as db:
-            db.execute("DELETE FROM alert_state")
-            db.execute("DELETE FROM alert_progress")
+            for table in ("alert_state", "alert_progress", "alert_incidents", "alert_threads"):
+                db.execute(f"DELETE FROM {table}")
             db.executemany(
                 "INSERT INTO alert_state (rule, grp, state) VALUES (?, ?, ?)",
                 [(r, g.encode(), st.encode()) for r, g, st in data["states"]],
@@ -231,6 +261,49 @@ class AlertStore:
             db.executemany(
                 "INSERT INTO alert_progress (rule, evaluated_at) VALUES (?, ?)",
                 [(r, at) for r, at in data["progress"]],
+            )
+            db.executemany(
+                "INSERT INTO alert_incidents (id, open, at, data) VALUES (?, ?, ?, ?)",
+                [(i, o, at, d.encode()) for i, o, at, d in data.get("incidents", ())],
+            )
+            db.executemany(
+                "INSERT INTO alert_threads (notifier, incident, ref, at) VALUES (?, ?, ?, ?)",
+                [tuple(t) for t in data.get("threads", ())],
+            )
+
+    # -- incidents ---------------------------------------------------------------
+
+    def incidents(self, since: float | None = None) -> list[Incident]:
+        """The open incidents, and (with `since`) those resolved at or after it."""
+        with self._file.lock:
+            rows = self._file.db.execute(
+                "SELECT data FROM alert_incidents WHERE open = 1 OR at >= ? ORDER BY at",
+                (math.inf if since is None else since,),
+            ).fetchall()
+        return [Incident.stored(orjson.loads(raw)) for (raw,) in rows]
+
+    def save_incidents(self, incidents: Sequence[Incident]) -> None:
+        """Incidents changed outside a rule's evaluation step."""
+        if incidents:
+            with self._file.transaction() as db:
+                _save_incidents(db, incidents)
+
+    def thread(self, notifier: str, incident: str) -> str | None:
+        """The receiver's id of the incident's first message to `notifier`, if one is known."""
+        with self._file.lock:
+            found = self._file.db.execute(
+                "SELECT ref FROM alert_threads WHERE notifier = ? AND incident = ?",
+                (notifier, incident),
+            ).fetchone()
+        return None if found is None else str(found[0])
+
+    def remember_thread(self, notifier: str, incident: str, ref: str, at: float) -> None:
+        """The first message of `incident` that reached `notifier` is `ref` there (kept)."""
+        with self._file.transaction() as db:
+            db.execute(
+                "INSERT INTO alert_threads (notifier, incident, ref, at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(notifier, incident) DO NOTHING",
+                (notifier, incident, ref, at),
             )
 
     # -- the notification outbox ------------------------------------------------
@@ -366,8 +439,11 @@ class AlertStore:
             _queue(db, outgoing, max_queued)
 
     def prune(self, before: float, before_hour: str) -> None:
-        """Forget trace-rule marks, hours and undelivered notifications older than `before`."""
+        """Forget trace-rule marks, hours, undelivered notifications, incidents resolved and
+        threads older than `before`."""
         with self._file.transaction() as db:
+            db.execute("DELETE FROM alert_incidents WHERE open = 0 AND at < ?", (before,))
+            db.execute("DELETE FROM alert_threads WHERE at < ?", (before,))
             db.execute("DELETE FROM trace_alerts WHERE at < ?", (before,))
             db.execute("DELETE FROM trace_alert_hours WHERE hour < ?", (before_hour,))
             db.execute("DELETE FROM alert_outbox WHERE queued_at < ?", (before,))
@@ -380,5 +456,23 @@ def _save(db: sqlite3.Connection, rule: str, states: Mapping[GroupKey, AlertStat
         [
             (rule, orjson.dumps(list(group)), orjson.dumps(dataclasses.asdict(state)))
             for group, state in states.items()
+        ],
+    )
+
+
+def _save_incidents(db: sqlite3.Connection, incidents: Sequence[Incident]) -> None:
+    """Each incident as it now stands; `at` is when it resolved, else when it opened."""
+    db.executemany(
+        "INSERT INTO alert_incidents (id, open, at, data) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT(id) DO UPDATE SET open = excluded.open, at = excluded.at, "
+        "data = excluded.data",
+        [
+            (
+                incident.id,
+                int(incident.open),
+                incident.opened_at if incident.resolved_at is None else incident.resolved_at,
+                orjson.dumps(incident),
+            )
+            for incident in incidents
         ],
     )

@@ -12,6 +12,10 @@ Schema 1: every observer before 0.4.0. Their files differ by the columns added
 since 0.1.0, each then added at open when missing, without a number: step 2 adds
 any of them that is still missing.
 Schema 2 (0.4.0): those columns everywhere, and `written_by`.
+Schema 3: incidents (`alert_incidents`, `alert_threads`: docs/alerts.md#incidents). An
+older observer would resolve a correlated alert under its own key, not its incident's,
+and leave the incident open at PagerDuty: it refuses the file. An alert that was firing
+when the file was migrated becomes an incident of its own when it is next told.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Final
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 # The columns added to files of older versions (table -> column -> its ALTER).
 _COLUMNS: Final[Mapping[str, Mapping[str, str]]] = {
@@ -50,7 +54,21 @@ def _columns_since_the_first_files(db: sqlite3.Connection) -> None:
                 db.execute(statement)
 
 
+def _incidents(db: sqlite3.Connection) -> None:
+    """The incidents and, per notifier, the receiver's id of each one's first message."""
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS alert_incidents (id TEXT PRIMARY KEY, "
+        "open INTEGER NOT NULL, at REAL NOT NULL, data BLOB NOT NULL)"
+    )
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS alert_threads (notifier TEXT NOT NULL, "
+        "incident TEXT NOT NULL, ref TEXT NOT NULL, at REAL NOT NULL, "
+        "PRIMARY KEY (notifier, incident))"
+    )
+
+
 # Step N takes a file of schema N-1 to schema N.
 STEPS: Final[Mapping[int, Callable[[sqlite3.Connection], None]]] = {
     2: _columns_since_the_first_files,
+    3: _incidents,
 }

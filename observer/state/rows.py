@@ -12,6 +12,7 @@ and handed to every notifier the rule names. Notifiers only format and send it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -86,6 +87,8 @@ class AlertState:
     layer: str | None = None
     # Firing while the judge was unhealthy, nobody told yet (docs/judge.md#a-drifting-judge).
     held: bool = False
+    # Why no layer was named when it began (its resolve says the same).
+    layer_note: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,10 +135,18 @@ class Triage:
     layer: str | None = None
     layer_shares: tuple[tuple[str, float], ...] = ()
     examples: tuple[Example, ...] = ()
+    # Bad samples of the leading segment no layer rule could place, by why (most first):
+    # `no_retrieval_score` (§ unknown is not zero), `ambiguous`, `refused_without_evidence`.
+    unclear: tuple[tuple[str, int], ...] = ()
 
     @property
     def lead(self) -> Segment | None:
         return self.segments[0] if self.segments else None
+
+    @property
+    def whole_group(self) -> bool:
+        """Every sample of the window is bad: no segment can stand out, the group is it."""
+        return self.samples > 0 and self.bad == self.samples
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -147,6 +158,7 @@ class Triage:
             "onset_open": self.onset_open,
             "layer": self.layer,
             "layer_shares": dict(self.layer_shares),
+            "unclear": dict(self.unclear),
             "examples": [e.trace_id for e in self.examples],
         }
 
@@ -175,12 +187,119 @@ class Triage:
             layer=data.get("layer"),
             layer_shares=tuple((str(k), float(v)) for k, v in data.get("layer_shares", ())),
             examples=tuple(Example(**e) for e in data.get("examples", ())),
+            unclear=tuple((str(k), int(v)) for k, v in data.get("unclear", ())),
         )
 
 
 Severity = Literal["warn", "page"]
 NotificationKind = Literal["window", "trace", "digest", "test"]
 NotificationState = Literal["firing", "resolved"]
+# What a message is to its incident (docs/alerts.md#incidents): the first symptom opens it
+# (the page), a later one joins it, a symptom's repeat or change updates it, a symptom that
+# ends while others fire is `symptom_resolved`, the last one's end resolves it (said once).
+IncidentRole = Literal["opened", "joined", "update", "symptom_resolved", "resolved"]
+
+
+@dataclass(frozen=True, slots=True)
+class Symptom:
+    """One alert (a rule and a group of it) inside an incident, as last told."""
+
+    rule: str
+    group: GroupKey
+    key: str  # the alert's dedup key: stable for the rule and group
+    severity: str
+    value: float | None
+    fired_at: float  # unix seconds (event time)
+    summary: str
+    resolved_at: float | None = None
+    layer: str | None = None
+
+    @property
+    def firing(self) -> bool:
+        return self.resolved_at is None
+
+    @classmethod
+    def stored(cls, data: Mapping[str, Any]) -> Symptom:
+        group = tuple((str(k), str(v)) for k, v in data.get("group", ()))
+        return cls(**{**data, "group": group})
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """Alerts that share one cause: the same leading segment (a release, a model, ...) in
+    one environment, firing within the correlation window; an alert without a shared
+    cause is an incident of its own, its id the alert's dedup key."""
+
+    id: str
+    environment: str
+    cause: tuple[tuple[str, str], ...]  # (("release", "2026.12.07-rc1"),); () for none
+    since: float  # when the change began (the earliest onset of a symptom), else first fired
+    opened_at: float
+    last_fired: float  # the latest symptom's firing: the correlation window runs from it
+    symptoms: tuple[Symptom, ...]
+    notified: tuple[str, ...] = ()  # the notifiers its messages went to
+    resolved_at: float | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.resolved_at is None
+
+    @property
+    def firing(self) -> tuple[Symptom, ...]:
+        return tuple(s for s in self.symptoms if s.firing)
+
+    @property
+    def severity(self) -> Severity:
+        """`page` while a firing symptom pages (or, resolved, when any did), else `warn`."""
+        told = self.firing or self.symptoms
+        return "page" if any(s.severity == "page" for s in told) else "warn"
+
+    def as_dict(self) -> dict[str, Any]:
+        """For receivers' JSON: times as RFC 3339, the cause and groups as objects."""
+        return {
+            "id": self.id,
+            "state": "open" if self.open else "resolved",
+            "environment": self.environment,
+            "cause": dict(self.cause) or None,
+            "since": _rfc3339(self.since),
+            "opened_at": _rfc3339(self.opened_at),
+            "resolved_at": _rfc3339(self.resolved_at) if self.resolved_at is not None else None,
+            "severity": self.severity,
+            "symptoms": [
+                {
+                    "rule": s.rule,
+                    "group": dict(s.group),
+                    "state": "firing" if s.firing else "resolved",
+                    "severity": s.severity,
+                    "value": s.value if s.value is None or math.isfinite(s.value) else None,
+                    "summary": s.summary,
+                    "layer": s.layer,
+                    "fired_at": _rfc3339(s.fired_at),
+                    "resolved_at": _rfc3339(s.resolved_at) if s.resolved_at is not None else None,
+                }
+                for s in self.symptoms
+            ],
+        }
+
+    @classmethod
+    def stored(cls, data: Mapping[str, Any]) -> Incident:
+        """Back from the state file or the outbox, where orjson wrote it field by field."""
+        return cls(
+            id=str(data["id"]),
+            environment=str(data["environment"]),
+            cause=tuple((str(k), str(v)) for k, v in data.get("cause", ())),
+            since=float(data["since"]),
+            opened_at=float(data["opened_at"]),
+            last_fired=float(data["last_fired"]),
+            symptoms=tuple(Symptom.stored(s) for s in data.get("symptoms", ())),
+            notified=tuple(str(n) for n in data.get("notified", ())),
+            resolved_at=data.get("resolved_at"),
+        )
+
+
+def _rfc3339(at: float) -> str:
+    moment = datetime.fromtimestamp(at, UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +338,21 @@ class Notification:
     # What changed, where, since when and whose (a firing window alert; alerts.triage).
     triage: Triage | None = None
     layer: str | None = None  # the alert's layer label (kept from firing to resolved)
+    layer_note: str | None = None  # without a layer: why none is named ("layer unclear")
+    # What happened to the alert: firing, renotified, escalated, deescalated, no_data,
+    # resolved; `refresh` (an Alertmanager re-post), `closing` (its old severity closed),
+    # `released` (told once the judge is healthy again); "" for a trace, digest or test.
+    transition: str = ""
+    incident: Incident | None = None  # the incident as it stands after this message
+    role: IncidentRole | None = None
+    # The receiver's id of the incident's first message to this notifier (Slack's `ts`),
+    # set by the delivery when it sends: a later message of the incident replies to it.
+    thread: str | None = None
+
+    @property
+    def incident_key(self) -> str:
+        """What a receiver keeps one thing per incident by (PagerDuty's dedup_key)."""
+        return self.incident.id if self.incident is not None else self.dedup_key
 
     @property
     def labels(self) -> dict[str, str]:

@@ -74,6 +74,22 @@ class OutboxFull(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class TraceWrite:
+    """One trace's fingerprint, score set and history row, as `record_trace` writes them."""
+
+    trace_id: str
+    fingerprint: str
+    root_start: datetime
+    scores: Sequence[ScoreEvent]
+    now: datetime
+    history: Row | None = None
+    basis: str | None = None
+    during: Callable[[sqlite3.Connection], None] | None = None
+    latest: datetime | None = None
+    activity: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Pending:
     """An outbox row due for sending."""
 
@@ -125,6 +141,13 @@ class State:
                     "INSERT INTO counters (name, value) VALUES ('outbox', "
                     "(SELECT COUNT(*) FROM outbox)) ON CONFLICT(name) DO UPDATE "
                     "SET value = excluded.value"
+                )
+                # The last queue position handed out, kept beside it so queueing costs
+                # no scan of the outbox (a MAX(seq) per trace made a long catch-up quadratic).
+                db.execute(
+                    "INSERT INTO counters (name, value) VALUES ('outbox_seq', "
+                    "(SELECT COALESCE(MAX(seq), 0) FROM outbox)) ON CONFLICT(name) DO UPDATE "
+                    "SET value = MAX(value, excluded.value)"
                 )
         except sqlite3.Error as error:
             raise StateError(f"state file {self.path} is not usable: {error}") from None
@@ -254,27 +277,71 @@ class State:
         OutboxFull when there is no room: nothing is written, the trace will be seen
         again. Returns how many scores were queued for deletion.
         """
+        write = TraceWrite(
+            trace_id, fingerprint, root_start, scores, now, history, basis, during, latest, activity
+        )
+        (result,) = self.record_traces([write])
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def record_traces(self, writes: Sequence[TraceWrite]) -> list[int | Exception]:
+        """Many traces recorded as `record_trace` records one, in one transaction: one
+        commit for them all (the event path's settling step), each trace still all or
+        nothing (a savepoint of its own).
+
+        For each write, in order: how many scores were queued for deletion, or why that
+        trace wrote nothing: OutboxFull, or what its `during` raised (the others are
+        written). A failure of the file itself (StateError) writes none of them.
+        """
+        results: list[int | Exception] = []
         with self._transaction() as db:
-            if scores and self._outbox_count(db) + len(scores) > self.max_outbox:
-                raise OutboxFull(
-                    f"outbox holds {self._outbox_count(db)} scores (max {self.max_outbox})"
-                )
-            deleted = self._replace_set(db, trace_id, scores, basis, activity)
-            db.execute(
-                "INSERT INTO traces (trace_id, fingerprint, root_start, seen_at, latest) "
-                "VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT(trace_id) DO UPDATE SET fingerprint = excluded.fingerprint, "
-                "seen_at = excluded.seen_at, "
-                "root_start = MIN(root_start, excluded.root_start), "
-                "latest = MAX(COALESCE(latest, ''), COALESCE(excluded.latest, ''))",
-                (trace_id, fingerprint, iso(root_start), iso(now), latest and iso(latest)),
-            )
-            if history is not None:
-                write_row(db, history)
-            if during is not None:
-                during(db)
-        if history is not None:
-            self.history.written(history)
+            for write in writes:
+                count = self._outbox_count(db)
+                if write.scores and count + len(write.scores) > self.max_outbox:
+                    results.append(
+                        OutboxFull(f"outbox holds {count} scores (max {self.max_outbox})")
+                    )
+                    continue
+                db.execute("SAVEPOINT trace")
+                try:
+                    deleted = self._write_trace(db, write)
+                except sqlite3.Error:
+                    raise  # the file: the whole transaction is rolled back
+                except Exception as error:
+                    db.execute("ROLLBACK TO trace")
+                    db.execute("RELEASE trace")
+                    results.append(error)
+                    continue
+                db.execute("RELEASE trace")
+                results.append(deleted)
+        for write, result in zip(writes, results, strict=True):
+            if write.history is not None and not isinstance(result, Exception):
+                self.history.written(write.history)
+        return results
+
+    def _write_trace(self, db: sqlite3.Connection, write: TraceWrite) -> int:
+        deleted = self._replace_set(db, write.trace_id, write.scores, write.basis, write.activity)
+        latest = write.latest
+        db.execute(
+            "INSERT INTO traces (trace_id, fingerprint, root_start, seen_at, latest) "
+            "VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT(trace_id) DO UPDATE SET fingerprint = excluded.fingerprint, "
+            "seen_at = excluded.seen_at, "
+            "root_start = MIN(root_start, excluded.root_start), "
+            "latest = MAX(COALESCE(latest, ''), COALESCE(excluded.latest, ''))",
+            (
+                write.trace_id,
+                write.fingerprint,
+                iso(write.root_start),
+                iso(write.now),
+                latest and iso(latest),
+            ),
+        )
+        if write.history is not None:
+            write_row(db, write.history)
+        if write.during is not None:
+            write.during(db)
         return deleted
 
     def _replace_set(
@@ -297,12 +364,16 @@ class State:
             db.execute(
                 "DELETE FROM trace_scores WHERE trace_id = ? AND name = ?", (trace_id, score.name)
             )
+        payloads = [_payload(score) for score in scores]
         self._queue(db, stale, "delete")
-        self._queue(db, scores, activity=activity)
+        self._queue(db, scores, activity=activity, payloads=payloads)
         db.executemany(
             "INSERT INTO trace_scores (trace_id, name, payload, basis) VALUES (?, ?, ?, NULL) "
             "ON CONFLICT(trace_id, name) DO UPDATE SET payload = excluded.payload, basis = NULL",
-            [(trace_id, score.name, _payload(score)) for score in scores],
+            [
+                (trace_id, score.name, payload)
+                for score, payload in zip(scores, payloads, strict=True)
+            ],
         )
         return len(stale)
 
@@ -317,14 +388,20 @@ class State:
         op: Op = "upsert",
         *,
         activity: datetime | None = None,
+        payloads: Sequence[bytes] | None = None,
     ) -> None:
         """Queue scores (or their deletion), each replacing what is queued under its id.
 
-        The newest intent for an id is what Langfuse must end up with.
+        The newest intent for an id is what Langfuse must end up with. `payloads`: the
+        scores' own, when the caller encoded them already.
         """
         if not scores:
             return
-        seq = int(db.execute("SELECT COALESCE(MAX(seq), 0) FROM outbox").fetchone()[0])
+        last = db.execute(
+            "UPDATE counters SET value = value + ? WHERE name = 'outbox_seq' RETURNING value",
+            (len(scores),),
+        ).fetchone()
+        seq = int(last[0]) - len(scores)
         moment = None if activity is None else activity.timestamp()
         db.executemany(
             "INSERT INTO outbox (score_id, seq, trace_id, payload, op, activity) "
@@ -333,8 +410,10 @@ class State:
             "seq = excluded.seq, op = excluded.op, activity = excluded.activity, "
             "attempts = 0, next_attempt = 0",
             [
-                (score.id, seq + index, score.trace_id, _payload(score), op, moment)
-                for index, score in enumerate(scores, start=1)
+                (score.id, seq + index, score.trace_id, payload, op, moment)
+                for index, (score, payload) in enumerate(
+                    zip(scores, payloads or [_payload(s) for s in scores], strict=True), start=1
+                )
             ],
         )
 
@@ -440,13 +519,12 @@ class State:
             ended: dict[str, float] = {}
             for row in rows:
                 found = db.execute(
-                    "SELECT trace_id, activity FROM outbox "
-                    "WHERE score_id = ? AND payload = ? AND op = ?",
+                    "DELETE FROM outbox WHERE score_id = ? AND payload = ? AND op = ? "
+                    "RETURNING trace_id, activity",
                     row,
                 ).fetchone()
                 if found is None:
                     continue  # re-queued since, or acknowledged already
-                db.execute("DELETE FROM outbox WHERE score_id = ? AND payload = ? AND op = ?", row)
                 if found[1] is not None:
                     trace_id, moment = str(found[0]), float(found[1])
                     ended[trace_id] = max(moment, ended.get(trace_id, moment))

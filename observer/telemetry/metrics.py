@@ -174,8 +174,9 @@ class OtlpMetrics:
         "both after Retry-After)", ("result",), zero=OTLP_REQUEST_RESULTS)
     spans = counter("observer_otlp_spans_total", "Spans received (a span sent again counts once)")
     handed = counter("observer_otlp_traces_settled_total",
-        "Traces handed to scoring by reason (settled: root in and quiet for settle_s; "
-        "max_traces, max_bytes: settled early, the assembly was full)",
+        "Traces handed to scoring by reason (whole: root in, every parent in, quiet for "
+        "root_grace_s; settled: quiet for settle_s; max_traces, max_bytes: settled early, "
+        "the assembly was full)",
         ("reason",), zero=OTLP_HANDED_REASONS)
     dropped = counter("observer_otlp_traces_dropped_total",
         "Traces not scored from here by reason (no_root; late_forgotten, partial: left to the "
@@ -337,6 +338,12 @@ class Metrics:
         "Alert groups firing now, by rule, group and severity (query_type capped as the quality "
         "metrics'; a series exists only while its group fires)",
         ("rule", "environment", "query_type", "severity"))
+    alert_incidents_open = gauge("observer_alert_incidents_open",
+        "Incidents open now, by environment: alerts that share one cause count once "
+        "(docs/alerts.md#incidents)", ("environment",))
+    trace_alerts = counter("observer_trace_alerts_total",
+        "Traces a trace rule raised, by rule and result (notified, digest: kept for the "
+        "hourly digest, held: the judge is unhealthy)", ("rule", "result"))
     # fmt: on
 
     def __init__(
@@ -361,6 +368,7 @@ class Metrics:
         }
         self._release_series: set[tuple[str, str, str]] = set()
         self._alerts_active: dict[str, set[tuple[str, str, str]]] = {}
+        self._incidents_open: set[str] = set()
         self._watermark: float | None = None
         self._clock: Callable[[], float] = time.time
         make_declared(self, self.registry)
@@ -417,6 +425,18 @@ class Metrics:
                 ).set(n)
         for key in before - {key for key, n in firing.items() if n > 0}:
             self.alerts_active.remove(rule, *key)
+
+    def set_incidents_open(self, by_environment: Mapping[str, int]) -> None:
+        """The incidents open now per environment; an environment with none is removed."""
+        with self._labels_lock:
+            before = self._incidents_open
+            self._incidents_open = {e for e, n in by_environment.items() if n > 0}
+        for environment in self._incidents_open:
+            self.alert_incidents_open.labels(environment=environment).set(
+                by_environment[environment]
+            )
+        for environment in before - self._incidents_open:
+            self.alert_incidents_open.remove(environment)
 
     # -- the lag ------------------------------------------------------------------
 

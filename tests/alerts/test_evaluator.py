@@ -26,7 +26,7 @@ from observer.alerts.engine import AlertEvent, Row, evaluation_points, replay
 from observer.alerts.evaluator import AlertEvaluator
 from observer.alerts.notifiers.webhook import WebhookNotifier
 from observer.alerts.rules import Expression, WindowRule, check_window_rule
-from observer.alerts.service import AlertService, StepResult
+from observer.alerts.service import AlertService, Options, RuleSet, StepResult
 from observer.background import Deadline
 from observer.health import Health
 from observer.state import State
@@ -111,11 +111,10 @@ def service_on(
     return AlertService(
         state,
         metrics or Metrics(),
-        rules,
-        (),
-        notifier_kinds={"hook": "webhook"} if delivery is not None else {},
+        RuleSet(rules, ()),
         delivery=delivery,
-        base_url="https://langfuse.example.com",
+        notifiers={"hook": "webhook"} if delivery is not None else {},
+        options=Options(base_url="https://langfuse.example.com"),
     )
 
 

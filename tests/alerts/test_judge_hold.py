@@ -22,7 +22,7 @@ from observer.alerts.rules import (
     default_trace_rules,
     default_window_rules,
 )
-from observer.alerts.service import AlertService
+from observer.alerts.service import AlertService, Options, RuleSet
 from observer.background import Deadline
 from observer.state import State
 from observer.state.rows import Row
@@ -75,12 +75,10 @@ def wired(
     service = AlertService(
         state,
         metrics,
-        rules,
-        trace_rules,
-        notifier_kinds={name: "webhook" for name in receivers},
+        RuleSet(rules, trace_rules, routes=routes),
         delivery=delivery,
-        base_url="https://langfuse.example.com",
-        routes=routes,
+        notifiers={name: "webhook" for name in receivers},
+        options=Options(base_url="https://langfuse.example.com"),
     )
     return state, delivery, service
 
@@ -166,10 +164,10 @@ def test_critical_claim_unsupported_is_held_while_the_judge_is_unhealthy(
     group = (("environment", "production"), ("query_type", "billing"))
     try:
         state.alerts.commit("judge_error_rate_high", {group: AlertState(status="firing")}, T)
-        service.check_trace(Row(T, {"critical_unsupported": True}, "held-1", "p1"))
+        service.scored(Row(T, {"critical_unsupported": True}, "held-1", "p1"))
         assert state.alerts.waiting() == 0 and oncall.requests == []
         state.alerts.commit("judge_error_rate_high", {}, T + 60)  # the judge is healthy
-        service.check_trace(Row(T + 60, {"critical_unsupported": True}, "told-1", "p1"))
+        service.scored(Row(T + 60, {"critical_unsupported": True}, "told-1", "p1"))
         (request,) = oncall.wait_for(1)
         assert request.json()["rule"] == "critical_claim_unsupported"
     finally:
@@ -179,12 +177,14 @@ def test_critical_claim_unsupported_is_held_while_the_judge_is_unhealthy(
 
 def test_alerts_status_says_an_alert_is_held() -> None:
     from observer.alerts.service import RuleStatus
+    from observer.app import AlertStatus
     from observer.state.rows import AlertState
     from observer.views.alerts import status_rows
 
     held = AlertState(status="firing", severity="page", samples=90, value=0.5, held=True)
     rule = RULES["faithfulness_low"]
-    (row,) = status_rows([RuleStatus(rule, (("environment", "production"),), held, T)], [rule])
+    status = RuleStatus(rule, (("environment", "production"),), held, T)
+    (row,) = status_rows(AlertStatus([status], {}, [], T, (rule,), 0))
     assert row["state"] == "firing (held: the judge is unhealthy)"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections import Counter
 from collections.abc import Mapping
 
 import pytest
@@ -16,7 +17,15 @@ from hypothesis import strategies as st
 
 from observer.alerts.regression import compare, default_regression_rules
 from observer.alerts.rules import WindowRule, parse_expression
-from observer.alerts.triage import blame, change_point, is_bad, layer_of, triage, z_score
+from observer.alerts.triage import (
+    blame,
+    change_point,
+    is_bad,
+    layer_of,
+    place,
+    triage,
+    z_score,
+)
 from observer.state.rows import Row, Value
 
 T = 1_800_000_000.0  # the alert's moment
@@ -119,12 +128,36 @@ def test_the_layer_of_one_bad_sample(values: Mapping[str, Value], layer: str | N
 
 
 def test_no_layer_is_named_without_a_majority() -> None:
-    rule = grounding_rule()
-    bad = [(0.5, row(i, T, {"crag_grade": g}, "x")) for i, g in enumerate(["LOW", "HIGH"] * 5)]
-    layer, shares = blame(rule, bad)
+    layer, shares, unclear = blame(Counter({"retrieval": 5, "generation": 5}))
     assert layer is None
     assert dict(shares) == {"retrieval": 0.5, "generation": 0.5}
-    assert blame(rule, []) == (None, ())
+    assert unclear == ()
+    assert blame(Counter()) == (None, (), ())
+
+
+def test_bad_samples_without_a_retrieval_score_are_unclear_and_say_why() -> None:
+    """A trace that recorded no retrieval score has no CRAG grade (unknown, not LOW):
+    its bad samples point at no layer, and the triage counts why."""
+    rule = grounding_rule()
+    rows = [
+        row(i, T - 1 - i, {"numeric_grounding": 0.5 if i % 2 else 1.0}, "pricing")
+        for i in range(400)
+    ]
+    found = triage(rule, PROD, rows, T)
+    assert found.layer is None and found.layer_shares == ()
+    assert found.unclear == (("no_retrieval_score", 200),)
+    assert place({"abstained": True, "crag_grade": "LOW"}) == "refused_without_evidence"
+    assert place({"crag_grade": "AMBIGUOUS"}) == "ambiguous"
+
+
+def test_every_sample_bad_is_the_whole_group_not_no_segment() -> None:
+    rows = [
+        row(i, T - 1 - i, {"numeric_grounding": 0.5, "crag_grade": "HIGH"}, TYPES[i % 3])
+        for i in range(300)
+    ]
+    found = triage(grounding_rule(), PROD, rows, T)
+    assert found.whole_group and found.segments == ()
+    assert found.layer == "generation"
 
 
 @pytest.mark.parametrize(

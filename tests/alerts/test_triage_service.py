@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from observer.alerts.delivery import Delivery
+from observer.alerts.families.release import release_findings
 from observer.alerts.notifiers.alertmanager import AlertmanagerNotifier
 from observer.alerts.regression import compare, default_regression_rules
 from observer.alerts.rules import Route
-from observer.alerts.service import AlertService
+from observer.alerts.service import AlertService, Options, RuleSet
 from observer.background import Deadline
 from observer.config import AlertsSettings
 from observer.state import State
@@ -59,11 +60,10 @@ def test_a_page_carries_its_triage_and_its_resolve_the_same_layer_label(
     service = AlertService(
         state,
         metrics,
-        (rule,),
-        (),
-        notifier_kinds={"am": "alertmanager"},
+        RuleSet((rule,), ()),
         delivery=delivery,
-        base_url="https://langfuse.example.com",
+        notifiers={"am": "alertmanager"},
+        options=Options(base_url="https://langfuse.example.com"),
     )
     try:
         state.history.put_many(planted())
@@ -89,7 +89,8 @@ def test_a_page_carries_its_triage_and_its_resolve_the_same_layer_label(
         (ended,) = second.json()
         assert datetime.fromisoformat(ended["endsAt"].replace("Z", "+00:00")) <= moment(T + 3600)
         assert ended["labels"] == labels
-        assert "what_changed" not in ended["annotations"]
+        # The resolve names the layer the page named, and tells no triage.
+        assert ended["annotations"]["what_changed"].startswith("Layer: generation: ")
         assert state.alerts.load()[rule.name][PROD].layer is None
     finally:
         delivery.shutdown(Deadline.within(5))
@@ -107,15 +108,14 @@ def test_a_route_sends_the_layer_it_names_to_its_own_notifiers(tmp_path: Path) -
         }
         delivery = Delivery(notifiers, metrics, state.alerts, base_s=0.01, max_backoff_s=0.02)
         rule = dataclasses.replace(grounding_rule(warn_threshold=None), notify=("oncall",))
+        routes = (Route("retrieval", ("search",)), Route("generation", ("models",)))
         service = AlertService(
             state,
             metrics,
-            (rule,),
-            (),
-            notifier_kinds={name: "alertmanager" for name in notifiers},
+            RuleSet((rule,), (), routes=routes),
             delivery=delivery,
-            base_url="https://langfuse.example.com",
-            routes=(Route("retrieval", ("search",)), Route("generation", ("models",))),
+            notifiers={name: "alertmanager" for name in notifiers},
+            options=Options(base_url="https://langfuse.example.com"),
         )
         try:
             state.history.put_many(planted())
@@ -158,13 +158,12 @@ def test_sqlite_computes_the_release_comparison_the_rows_give(tmp_path: Path) ->
     rows = release_scenario()
     state.history.put_many(rows)
     (rule,) = default_regression_rules()
-    service = AlertService(state, Metrics(), (), (), notifier_kinds={}, delivery=None, base_url="x")
     expected = compare(rule, rows, T)
     assert expected  # the scenario has a regression to find
     reader = state.history.reader()
     try:
         for history in (state.history, reader):
-            found = service.release_findings(rule, history, T)
+            found = release_findings(rule, history, T)
             assert [f.group for f in found] == [f.group for f in expected]
             for mine, theirs in zip(found, expected, strict=True):
                 assert mine.value == pytest.approx(theirs.value)

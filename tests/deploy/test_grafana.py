@@ -238,6 +238,8 @@ def test_pipeline_health_shows_what_the_on_call_needs() -> None:
         "observer_judge_cost_usd_total",
         "observer_judge_errors_total",
         "observer_alerts_active",
+        "observer_alert_incidents_open",
+        "observer_trace_alerts_total",
     } <= metrics
     assert any('result="rate_limited"' in q for q in queries)
 

@@ -139,3 +139,56 @@ def test_the_alert_state_goes_to_the_next_evaluator_and_a_paused_one_cannot_over
         a.hand_over(lease_a.value)  # a, paused, wakes up: it cannot undo b's state
     assert b.take_over()
     assert two.alerts.load()["ungrounded_rate_high"][GROUP] == firing
+
+
+def test_incidents_and_their_threads_go_to_the_next_evaluator(
+    rclient: redis.Redis, states: tuple[State, State]
+) -> None:
+    """One incident per fleet: the next evaluator continues the incident the last one
+    opened (a later symptom of the cause joins it) and replies in its Slack thread."""
+    from observer.alerts.incidents import tell
+    from tests.alerts.test_incidents import alert, lead
+
+    one, two = states
+    opened = tell(
+        {},
+        alert(
+            "low_band_rate_high",
+            triage=lead(
+                ("release", "rc2"),
+            ),
+        ),
+        ("s",),
+        100.0,
+    )
+    one.alerts.commit("low_band_rate_high", {GROUP: AlertState("firing")}, 100.0,
+                      incidents=[opened.incident])  # fmt: skip
+    one.alerts.remember_thread("s", opened.incident.id, "1700000001.000100", 100.0)
+    a = FleetAlerts(rclient, KEYS, one, "one", maxlen=1000)
+    b = FleetAlerts(rclient, KEYS, two, "two", maxlen=1000)
+    lease_a, lease_b = Lease(rclient, KEYS, "one", 15), Lease(rclient, KEYS, "two", 15)
+    assert lease_a.keep()
+    a.hand_over(lease_a.value)
+    rclient.delete(KEYS.lease)
+    assert lease_b.keep()
+    assert b.take_over()
+    assert two.alerts.incidents() == [opened.incident]
+    assert two.alerts.thread("s", opened.incident.id) == "1700000001.000100"
+    joined = tell(
+        two.alerts.incidents(), alert("release_regression", triage=lead(("release", "rc2"),)),
+        ("s",), 400.0,
+    )  # fmt: skip
+    assert joined.notification.role == "joined" and joined.incident.id == opened.incident.id
+
+
+def test_an_older_members_hand_over_carries_no_incidents_and_is_taken_as_such(
+    rclient: redis.Redis, states: tuple[State, State]
+) -> None:
+    _, two = states
+    firing = AlertState(status="firing", severity="page", since=100.0)
+    old = orjson.dumps(
+        {"states": [["r", orjson.dumps(list(GROUP)).decode(), orjson.dumps(firing).decode()]],
+         "progress": [["r", 160.0]]}
+    )  # fmt: skip
+    two.alerts.restore(old)
+    assert two.alerts.load() == {"r": {GROUP: firing}} and two.alerts.incidents() == []

@@ -26,7 +26,7 @@ import redis
 
 from observer.alerts.engine import Row
 from observer.alerts.rules import Expression, TraceRule
-from observer.alerts.service import AlertService
+from observer.alerts.service import AlertService, Options, RuleSet
 from observer.fleet.alerts import TRACE_ALERT_KEPT_S, FleetAlerts
 from observer.fleet.budget import DAY_S, FleetBudget
 from observer.fleet.keys import Keys
@@ -244,11 +244,9 @@ def _alerts(client: redis.Redis, state: State, member: str) -> tuple[AlertServic
     service = AlertService(
         state,
         Metrics(),
-        (),
-        (RULE,),
-        notifier_kinds={},
+        RuleSet((), (RULE,)),
         delivery=None,
-        base_url="https://langfuse.example.com",
+        options=Options(base_url="https://langfuse.example.com"),
         clock=lambda: NOW,
         shared=fleet,
     )
@@ -262,20 +260,20 @@ def test_a_trace_rule_that_cannot_be_recorded_gives_its_claim_back(
     key = KEYS.trace_alert(RULE.name, "t1")
     _refuse(state, "trace_alerts")
     with pytest.raises(StateError):
-        service.check_trace(_row("t1", NOW.timestamp()))
+        service.scored(_row("t1", NOW.timestamp()))
     assert rclient.exists(key) == 0
     assert int(rclient.get(KEYS.alert_hour(RULE.name, HOUR)) or 0) == 0
 
     # Another member scores the trace again (the entry was claimed): it raises it.
     other = State(tmp_path / "other.sqlite")
     try:
-        _alerts(rclient, other, "two")[0].check_trace(_row("t1", NOW.timestamp()))
+        _alerts(rclient, other, "two")[0].scored(_row("t1", NOW.timestamp()))
         assert other.alerts.raised_since(0) == [(RULE.name, "t1", NOW.timestamp())]
     finally:
         other.close()
     assert rclient.get(key) == b"two" and rclient.ttl(key) > TRACE_ALERT_KEPT_S - 60
     _accept(state, "trace_alerts")
-    service.check_trace(_row("t1", NOW.timestamp()))
+    service.scored(_row("t1", NOW.timestamp()))
     assert state.alerts.raised_since(0) == []  # raised once per fleet: by "two"
 
 
@@ -286,7 +284,7 @@ def test_a_trace_rule_recorded_holds_its_claim_for_its_life(
     key = KEYS.trace_alert(RULE.name, "t1")
     assert fleet.admit(RULE.name, "t0", HOUR, 2) == "notify"  # provisional, unconfirmed
     assert 0 < rclient.pttl(KEYS.trace_alert(RULE.name, "t0")) <= 10_000
-    service.check_trace(_row("t1", NOW.timestamp()))
+    service.scored(_row("t1", NOW.timestamp()))
     assert rclient.get(key) == b"one" and rclient.ttl(key) > TRACE_ALERT_KEPT_S - 60
 
 
@@ -356,7 +354,7 @@ def test_after_redis_lost_its_data_a_member_gives_its_trace_rules_back(
     service, fleet = _alerts(rclient, state, "one")
     at = NOW.timestamp()
     for trace_id in ("t1", "t2", "t3"):  # two notified, one kept for the digest
-        service.check_trace(_row(trace_id, at))
+        service.scored(_row(trace_id, at))
     old = at - TRACE_ALERT_KEPT_S - 10
     state.alerts.admit(RULE.name, "ancient", "2026-11-01T00", old, Example("ancient", "p", 1.0), 2)
     assert state.alerts.raised_in(HOUR) == {RULE.name: 3}
@@ -370,8 +368,8 @@ def test_after_redis_lost_its_data_a_member_gives_its_trace_rules_back(
     other = State(tmp_path / "other.sqlite")
     try:
         again, _ = _alerts(rclient, other, "two")
-        again.check_trace(_row("t1", at))  # scored again elsewhere: not raised twice
-        again.check_trace(_row("t4", at))  # a new one: over the fleet's hour, for the digest
+        again.scored(_row("t1", at))  # scored again elsewhere: not raised twice
+        again.scored(_row("t4", at))  # a new one: over the fleet's hour, for the digest
         assert other.alerts.raised_since(0) == [(RULE.name, "t4", at)]
         assert other.alerts.raised_in(HOUR) == {RULE.name: 1}
         (digest,) = other.alerts.due_digests("9999")  # kept for this member's digest

@@ -122,7 +122,7 @@ def start_observer(fake: FakeLangfuse, state: Path, **otlp: Any) -> Observer:
         parts.pipeline.traces.settled_elsewhere(),
         parts.state,
         parts.metrics,
-        Limits(o.settle_s, o.keep_s, o.max_traces, o.max_bytes),
+        Limits(o.settle_s, o.keep_s, o.max_traces, o.max_bytes, o.root_grace_s),
         project_id=ProjectId(app.build_api(settings), parts.budget, parts.stopping),
         lookup=parts.resolver,
         notify=lambda: None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -150,3 +151,103 @@ def test_whatever_the_order_and_batching_every_span_is_handed_out_once(
     handed = assembly.due(now + SETTLE)
     got = sorted((h.trace_id, o["id"]) for h in handed for o in h.observations)
     assert got == sorted((t, s) for t, s, _ in order)
+
+
+# -- the early settle of a whole tree (root in, every parent in: `root_grace_s`) -----------
+
+GRACE = 0.25
+
+
+def node(trace: str, span_id: str, parent: str | None, *, root: bool = False) -> SpanIn:
+    observation: dict[str, Any] = {"traceId": trace, "id": span_id, "isRootObservation": root}
+    return SpanIn(trace, span_id, observation, 100, root, parent)
+
+
+@pytest.mark.parametrize(
+    ("batches", "quiet_s", "reason"),
+    [
+        # the root alone: whole
+        ([[node("t", "r", None, root=True)]], GRACE, "whole"),
+        # an SDK's export: children end first, the root last, every parent in
+        ([[node("t", "a", "r"), node("t", "b", "a"), node("t", "r", None, root=True)]],
+         GRACE, "whole"),
+        # the children in one request, their root in the next
+        ([[node("t", "a", "r")], [node("t", "r", None, root=True)]], GRACE, "whole"),
+        # an app root under a remote parent (another service's span) is a root
+        ([[node("t", "a", "app"), node("t", "app", "remote", root=True)]], GRACE, "whole"),
+        # a span whose parent has not arrived: more is on its way
+        ([[node("t", "b", "a"), node("t", "r", None, root=True)]], SETTLE, "settled"),
+        # a span that names no parent and is no root: not known whole
+        ([[node("t", "a", None), node("t", "r", None, root=True)]], SETTLE, "settled"),
+        # the missing parent arrives: whole again, the grace counted from its arrival
+        ([[node("t", "b", "a"), node("t", "r", None, root=True)], [node("t", "a", "r")]],
+         GRACE, "whole"),
+    ],
+)  # fmt: skip
+def test_a_rooted_trace_waits_the_grace_when_whole_and_the_settle_time_otherwise(
+    batches: list[list[SpanIn]], quiet_s: float, reason: str
+) -> None:
+    assembly = Assembly(Limits(settle_s=SETTLE, root_grace_s=GRACE))
+    now = 0.0
+    for batch in batches:
+        assembly.add(batch, now)
+        now += 0.5  # the last batch at now - 0.5
+    last = now - 0.5
+    assert assembly.next_due_in(last) == quiet_s
+    assert assembly.due(last + quiet_s - 0.125) == []
+    (handed,) = assembly.due(last + quiet_s)
+    assert handed.reason == reason
+    assert len(handed.observations) == sum(len(b) for b in batches)
+
+
+def test_a_late_span_of_a_whole_trace_hands_it_out_again_after_the_grace() -> None:
+    assembly = Assembly(Limits(settle_s=SETTLE, root_grace_s=GRACE))
+    assembly.add([node("t", "a", "r"), node("t", "r", None, root=True)], now=0.0)
+    (first,) = assembly.due(GRACE)
+    assembly.add([node("t", "late", "a")], now=5.0)  # under a span it holds: whole
+    assert assembly.due(5.0 + GRACE - 0.125) == []
+    (again,) = assembly.due(5.0 + GRACE)
+    assert (first.again, again.again, again.reason) == (False, True, "whole")
+    assert len(again.observations) == 3
+
+
+def test_the_grace_is_never_longer_than_the_settle_time() -> None:
+    assembly = Assembly(Limits(settle_s=1.0, root_grace_s=5.0))
+    assembly.add([node("t", "r", None, root=True)], now=0.0)
+    assert [h.reason for h in assembly.due(1.0)] == ["whole"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_a_trace_is_handed_out_when_whole_after_the_grace_else_after_the_settle_time(
+    data: st.DataObject,
+) -> None:
+    """Any tree, its spans arriving in any order and batching, with any gaps: after each
+    batch the trace is due exactly when a reference says so, computed from scratch (root
+    in; whole: every span a root or its parent held; quiet the grace or the settle time)."""
+    size = data.draw(st.integers(min_value=1, max_value=7), label="spans")
+    parents = [None] + [
+        data.draw(st.integers(min_value=0, max_value=i - 1), label=f"parent of {i}")
+        for i in range(1, size)
+    ]
+    spans = [node("t", f"s{i}", None if p is None else f"s{p}", root=p is None)
+             for i, p in enumerate(parents)]  # fmt: skip
+    order = data.draw(st.permutations(spans), label="order")
+    cuts = sorted(data.draw(st.sets(st.integers(1, size - 1)), label="cuts")) if size > 1 else []
+    batches = [order[a:b] for a, b in zip([0, *cuts], [*cuts, size], strict=True)]
+    assembly = Assembly(Limits(settle_s=SETTLE, root_grace_s=GRACE))
+    now, held = 0.0, []
+    for batch in batches:
+        assembly.add(batch, now)
+        held += batch
+        gap = data.draw(st.sampled_from([0.125, GRACE, 1.0, SETTLE]), label="gap")
+        ids = {s.span_id for s in held}
+        rooted = any(s.root for s in held)
+        whole = all(s.root or s.parent in ids for s in held)
+        expected = rooted and gap >= (GRACE if whole else SETTLE)
+        handed = assembly.due(now + gap)
+        assert bool(handed) == expected
+        if handed:
+            assert handed[0].reason == ("whole" if whole else "settled")
+            assert {o["id"] for o in handed[0].observations} == ids
+        now += gap

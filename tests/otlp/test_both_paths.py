@@ -27,8 +27,8 @@ import pytest
 
 from observer.model import RagRecord, Signals
 from observer.pipeline.traces import TraceRecorder
-from observer.resolver.core import ResolverFindings
 from observer.state import State
+from observer.state.rows import Row
 from observer.times import parse_time
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.instrumentations.scenarios import PROJECT_ID
@@ -48,7 +48,7 @@ def capture(recorder: TraceRecorder) -> dict[str, bytes]:
     """The records a recorder scores, serialised as the fingerprint hashes them."""
     records: dict[str, bytes] = {}
 
-    def scored(record: RagRecord, _signals: Signals, _findings: ResolverFindings | None) -> None:
+    def scored(record: RagRecord, _signals: Signals, _row: Row) -> None:
         records[record.trace_id] = orjson.dumps(record)
 
     recorder.on_scored = scored

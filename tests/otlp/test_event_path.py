@@ -47,6 +47,12 @@ def test_the_receiver_does_not_run_in_a_fleet() -> None:
         check(Settings(otlp={"enabled": True}, fleet={}))
 
 
+def test_a_grace_longer_than_the_settle_time_is_refused_naming_both_keys() -> None:
+    check(Settings(otlp={"enabled": True, "root_grace_s": 2.0, "settle_s": 2.0}))
+    with pytest.raises(ConfigError, match=r"otlp\.root_grace_s: 3 .*otlp\.settle_s \(2\)"):
+        check(Settings(otlp={"enabled": True, "root_grace_s": 3.0}))
+
+
 def test_off_by_default_and_on_with_a_listen_address() -> None:
     assert not Settings().otlp.on
     assert Settings(otlp={"enabled": True}).otlp.address == ("127.0.0.1", 4318)

@@ -44,23 +44,25 @@ def scores_of(fake: FakeLangfuse, trace_id: str) -> dict[str, dict[str, object]]
     return {s["name"]: s for s in fake.live_scores(trace_id)}
 
 
-def test_an_answer_exported_by_the_sdk_is_scored_once_settled(
+def test_an_answer_exported_by_the_sdk_is_scored_once_its_whole_tree_is_in(
     fake: FakeLangfuse, observer: Observer
 ) -> None:
+    """The root and every span's parent are in: scored after `root_grace_s` (0.3 s), not
+    the settle time."""
     client = langfuse_client(observer.url, fake.public_key, fake.secret_key)
     trace_id = emit_answer(client)
     assert observer.metric("observer_otlp_spans_total") == 3
     assert observer.metric("observer_otlp_requests_total", result="accepted") >= 1
-    observer.settle(1.9)
-    assert observer.parts.state.outbox_size() == 0  # still settling
-    observer.settle(0.1)
+    observer.settle(0.25)
+    assert observer.parts.state.outbox_size() == 0  # within the grace
+    observer.settle(0.25)
     observer.deliver()
     scores = scores_of(fake, trace_id)
     assert scores["citation_coverage"]["value"] == 1.0
     assert scores["rerank_top1"]["value"] == pytest.approx(0.91)
     for name, score in scores.items():
         assert score["id"] == score_id(trace_id, name)
-    assert observer.metric("observer_otlp_traces_settled_total", reason="settled") == 1
+    assert observer.metric("observer_otlp_traces_settled_total", reason="whole") == 1
     assert observer.metric("observer_traces_total", outcome="scored") == 1
     # the project the keys belong to, as a polled trace carries it
     assert {s.get("projectId", fake.project_id) for s in scores.values()} == {fake.project_id}
@@ -70,9 +72,79 @@ def test_children_before_their_root_wait_for_it(fake: FakeLangfuse, observer: Ob
     client = langfuse_client(observer.url, fake.public_key, fake.secret_key)
     trace_id = emit_answer(client, children_first=True)
     assert observer.metric("observer_otlp_requests_total", result="accepted") == 2
-    observer.settle()
+    observer.settle(0.5)
     observer.deliver()
     assert scores_of(fake, trace_id)["citation_coverage"]["value"] == 1.0
+    assert observer.metric("observer_otlp_traces_settled_total", reason="whole") == 1
+
+
+def test_a_trace_missing_a_parent_waits_the_settle_time_and_the_parent_rescores_nothing_twice(
+    fake: FakeLangfuse, observer: Observer
+) -> None:
+    """A captured LangChain trace whose chain step (the parent of the retriever) comes
+    late: the tree is not whole, so the trace waits `settle_s`, is scored, and the late
+    span settles it again after the grace with the same score ids, nothing stored twice."""
+    otlp = json.loads((FIXTURES / "langchain.otlp.json").read_text())
+    expected = EXPECTED["apps"]["langchain"]["traces"][0]
+    trace_id = expected["trace_id"]
+    mine = only_spans(otlp, lambda s: s["traceId"] == trace_id)
+    step = next(s["spanId"] for s in _spans(mine) if s["name"].startswith("RunnableParallel"))
+    first = only_spans(mine, lambda s: s["spanId"] != step)
+    assert post(observer.url, protobuf_export(first), basic(fake)).status_code == 200
+    observer.settle(1.5)
+    assert observer.parts.state.outbox_size() == 0  # a parent is missing: not whole
+    observer.settle(0.5)
+    assert observer.metric("observer_otlp_traces_settled_total", reason="settled") == 1
+    observer.deliver()
+    before = scores_of(fake, trace_id)
+    assert before["citation_coverage"]["value"] == pytest.approx(expected["coverage"])
+    late = only_spans(mine, lambda s: s["spanId"] == step)
+    assert post(observer.url, protobuf_export(late), basic(fake)).status_code == 200
+    observer.settle(0.5)
+    assert observer.metric("observer_otlp_traces_settled_total", reason="whole") == 1
+    observer.deliver()
+    after = scores_of(fake, trace_id)
+    assert {n: (s["id"], s["value"]) for n, s in after.items()} == {
+        n: (score_id(trace_id, n), s["value"]) for n, s in before.items()
+    }
+    assert all(len(v) == 1 for v in fake.scores_by_trace()[trace_id].values())
+
+
+def test_a_full_outbox_mid_step_defers_the_rest_and_each_trace_is_scored_once(
+    fake: FakeLangfuse, observer: Observer
+) -> None:
+    """Five answers settle in one step (one transaction); the outbox has room for two
+    traces' scores: those two are recorded, the other three wait in memory (nothing of
+    them written) and are scored as the outbox drains, every score stored once."""
+    client = langfuse_client(observer.url, fake.public_key, fake.secret_key)
+    trace_ids = [emit_answer(client) for _ in range(5)]
+    state = observer.parts.state
+    state.max_outbox = 25  # an answer has 11 scores
+    observer.settle(0.5)
+    assert observer.metric("observer_traces_total", outcome="scored") == 2
+    assert observer.metric("observer_traces_total", outcome="deferred") == 3
+    assert state.outbox_size() == 22 and len(state.fingerprints(trace_ids)) == 2
+    for _ in range(2):
+        observer.deliver()
+        observer.settle(0.0)  # put back: due again at once
+    observer.deliver()
+    assert observer.metric("observer_traces_total", outcome="scored") == 5
+    stored = fake.scores_by_trace()
+    for trace_id in trace_ids:
+        assert {n: s["id"] for n, s in scores_of(fake, trace_id).items()} == {
+            n: score_id(trace_id, n) for n in scores_of(fake, trace_id)
+        }
+        assert len(stored[trace_id]) == 11
+        assert all(len(v) == 1 for v in stored[trace_id].values())
+
+
+def _spans(otlp: dict[str, object]) -> list[dict[str, str]]:
+    return [
+        span
+        for resource_spans in otlp["resourceSpans"]  # type: ignore[attr-defined]
+        for scope_spans in resource_spans["scopeSpans"]
+        for span in scope_spans["spans"]
+    ]
 
 
 def test_a_late_span_rescores_the_trace_with_the_same_score_ids(

@@ -16,6 +16,7 @@ from observer.telemetry.metrics import Metrics
 from tests.daemon_helpers import ROOT, after, configure, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.fakes.openai_stub import OpenAIStub
+from tests.fakes.receiver import Receiver
 from tests.resolver import hooks
 
 DELETED = "admin-badge#c2"
@@ -300,3 +301,37 @@ def test_a_queued_sample_keeps_its_findings_across_a_restart(
     assert result.exit_code == 0, result.error
     funnelled = [s for s in by_name(langfuse, "citation_accuracy") if DELETED in s["comment"]]
     assert funnelled
+
+
+TRACE_RULE = """
+[[alerts.trace_rules]]
+name = "stale_citation"
+when = "stale_citations > 0"
+notify = ["hook"]
+
+[[alerts.trace_rules]]
+name = "missing_chunk"
+when = "missing_chunks > 0"
+notify = ["hook"]
+
+[[alerts.notifiers]]
+name = "hook"
+kind = "webhook"
+url = "{url}"
+"""
+
+
+def test_a_trace_rule_on_what_the_resolver_found_fires_when_the_trace_is_scored(
+    store: dict[str, Any], monkeypatch: pytest.MonkeyPatch, langfuse: FakeLangfuse, tmp_path: Path
+) -> None:
+    """The row the trace rules see is the row the scorer wrote, with the resolver's values:
+    a rule on `stale_citations` or `missing_chunks` fires at scoring, not never."""
+    with Receiver() as receiver:
+        config = tmp_path / "observer.toml"
+        config.write_text(TRACE_RULE.format(url=receiver.url))
+        monkeypatch.setenv("OBSERVER_CONFIG", str(config))
+        result, _ = run(monkeypatch, langfuse, tmp_path, "lookup")
+        assert result.exit_code == 0, result.error
+        fired = {(body["rule"], body["kind"]) for body in (r.json() for r in receiver.requests)}
+    assert ("stale_citation", "trace") in fired
+    assert ("missing_chunk", "trace") in fired

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from observer.model import ScoreEvent
-from observer.state import OutboxFull, State, StateError
+from observer.state import OutboxFull, State, StateError, TraceWrite
+from observer.state.rows import Row
 from tests.budget import scaled
 
 NOW = datetime(2026, 11, 20, 8, 30, tzinfo=UTC)
@@ -264,3 +265,99 @@ def _payload_size(state: State) -> int:
     """One demo score's payload in the outbox (they are all the same length here)."""
     row = state._db.execute("SELECT length(payload) FROM outbox LIMIT 1").fetchone()
     return int(row[0])
+
+
+# -- many traces in one transaction (the event path's settling step) -----------------------
+
+
+def trace_write(trace: str, names: str, **kw: object) -> TraceWrite:
+    row = Row(100.0, {"confidence": 0.5}, trace, None, "production", "howto")
+    return TraceWrite(trace, f"fp-{trace}", NOW, [score(n, trace=trace) for n in names], NOW,
+                      row, **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+def written(state: State) -> tuple[set[str], list[str], list[str | None]]:
+    """(traces with a fingerprint, trace of each queued score in queue order, history rows)."""
+    fingerprints = set(state.fingerprints(["t1", "t2", "t3", "t4"]))
+    queued = [p.score.trace_id for p in state.due(0, 100)]
+    rows = [r.trace_id for r in state.history.rows(0, 1e10)]
+    return fingerprints, queued, rows
+
+
+def test_many_traces_are_recorded_with_one_commit_in_their_order(tmp_path: Path) -> None:
+    told: list[str | None] = []
+    state = State(tmp_path / "s.sqlite", on_row=lambda row: told.append(row.trace_id))
+    state.record_trace("t1", "fp", NOW, [score("a")], NOW)
+    statements: list[str] = []
+    state._db.set_trace_callback(statements.append)
+    results = state.record_traces([trace_write("t2", "ab"), trace_write("t3", "a")])
+    state._db.set_trace_callback(None)
+    assert results == [0, 0]
+    assert [s for s in statements if s.strip().upper() == "COMMIT"] == ["COMMIT"]
+    assert not [s for s in statements if "MAX(seq)" in s]  # no scan of the outbox to queue
+    assert written(state) == ({"t1", "t2", "t3"}, ["t1", "t2", "t2", "t3"], ["t2", "t3"])
+    assert told == ["t2", "t3"]
+    state.close()
+    again = State(tmp_path / "s.sqlite")  # the queue goes on where it was after a restart
+    again.record_trace("t4", "fp", NOW, [score("a", trace="t4")], NOW)
+    assert [p.score.trace_id for p in again.due(0, 100)] == ["t1", "t2", "t2", "t3", "t4"]
+    again.close()
+
+
+def test_a_trace_failing_in_a_batch_writes_nothing_of_its_own_and_the_others_are_written(
+    tmp_path: Path,
+) -> None:
+    told: list[str | None] = []
+    state = State(tmp_path / "s.sqlite", max_outbox=4, on_row=lambda r: told.append(r.trace_id))
+
+    def broken(db: sqlite3.Connection) -> None:
+        db.execute("INSERT INTO meta (key, value) VALUES ('half', 'written')")
+        raise ValueError("a reservation that cannot be written")
+
+    results = state.record_traces(
+        [
+            trace_write("t1", "ab"),
+            trace_write("t2", "ab", during=broken),  # its scores and fingerprint rolled back
+            trace_write("t3", "abc"),  # 2 + 3 > 4: no room
+            trace_write("t4", "a"),  # 2 + 1: fits
+        ]
+    )
+    assert results[0] == 0 and results[3] == 0
+    assert isinstance(results[1], ValueError) and isinstance(results[2], OutboxFull)
+    assert written(state) == ({"t1", "t4"}, ["t1", "t1", "t4"], ["t1", "t4"])
+    assert told == ["t1", "t4"]
+    assert state.noted("half") is None and state._file.get_meta("half") is None
+    assert state.outbox_size() == 3
+    state.close()
+
+
+def test_the_file_failing_mid_batch_writes_none_of_it_and_the_retry_doubles_nothing(
+    tmp_path: Path,
+) -> None:
+    """A write the file refuses (here a trigger's abort on the third trace, as a full disk
+    refuses one) rolls the whole batch back: no score, fingerprint or history row of any
+    of its traces; written again, each trace is there once."""
+    told: list[str | None] = []
+    state = State(tmp_path / "s.sqlite", on_row=lambda row: told.append(row.trace_id))
+    with sqlite3.connect(tmp_path / "s.sqlite") as other:
+        other.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON traces WHEN NEW.trace_id = 't3' "
+            "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+    other.close()
+    writes = [trace_write(t, "ab") for t in ("t1", "t2", "t3", "t4")]
+    with pytest.raises(StateError, match="refused"):
+        state.record_traces(writes)
+    assert written(state) == (set(), [], [])
+    assert told == [] and state.outbox_size() == 0
+    with sqlite3.connect(tmp_path / "s.sqlite") as other:
+        other.execute("DROP TRIGGER refuse")
+    other.close()
+    assert state.record_traces(writes) == [0, 0, 0, 0]
+    state.record_traces(writes)  # and once more, as a retry after a crash would
+    fingerprints, queued, rows = written(state)
+    assert fingerprints == {"t1", "t2", "t3", "t4"}
+    assert sorted(queued) == ["t1", "t1", "t2", "t2", "t3", "t3", "t4", "t4"]
+    assert sorted(rows) == ["t1", "t2", "t3", "t4"]  # type: ignore[type-var]
+    assert state.outbox_size() == 8
+    state.close()

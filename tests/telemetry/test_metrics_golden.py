@@ -52,6 +52,9 @@ def updated() -> Metrics:
     m.set_alerts_active("low_confidence", {("production", "howto", "page"): 1})
     m.set_alerts_active("ghosts", {("production", "billing", "ticket"): 2})
     m.set_alerts_active("ghosts", {})  # no longer firing: its series is gone
+    m.set_incidents_open({"production": 1, "staging": 1})
+    m.set_incidents_open({"production": 1})  # staging's ended: its series is gone
+    m.trace_alerts.labels(rule="critical_claim_unsupported", result="notified").inc()
     return m
 
 

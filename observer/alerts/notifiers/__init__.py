@@ -35,6 +35,9 @@ class Notifier(Protocol):
     name: str
     kind: str
 
-    def send(self, notification: Notification) -> None:
-        """Deliver one notification, or raise NotifyError."""
+    def send(self, notification: Notification) -> str | None:
+        """Deliver one notification, or raise NotifyError. A notifier that threads returns
+        the receiver's id of an incident's first message (Slack's `ts`): the delivery
+        keeps it, and hands it back as `Notification.thread` with the incident's later
+        messages; the others return None."""
         ...

@@ -2,7 +2,9 @@
 
 Alertmanager knows an alert by its label set: `alertname` (the rule),
 `severity` (`warn` | `page`), the group's labels (`environment`,
-`query_type`, whichever the rule groups by) and `service="observer"`. Routing,
+`query_type`, whichever the rule groups by), `layer` (when named), `incident` (the id
+of the incident the alert belongs to: group by it, `group_by: [incident]`, and one
+cause is one notification however many rules it trips) and `service="observer"`. Routing,
 grouping, silences and inhibition are Alertmanager's; we only post.
 
 Staying alive while firing: Alertmanager resolves an alert by itself at its
@@ -21,8 +23,10 @@ it shows in Alertmanager for a few seconds and nothing stays open. The
 shipped deploy/alertmanager/alertmanager.yml routes `test="true"` to a
 receiver that delivers nowhere (`observer-test`), not to the tickets.
 
-Annotations: `summary`, `description`, `runbook_url` (when set) and
-`langfuse_url` (the first example trace, when any); `generatorURL` is the
+Annotations: `summary`, `description`, `runbook_url` (when set),
+`langfuse_url` (the first example trace, when any), `what_changed` (the triage and
+the layer), `segment` and `onset` (with a triage), and `incident` (its cause and
+symptoms, when it has several); `generatorURL` is the
 configured `generator_url`, else that first trace (Alertmanager's "Source").
 """
 
@@ -35,7 +39,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from observer.alerts.notifiers import TestEnd, _http
-from observer.alerts.notifiers._text import iso, triage_lines
+from observer.alerts.notifiers._text import incident_lines, iso, segment_where, what_changed
 from observer.state.rows import Notification
 
 _LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -81,6 +85,7 @@ class AlertmanagerNotifier:
         self._client = _http.make_client(timeout_s)
 
     def send(self, notification: Notification) -> None:
+        """Post the alert (its receiver threads nothing: no id to keep)."""
         headers = {"Content-Type": "application/json"}
         if self._authorization is not None:
             headers["Authorization"] = self._authorization
@@ -111,19 +116,25 @@ class AlertmanagerNotifier:
         test = n.kind == "test"
         if test:
             labels[TEST_LABEL[0]] = TEST_LABEL[1]
+        else:  # one notification group per incident (docs/alerts.md#incidents)
+            labels["incident"] = n.incident_key
 
         annotations = {"summary": n.summary, "description": n.description}
         if n.runbook_url:
             annotations["runbook_url"] = n.runbook_url
         if n.trace_urls:
             annotations["langfuse_url"] = n.trace_urls[0]
-        told = triage_lines(n)
-        if told and n.triage is not None:
+        told = what_changed(n)
+        if told:
             annotations["what_changed"] = "\n".join(told)
+        if n.triage is not None:
             if n.triage.lead is not None:
-                annotations["segment"] = n.triage.lead.text()
+                annotations["segment"] = segment_where(n.triage.lead)
             if n.triage.onset is not None:
                 annotations["onset"] = n.triage.fields()["onset_at"]
+        incident = incident_lines(n)
+        if incident:
+            annotations["incident"] = "\n".join(incident)
 
         resolved = n.state == "resolved"
         ttl = timedelta(seconds=self.test_ttl_s) if test else self._firing_ttl

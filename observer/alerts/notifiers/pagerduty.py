@@ -1,9 +1,13 @@
 """PagerDuty: Events API v2 (`POST {url}/v2/enqueue`), `trigger` while firing, `resolve` after.
 
-The incident is keyed by `dedup_key` = the notification's, stable for a rule
-and group, so re-triggers while firing update one incident and the resolve
-closes it. Severity: `page` -> `critical`, `warn` -> `warning`. The secret is
-the integration's routing key (sent in the body, as the API wants).
+The PagerDuty alert is keyed by `dedup_key` = the notification's incident's id
+(observer.alerts.incidents: one cause, one key, however many rules it trips; an
+alert without a shared cause keeps its own key, stable for its rule and group), so
+the first symptom triggers it, later symptoms and repeats update it (PagerDuty
+appends a trigger with an open key to that alert), and the end of its last symptom
+resolves it; a symptom that ends while others fire is an update. Severity: `page` ->
+`critical`, `warn` -> `warning` (of the incident: critical while a symptom pages).
+The secret is the integration's routing key (sent in the body, as the API wants).
 The test alert (`observer alerts test`) is a `warning` trigger followed by
 its resolve (`test_end = "resolve"`): the incident opens and closes.
 
@@ -24,7 +28,15 @@ import json
 from typing import Any, ClassVar, Literal
 
 from observer.alerts.notifiers import TestEnd, _http
-from observer.alerts.notifiers._text import condition, finite, group_text, iso, triage_lines
+from observer.alerts.notifiers._text import (
+    condition,
+    finite,
+    group_text,
+    incident_lines,
+    iso,
+    what_changed,
+    where_text,
+)
 from observer.state.rows import Notification
 
 DEFAULT_URL = (
@@ -58,6 +70,7 @@ class PagerDutyNotifier:
         self._client = _http.make_client(timeout_s)
 
     def send(self, notification: Notification) -> None:
+        """Enqueue the event (PagerDuty keeps it by its dedup key: no id to keep)."""
         body = json.dumps(self.event(notification)).encode()
         _http.post(
             self._client,
@@ -74,17 +87,19 @@ class PagerDutyNotifier:
     def event(self, notification: Notification) -> dict[str, Any]:
         """The Events API v2 event (routing key included) for one notification."""
         n = notification
-        action: Literal["trigger", "resolve"] = "resolve" if n.state == "resolved" else "trigger"
+        ends = n.state == "resolved" and (n.incident is None or not n.incident.open)
+        action: Literal["trigger", "resolve"] = "resolve" if ends else "trigger"
         if action == "resolve":
             return {
                 "event_action": "resolve",
-                "dedup_key": n.dedup_key,
+                "dedup_key": n.incident_key,
                 "routing_key": self._routing_key,
             }
+        severity = n.incident.severity if n.incident is not None else n.severity
         payload: dict[str, Any] = {
             "summary": _summary(n)[:_SUMMARY_CHARS],
             "source": self._source,
-            "severity": SEVERITY[n.severity],
+            "severity": SEVERITY[severity],
             "timestamp": iso(n.started_at),
             "class": n.rule,
         }
@@ -102,19 +117,26 @@ class PagerDutyNotifier:
         event: dict[str, Any] = {"event_action": "trigger", "payload": payload}
         if links:
             event["links"] = links
-        event["dedup_key"] = n.dedup_key
+        event["dedup_key"] = n.incident_key
         event["routing_key"] = self._routing_key
         return event
 
 
 def _summary(n: Notification) -> str:
-    # The incident title on-call sees first: the rule, where, and what was measured.
+    # The incident title on-call sees first: the rule, where, and what was measured; for an
+    # incident of several symptoms, its cause and how many fire, then the latest.
     measured = condition(n)
     text = f"[{n.rule}] {n.summary}"
     if n.group:
         text += f" ({group_text(n)})"
     if measured and measured not in n.summary:
         text += f": {measured}"
+    incident = n.incident
+    if incident is not None and len(incident.symptoms) > 1:
+        cause = where_text(incident.cause, "one cause")
+        place = incident.environment or "every environment"
+        head = f"[incident: {cause} in {place}, {len(incident.firing)} symptoms firing]"
+        text = f"{head} {text}"
     return text
 
 
@@ -135,8 +157,12 @@ def _details(n: Notification) -> dict[str, Any]:
         "trace_urls": list(n.trace_urls),
         "runbook_url": n.runbook_url,
         "layer": n.layer,
+        "layer_note": n.layer_note,
+        "what_changed": "\n".join(what_changed(n)) or None,
+        "incident": n.incident.as_dict() if n.incident is not None else None,
+        "incident_role": n.role,
+        "incident_summary": "\n".join(incident_lines(n)) or None,
     }
     if n.triage is not None:
         details["triage"] = n.triage.fields()
-        details["what_changed"] = "\n".join(triage_lines(n))
     return {key: value for key, value in details.items() if value is not None}

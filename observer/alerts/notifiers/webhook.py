@@ -4,7 +4,17 @@ Body (every key always present, `null` when the notification has no value):
 
     {rule, kind, state, severity, group: {label: value}, signal, aggregate, value,
      threshold, op, window_s, samples, summary, description, started_at, ended_at,
-     sent_at, trace_urls, runbook_url, dedup_key, layer, triage}
+     sent_at, trace_urls, runbook_url, dedup_key, layer, layer_note, transition,
+     triage, incident, incident_role}
+
+`incident` (a window alert or a release regression; docs/alerts.md#incidents) is an
+object: `{id, state: open|resolved, environment, cause: {dimension: value} | null,
+since, opened_at, resolved_at, severity, symptoms: [{rule, group, state, severity,
+value, summary, layer, fired_at, resolved_at}]}`; `incident_role` says what this
+message is to it (`opened`, `joined`, `update`, `symptom_resolved`, `resolved`). A
+receiver that keeps one thing per incident keys it by `incident.id` and closes it
+when `incident.state` is `resolved`; `dedup_key` stays the alert's own (a rule and
+group).
 
 `triage` (a firing window alert; docs/alerts.md#triage) is an object:
 `{samples, bad, bad_when, segments: [{where: {dimension: value}, samples, bad,
@@ -85,6 +95,7 @@ class WebhookNotifier:
         self._client = _http.make_client(timeout_s)
 
     def send(self, notification: Notification) -> None:
+        """POST the signed body (a webhook threads nothing: no id to keep)."""
         body = json.dumps(payload(notification), ensure_ascii=False)
         timestamp = int(self._clock())
         headers = {
@@ -134,5 +145,9 @@ def payload(notification: Notification) -> dict[str, Any]:
         "runbook_url": n.runbook_url,
         "dedup_key": n.dedup_key,
         "layer": n.layer,
+        "layer_note": n.layer_note,
+        "transition": n.transition or None,
         "triage": n.triage.fields() if n.triage is not None else None,
+        "incident": n.incident.as_dict() if n.incident is not None else None,
+        "incident_role": n.role,
     }

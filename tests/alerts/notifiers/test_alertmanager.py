@@ -41,12 +41,14 @@ def test_a_firing_alert_carries_the_labels_and_annotations_on_call_routes_by(
         "environment": "production",
         "query_type": "billing",
         "service": "observer",
+        "incident": message.dedup_key,  # an alert of its own: its incident is itself
     }
     assert alert["annotations"] == {
         "summary": message.summary,
         "description": message.description,
         "runbook_url": RUNBOOK,
         "langfuse_url": TRACE_URLS[0],
+        "what_changed": "Layer unclear: nothing the message carries places it.",
     }
     assert parse(alert["startsAt"]) == message.started_at
     # Alive for the TTL after this post; the engine re-posts while it fires.
@@ -82,8 +84,9 @@ def test_labels_a_group_lacks_are_left_out_and_the_configured_source_link_wins(
         "severity": "page",
         "environment": "staging",
         "service": "observer",
+        "incident": firing().dedup_key,
     }
-    assert set(alert["annotations"]) == {"summary", "description"}
+    assert set(alert["annotations"]) == {"summary", "description", "what_changed"}
     assert alert["generatorURL"] == "https://grafana.example.com/d/observer"
     assert receiver.requests[0].path == "/api/v2/alerts"
 
@@ -137,4 +140,5 @@ def test_a_triaged_alert_carries_its_layer_as_a_label_and_what_changed(
     assert annotations["segment"] == "release=2026.12.03-rc2 and query_type=pricing"
     assert annotations["onset"] == "2026-12-03T09:10:00Z"
     assert "Layer: generation" in annotations["what_changed"]
-    assert "what_changed" not in second["annotations"]
+    # The resolve names the layer its page named, and no triage: nothing changes now.
+    assert second["annotations"]["what_changed"].startswith("Layer: generation: ")

@@ -59,6 +59,7 @@ def test_a_firing_page_is_active_with_its_labels_then_resolves(server: RunningSe
         "service": "observer",
         "environment": "production",
         "query_type": "billing",
+        "incident": message.dedup_key,
     }
     assert alert["status"]["state"] == "active"
     assert alert["annotations"]["summary"] == message.summary

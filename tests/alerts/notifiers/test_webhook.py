@@ -55,7 +55,11 @@ def test_the_receiver_verifies_the_signature_and_reads_every_field(receiver: Rec
         "runbook_url": RUNBOOK,
         "dedup_key": message.dedup_key,
         "layer": None,
+        "layer_note": None,
+        "transition": None,
         "triage": None,
+        "incident": None,
+        "incident_role": None,
     }
     assert body["started_at"].endswith("Z")
 

@@ -1,0 +1,281 @@
+"""A window rule's samples of one group, aggregated by SQLite (observer.alerts.triage).
+
+A page's triage needs counts, not rows: per combination of labels, badness and layer
+the samples' count, sum, min and max (`Cell`); per stretch of event time the same
+(`Bucket`); the worst few traces of a segment. Reading the rows into Python and
+decoding each one's JSON cost seconds at a busy service (bench/triage.py); SQLite
+extracts the one signal a rule watches and groups the rows where they lie, on the
+evaluator's own connection. The layer fields are read only for the bad samples.
+
+What a sample is, is `alerts.rules.Expression.value` and `alerts.triage.is_bad`,
+written in SQL (`Query`): a row without the signal (unknown, DESIGN's "unknown is not
+zero") is no sample. Pure SQL building; the queries run on the caller's connection.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+from observer.state.rows import NO_LABEL, Example
+
+_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]*$")
+_OPS: Final = frozenset({">", ">=", "<", "<=", "==", "!="})
+# A dimension that is a column of the history; the others live in its dims JSON.
+_COLUMNS: Final = ("environment", "query_type")
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """The samples of a window that share every label, their badness and their place."""
+
+    labels: Mapping[str, str]  # environment, query_type and the row's dims (absent: none)
+    bad: bool
+    place: str  # a bad sample's layer or why it has none (`alerts.triage.place`); "" if good
+    n: int
+    total: float
+    low: float
+    high: float
+    values: tuple[float, ...] = ()  # only for a quantile (read from rows, not SQL)
+
+    def label(self, name: str) -> str:
+        return self.labels.get(name, NO_LABEL)
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """The samples of one stretch of event time: index 0 is (anchor - size, anchor]."""
+
+    index: int
+    n: int
+    bad: int
+    total: float
+    low: float
+    high: float
+    first: float  # the earliest sample's event time
+    values: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A rule's samples of one group, as SQL: the signal (and the comparison that makes it
+    a flag), what makes a sample bad, and the labels it must have."""
+
+    signal: str
+    op: str | None  # the expression's comparison, if any
+    operand: float | str | None
+    bad_op: str | None  # None: a flag, bad when true; else bad when `value bad_op line`
+    line: float
+    scope: tuple[tuple[str, str], ...]  # the group's and the rule's `where` labels
+    highest: bool = False  # the worst numbers are the highest (op > or >=), else the lowest
+
+    def __post_init__(self) -> None:
+        for name in (self.signal, *(k for k, _ in self.scope)):
+            if not _NAME.match(name):
+                raise ValueError(f"not a signal or dimension: {name!r}")
+        for op in (self.op, self.bad_op):
+            if op is not None and op not in _OPS:
+                raise ValueError(f"not a comparison: {op!r}")
+
+
+def label_sql(name: str) -> str:
+    """A dimension as SQL: a column, or the row's dims JSON ('none' when absent)."""
+    if not _NAME.match(name):
+        raise ValueError(f"not a dimension: {name!r}")
+    if name in _COLUMNS:
+        return name
+    return f"coalesce(json_extract(CAST(dims AS TEXT), '$.{name}'), '{NO_LABEL}')"
+
+
+def _field(name: str) -> str:
+    return f"json_extract(CAST(signals AS TEXT), '$.{name}')"
+
+
+def _sql_op(op: str) -> str:
+    return {"==": "=", "!=": "<>"}.get(op, op)
+
+
+def _value_sql(query: Query) -> tuple[str, dict[str, Any]]:
+    """The expression's value of a row (`raw` is the signal): a number, 1.0 or 0.0 for a
+    comparison, NULL when the row has none (or, without a comparison, a text)."""
+    if query.op is None:
+        return "CASE WHEN typeof(raw) IN ('integer', 'real') THEN raw + 0.0 END", {}
+    if isinstance(query.operand, str):
+        compare = "typeof(raw) = 'text'"
+    else:
+        compare = "typeof(raw) IN ('integer', 'real')"
+    return (
+        f"CASE WHEN raw IS NULL THEN NULL WHEN {compare} AND raw {_sql_op(query.op)} :operand "
+        "THEN 1.0 ELSE 0.0 END",
+        {"operand": query.operand},
+    )
+
+
+def _bad_sql(query: Query) -> str:
+    if query.bad_op is None:
+        return "(v = 1.0)"
+    return f"(v {_sql_op(query.bad_op)} :line)"
+
+
+# The fields that place a bad sample, read in one parse of the row's JSON (a JSON array).
+_PLACE_FIELDS = (
+    "json_extract(CAST(signals AS TEXT), '$.missing_chunks', '$.stale_citations', "
+    "'$.abstained', '$.crag_grade', '$.over_refusal')"
+)
+# A bad sample's layer, or why it has none (alerts.triage.place), from those fields:
+# f's items are missing_chunks, stale_citations, abstained, crag_grade, over_refusal.
+_PLACE = """CASE
+  WHEN coalesce(json_extract(f, '$[0]'), 0) > 0 OR coalesce(json_extract(f, '$[1]'), 0) > 0
+    THEN 'index'
+  WHEN json_extract(f, '$[2]') = 1 THEN CASE
+    WHEN json_extract(f, '$[3]') = 'HIGH' OR json_extract(f, '$[4]') = 1 THEN 'abstention'
+    WHEN json_extract(f, '$[3]') = 'LOW' THEN 'refused_without_evidence'
+    WHEN json_extract(f, '$[3]') IS NULL THEN 'no_retrieval_score'
+    ELSE 'ambiguous' END
+  WHEN json_extract(f, '$[3]') = 'LOW' THEN 'retrieval'
+  WHEN json_extract(f, '$[3]') = 'HIGH' THEN 'generation'
+  WHEN json_extract(f, '$[3]') IS NULL THEN 'no_retrieval_score'
+  ELSE 'ambiguous' END"""
+
+
+def _placed(samples: str) -> str:
+    """`samples` with each bad sample's place (its JSON parsed once more, only if bad)."""
+    return (
+        f"SELECT *, CASE WHEN bad THEN {_PLACE} ELSE '' END AS place FROM ("
+        f"SELECT *, CASE WHEN bad THEN {_PLACE_FIELDS} END AS f FROM ({samples}) "
+        "LIMIT -1 OFFSET 0)"
+    )
+
+
+def _samples(query: Query, extra: str = "") -> tuple[str, dict[str, Any]]:
+    """The rows of the scope in (:start, :end] with their value `v` and badness `bad`."""
+    value, parameters = _value_sql(query)
+    conditions = ["at > :start", "at <= :end"]
+    for i, (key, wanted) in enumerate(query.scope):
+        conditions.append(f"{label_sql(key)} = :scope{i}")
+        parameters[f"scope{i}"] = wanted
+    if extra:
+        conditions.append(extra)
+    parameters["line"] = query.line
+    # LIMIT -1 keeps SQLite from flattening the query into the ones around it, which
+    # would extract the signal once for every mention of `v` (four times the cost).
+    inner = (
+        f"SELECT trace_id, project_id, at, environment, query_type, dims, signals, "
+        f"{_field(query.signal)} AS raw FROM history WHERE {' AND '.join(conditions)} "
+        "LIMIT -1 OFFSET 0"
+    )
+    valued = (
+        f"SELECT trace_id, project_id, at, environment, query_type, dims, signals, "
+        f"{value} AS v FROM ({inner})"
+    )
+    return (
+        f"SELECT *, {_bad_sql(query)} AS bad FROM ({valued}) WHERE v IS NOT NULL",
+        parameters,
+    )
+
+
+def _labels(
+    environment: object, query_type: object, dims: bytes | None, seen: dict[Any, Any]
+) -> Mapping[str, str]:
+    key = (environment, query_type, dims)
+    found = seen.get(key)
+    if found is None:
+        decoded = orjson.loads(dims) if dims else {}
+        found = {str(k): str(v) for k, v in decoded.items()}
+        found["environment"] = str(environment)
+        found["query_type"] = str(query_type)
+        seen[key] = found
+    return found
+
+
+def cells(db: sqlite3.Connection, query: Query, start: float, end: float) -> list[Cell]:
+    """The scope's samples in (start, end], grouped by labels, badness and place."""
+    samples, parameters = _samples(query)
+    sql = (
+        "SELECT environment, query_type, dims, bad, place, COUNT(*), TOTAL(v), MIN(v), MAX(v) "
+        f"FROM ({_placed(samples)}) GROUP BY environment, query_type, dims, bad, place"
+    )
+    seen: dict[Any, Any] = {}
+    return [
+        Cell(_labels(e, q, d, seen), bool(b), str(p), int(n), float(t), float(lo), float(hi))
+        for e, q, d, b, p, n, t, lo, hi in db.execute(
+            sql, {**parameters, "start": start, "end": end}
+        )
+    ]
+
+
+def buckets(
+    db: sqlite3.Connection, query: Query, size: float, anchor: float, start: float, end: float
+) -> list[Bucket]:
+    """The scope's samples in (start, end] by stretch of `size` seconds back from `anchor`."""
+    samples, parameters = _samples(query)
+    sql = (
+        "SELECT CAST((:anchor - at) / :size AS INTEGER) AS b, COUNT(*), SUM(bad), TOTAL(v), "
+        f"MIN(v), MAX(v), MIN(at) FROM ({samples}) GROUP BY b"
+    )
+    parameters.update(anchor=anchor, size=size, start=start, end=end)
+    return [
+        Bucket(int(b), int(n), int(k), float(t), float(lo), float(hi), float(first))
+        for b, n, k, t, lo, hi, first in db.execute(sql, parameters)
+    ]
+
+
+def worst(
+    db: sqlite3.Connection,
+    query: Query,
+    where: Sequence[tuple[str, str]],
+    start: float,
+    end: float,
+    limit: int,
+) -> tuple[Example, ...]:
+    """The `limit` worst samples inside `where` in (start, end], as `engine.worst` orders
+    them: for a flag the most recent true ones, else by value (the highest first when
+    `query.highest`, else the lowest), the most recent first among equals."""
+    conditions = [f"{label_sql(k)} = :where{i}" for i, (k, _) in enumerate(where)]
+    samples, parameters = _samples(query, " AND ".join(conditions))
+    parameters.update({f"where{i}": v for i, (_, v) in enumerate(where)})
+    if query.bad_op is None:
+        order = "WHERE v = 1.0 ORDER BY at DESC"
+    else:
+        order = f"ORDER BY v {'DESC' if query.highest else 'ASC'}, at DESC"
+    sql = f"SELECT trace_id, project_id, v FROM ({samples}) {order} LIMIT :limit"
+    parameters.update(start=start, end=end, limit=limit)
+    return tuple(Example(str(t), p, float(v)) for t, p, v in db.execute(sql, parameters))
+
+
+def places(
+    db: sqlite3.Connection, query: Query, where: Sequence[tuple[str, str]], start: float, end: float
+) -> dict[str, int]:
+    """How many bad samples inside `where` in (start, end] each place holds."""
+    conditions = [f"{label_sql(k)} = :where{i}" for i, (k, _) in enumerate(where)]
+    samples, parameters = _samples(query, " AND ".join(conditions))
+    parameters.update({f"where{i}": v for i, (_, v) in enumerate(where)})
+    parameters.update(start=start, end=end)
+    sql = f"SELECT place, COUNT(*) FROM ({_placed(samples)}) WHERE bad GROUP BY place"
+    return {str(p): int(n) for p, n in db.execute(sql, parameters)}
+
+
+class StoredSlices:
+    """`alerts.triage.Slices` over the stored history, on the caller's connection (the
+    evaluator's own reader, or the state file's under its lock)."""
+
+    def __init__(self, db: sqlite3.Connection, query: Query, examples: int = 5) -> None:
+        self.db = db
+        self.query = query
+        self.examples = examples
+
+    def cells(self, start: float, end: float) -> list[Cell]:
+        return cells(self.db, self.query, start, end)
+
+    def buckets(self, size: float, anchor: float, start: float, end: float) -> list[Bucket]:
+        return buckets(self.db, self.query, size, anchor, start, end)
+
+    def worst(
+        self, where: Sequence[tuple[str, str]], start: float, end: float
+    ) -> tuple[Example, ...]:
+        return worst(self.db, self.query, where, start, end, self.examples)
