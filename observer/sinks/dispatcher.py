@@ -104,7 +104,6 @@ class Dispatcher:
         # under 1,000,000 bytes, the sink splits any larger), at most `batch_size` of them.
         self._batch_size = batch_size if batch_size is not None else MAX_BATCH_SCORES
         self._batch_bytes = batch_bytes
-        self._interval_s = interval_s
         self._max_backoff_s = max_backoff_s
         self._clock = clock
         self._send_lock = threading.Lock()
