@@ -23,7 +23,6 @@ from typing import Any
 
 import click
 
-from observer import __version__
 from observer.commands import ops, reading, runs, scoring
 from observer.commands.common import DEBUG, EXIT_INTERRUPTED
 from observer.views.console import closed_pipe_exit
@@ -92,7 +91,7 @@ class _Commands(click.Group):
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="observer")
+@click.version_option(package_name="observer", prog_name="observer")  # read when asked
 @click.option(
     "--debug",
     is_flag=True,
