@@ -17,7 +17,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from types import FrameType
 
 import structlog
@@ -92,8 +92,8 @@ class Daemon:
             self.refused.append(str(error))
             parts.stopping.set()
             return
-        except Exception as error:
-            said(PassOutcome(self.clock(), None, classify(error), error))
+        except Exception as error:  # the clock is Langfuse's: not asked again here
+            said(PassOutcome(datetime.now(UTC), None, classify(error), error))
             return
         if parts.member is not None:
             return  # the fleet member's own threads read and score
@@ -101,7 +101,7 @@ class Daemon:
             return  # the OTLP receiver alone: nothing is read from Langfuse
         if parts.health.held("state") and not self._state_writable_again():
             return  # no new traces while nothing can be recorded
-        outcome = parts.passes.tick(self.clock())
+        outcome = parts.passes.tick(clock=self.clock)
         if outcome.failure == "state":
             self._hold_state(outcome.error)
         else:

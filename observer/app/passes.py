@@ -24,7 +24,7 @@ and tells `Health` (`/readyz`: "no pass has completed for N s").
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 
 import structlog
 
@@ -79,18 +79,28 @@ class Passes:
             self.check_server()
             self.check_server = None
 
-    def tick(self, now: datetime | None = None, *, burst: bool = False) -> PassOutcome:
-        """One pass up to `now` (the clock's), told to the evaluator and the log; what
-        stopped it classified in the outcome. Never raises."""
+    def tick(
+        self,
+        now: datetime | None = None,
+        *,
+        burst: bool = False,
+        clock: Callable[[], datetime] | None = None,
+    ) -> PassOutcome:
+        """One pass up to `now` (else `clock`'s, else the pass driver's), told to the
+        evaluator and the log; what stopped it classified in the outcome. Never raises:
+        reading Langfuse's clock is a read like the pass's (a 401 there is "auth" too)."""
         self.health.beat()
-        moment = now or self.clock()
-        if self.first_start is None:
-            self.first_start = moment - self.pipeline.lookback
+        moment = now
         try:
+            if moment is None:
+                moment = (clock or self.clock)()
+            if self.first_start is None:
+                self.first_start = moment - self.pipeline.lookback
             self.check()
             self.pipeline.state.check_identity()  # deleted or replaced: StateError, no pass
             result = self.pipeline.poll(moment)
         except Exception as error:
+            moment = moment or datetime.now(UTC)  # Langfuse's clock unread: this host's
             failure = classify(error)
             if failure is not None:
                 self.pipeline.metrics.passes_failed.labels(kind=failure).inc()
