@@ -11,16 +11,6 @@ from observer.signals.abstention import refusal_phrase
 from observer.signals.of_record import retrieval_scores
 from observer.signals.params import SignalParams
 
-__all__ = [
-    "SCORE_ID_NAMESPACE",
-    "SIGNAL_SCORE_NAMES",
-    "ScoreEntry",
-    "concentration_comment",
-    "score_events",
-    "score_events_of",
-    "score_id",
-]
-
 # Fixed forever: changing it would change every score id and duplicate scores.
 SCORE_ID_NAMESPACE = uuid.UUID("6f1c3d2e-8a4b-5c6d-9e0f-1a2b3c4d5e6f")
 SIGNAL_SCORE_NAMES = catalogue.names_of(Producer.SIGNALS)

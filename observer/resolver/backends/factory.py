@@ -8,8 +8,6 @@ from typing import Literal, get_args
 from observer.resolver.backends._common import DEFAULT_MAX_IDS_PER_QUERY
 from observer.resolver.store import ChunkStore, Fields
 
-__all__ = ["DEFAULT_MAX_IDS_PER_QUERY", "KINDS", "Kind", "build_store"]
-
 Kind = Literal["milvus", "qdrant", "postgres", "hook"]
 KINDS: tuple[str, ...] = get_args(Kind)
 _CLIENTS = {"milvus": "pymilvus", "qdrant": "qdrant_client", "postgres": "psycopg"}
