@@ -92,7 +92,7 @@ def event_time(record: RagRecord, fallback: datetime) -> float:
 
 
 def dimensions(record: RagRecord, top_doc: str | None = None) -> Mapping[str, str]:
-    """The record's dimensions beside environment and query type (`Row.dims`),
+    """The record's dimensions beside environment and query type (`observer.state.rows.DIMS`),
     only those present: the prompt as `name:version` (or its name alone), `top_doc` the most
     cited document (`Signals.concentration.top_doc`)."""
     prompt = record.prompt_name

@@ -24,6 +24,8 @@ GroupKey = tuple[tuple[str, str], ...]
 Status = Literal["ok", "pending", "firing"]
 
 
+# The dimensions a row keeps beside environment and query type (docs/alerts.md#window-rules).
+DIMS: Final = ("trace_name", "release", "version", "model", "prompt", "top_doc")
 # A label a row does not carry reads as this (as a trace without a query type does).
 NO_LABEL: Final = "none"
 # Every row without dimensions (the daemon's samples, most skip rows) shares this one.
@@ -38,8 +40,7 @@ def _no_dims() -> Mapping[str, str]:
 class Row:
     """One entry of the signal history: a scored trace, or a sample of the daemon.
 
-    `dims` holds the trace's other dimensions (trace_name, release, version, model,
-    prompt, top_doc: docs/alerts.md#window-rules), only those it has: what rules
+    `dims` holds the trace's other dimensions (`DIMS`), only those it has: what rules
     may group by and filter on besides environment and query type.
     """
 
