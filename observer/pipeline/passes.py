@@ -513,33 +513,49 @@ class Pipeline:
         if self.publisher is not None:
             self._publish(publications, holds, result)
             return
+        self._record_page(handled, known, now, result)
+
+    def _record_page(
+        self,
+        handled: list[
+            tuple[str, list[dict[str, Any]], datetime, datetime, Prepared, datetime | None]
+        ],
+        known: dict[str, str],
+        now: datetime,
+        result: PassResult,
+    ) -> None:
+        """The prepared traces of a page: their cited chunks looked up, then recorded."""
         self._look_up([p for *_, p, _news in handled])
-        for trace_id, observations, root_start, hold, prepared, news in handled:
+        # One transaction for the page's traces, each still all or nothing: a commit per
+        # trace was most of a pass's own cost (bench/pipeline.py).
+        outcomes = self.traces.record_many(
+            [(t, p, root, known.get(t), news) for t, _o, root, _h, p, news in handled], now
+        )
+        for (trace_id, observations, root_start, hold, _p, news), outcome in zip(
+            handled, outcomes, strict=True
+        ):
             with self.tracer.start_as_current_span("observer.trace_scored") as span:
-                known_as = known.get(trace_id)
-                outcome = self._record(trace_id, prepared, root_start, known_as, now, news)
+                if isinstance(outcome, Exception):
+                    outcome = self._record_failed(
+                        trace_id, outcome, root_start, known.get(trace_id), now, news
+                    )
                 result.count(outcome, min(hold, now))
                 if span.is_recording():
                     span.set_attributes(_trace_attributes(trace_id, outcome, observations))
         self.notify()
 
-    def _record(
+    def _record_failed(
         self,
         trace_id: str,
-        prepared: Prepared,
+        error: Exception,
         root_start: datetime,
         known: str | None,
         now: datetime,
         news: datetime | None,
     ) -> Outcome:
-        """`traces.record`, isolated: an unexpected error records the trace as skipped
+        """A trace whose recording raised what nothing expected, recorded as skipped
         (`internal_error`); a state file that cannot be written stops the pass."""
-        try:
-            return self.traces.record(trace_id, prepared, root_start, known, now, news)
-        except StateError:
-            raise
-        except Exception as error:
-            skipped = failed(trace_id, "recording", error, known)
+        skipped = failed(trace_id, "recording", error, known)
         try:
             return self.traces.record(trace_id, skipped, root_start, known, now, news)
         except StateError:
