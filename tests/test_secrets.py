@@ -69,6 +69,7 @@ def environment(fake: FakeLangfuse, receiver: Receiver, config: Path) -> dict[st
         OBSERVER_SOURCE__LOOKBACK_S=str(30 * 86400),
         OBSERVER_SOURCE__REQUESTS_PER_MINUTE="6000",
         OBSERVER_SOURCE__MAX_ATTEMPTS="1",
+        OBSERVER_SOURCE__FIRST_CONTACT_S="2",  # the failures here are what is said, not how long
         OBSERVER_RUN__SHUTDOWN_GRACE_S="2",
         OBSERVER_LOG__FORMAT="json",
         OBSERVER_LOG__LEVEL="debug",
