@@ -181,7 +181,7 @@ class Dispatcher:
 
     def _flush_until(self, deadline: Deadline) -> bool:
         while True:
-            self.send_due()
+            self.send_due(deadline)
             if self._state.outbox_size() == 0:
                 return True
             next_due = self._state.next_due()
@@ -212,11 +212,14 @@ class Dispatcher:
 
     # -- sending --------------------------------------------------------------
 
-    def send_due(self) -> int:
-        """Send every due batch now; returns how many scores were acknowledged."""
+    def send_due(self, until: Deadline | None = None) -> int:
+        """Send every due batch now (none begun after `until`: a flush abandoned at its
+        deadline sends no more); returns how many scores were acknowledged."""
         acknowledged = 0
         with self._send_lock:
             while not self._stop.is_set() and self._clock() >= self._resume_at:
+                if until is not None and until.left() <= 0:
+                    break
                 pending = self._state.due(self._clock(), self._batch_size, self._batch_bytes)
                 if not pending:
                     break
