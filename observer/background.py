@@ -1,15 +1,19 @@
-"""Background threads: apscheduler's jobs in daemon threads, and the one worker shape.
+"""Background threads: one scheduler for time, one worker shape for queues.
 
-Every part that works on a thread of its own (the score dispatcher, each
-notifier's lane, the judge's workers, the window rules' evaluator) is a
-`Worker`: a loop around one bounded `step`, woken or on an interval, stopped by
-a `Deadline` that the whole shutdown shares.
+Every periodic job (the poll, housekeeping, the judge's agreement read and canary)
+is an apscheduler job on a `Schedule`; every part that works through a queue or
+is woken by an event (the score dispatcher, each notifier's lane, the judge's
+workers, a fleet member's reader and worker) is a `Worker`: a loop around one
+bounded `step`, woken or on an interval. Both are stopped by a `Deadline` that the
+whole shutdown shares.
 
-apscheduler's thread pool is `concurrent.futures`, whose workers the
-interpreter joins at exit: a poll stuck in a 30 s request would hold a
-stopping daemon past its grace period. Here each run is its own daemon
-thread, so shutdown abandons it instead (the state file stays consistent:
-every write is one SQLite transaction).
+apscheduler's own thread pool is `concurrent.futures`', whose workers the
+interpreter joins at exit: a poll stuck in a 30 s request would hold a stopping
+daemon past its grace period. The `Schedule` hands apscheduler a pool
+(`DaemonThreads`, through apscheduler's public `BasePoolExecutor`) that runs each
+job in a daemon thread of its own, so a stop joins the jobs in flight by the
+deadline and abandons the rest (the state file stays consistent: every write is
+one SQLite transaction).
 """
 
 from __future__ import annotations
@@ -17,33 +21,123 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
-from apscheduler.executors.base import BaseExecutor, run_job  # type: ignore[import-untyped]
+from apscheduler.executors.pool import BasePoolExecutor  # type: ignore[import-untyped]
 from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-untyped]
 
 log = structlog.get_logger("observer")
 
 
-class DaemonThreadExecutor(BaseExecutor):  # type: ignore[misc]
-    def _do_submit_job(self, job: Any, run_times: Any) -> None:
-        def target() -> None:
+class DaemonThreads(Executor):
+    """A `concurrent.futures` pool whose every task is a daemon thread of its own."""
+
+    def __init__(self) -> None:
+        self._threads: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+
+        def run() -> None:
             try:
-                events = run_job(job, job._jobstore_alias, run_times, self._logger.name)
-            except BaseException as error:
-                self._run_job_error(job.id, error, error.__traceback__)
-            else:
-                self._run_job_success(job.id, events)
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(fn(*args, **kwargs))
+                    except BaseException as error:
+                        future.set_exception(error)
+            finally:
+                with self._lock:
+                    self._threads.discard(threading.current_thread())
 
-        threading.Thread(target=target, name=f"observer-job-{job.id}", daemon=True).start()
+        thread = threading.Thread(target=run, name="observer-job", daemon=True)
+        with self._lock:
+            self._threads.add(thread)
+        thread.start()
+        return future
+
+    def join(self, deadline: Deadline) -> bool:
+        """Every task in flight joined by `deadline`: True when none is left running."""
+        with self._lock:
+            running = list(self._threads)
+        for thread in running:
+            thread.join(max(deadline.left(), STOP_MOMENT_S))
+        return not any(thread.is_alive() for thread in running)
 
 
-def background_scheduler() -> Any:
-    """A BackgroundScheduler in UTC whose jobs never keep the process alive."""
-    return BackgroundScheduler(timezone=UTC, executors={"default": DaemonThreadExecutor()})
+class _DaemonThreadExecutor(BasePoolExecutor):  # type: ignore[misc]
+    def __init__(self, threads: DaemonThreads) -> None:
+        super().__init__(threads)
+
+
+@dataclass(frozen=True)
+class Periodic:
+    """A job run every `interval_s` on a `Schedule` (the first run at its start)."""
+
+    name: str
+    run: Callable[[], object]
+    interval_s: float
+    crash_event: str
+
+
+class Schedule:
+    """The periodic jobs of a process: `every(...)` adds one, `start()` runs them,
+    `stop(deadline)` ends the schedule and joins the jobs in flight by the deadline.
+
+    A job never runs twice at once (a run still going when the next is due is
+    skipped, and late runs are coalesced into one); a job's error is logged as
+    its `crash_event` and the next run tries again."""
+
+    def __init__(self) -> None:
+        self.threads = DaemonThreads()
+        self._scheduler = BackgroundScheduler(
+            timezone=UTC, executors={"default": _DaemonThreadExecutor(self.threads)}
+        )
+        self._started = False
+
+    def every(
+        self,
+        name: str,
+        job: Callable[[], object],
+        interval_s: float,
+        *,
+        crash_event: str,
+        at_once: bool = False,
+    ) -> None:
+        def run() -> None:
+            try:
+                job()
+            except Exception:  # the job runs again at its next time
+                log.exception(crash_event, job=name)
+
+        self._scheduler.add_job(
+            run,
+            "interval",
+            seconds=interval_s,
+            next_run_time=datetime.now(UTC) if at_once else None,
+            max_instances=1,
+            coalesce=True,
+            id=name,
+        )
+
+    def add(self, job: Periodic) -> None:
+        """`job` every its interval, the first run at the start."""
+        self.every(job.name, job.run, job.interval_s, crash_event=job.crash_event, at_once=True)
+
+    def start(self) -> None:
+        self._scheduler.start()
+        self._started = True
+
+    def stop(self, deadline: Deadline) -> bool:
+        """No job starts any more; True when every job in flight ended by `deadline`."""
+        if self._started:
+            self._scheduler.shutdown(wait=False)
+            self._started = False
+        return self.threads.join(deadline)
 
 
 # -- one worker shape --------------------------------------------------------------

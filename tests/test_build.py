@@ -3,6 +3,7 @@ the build itself fails half-way (a bad chunk store setting, Langfuse keys missin
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -11,12 +12,13 @@ import pytest
 
 from observer import app
 from observer.app import parts as wiring
+from observer.background import Deadline
 from observer.config import ConfigError
 from observer.state import State
 from observer.telemetry.metrics import Metrics
 from observer.telemetry.otel import setup_telemetry
-from tests.daemon_helpers import configure
-from tests.fakes.langfuse_server import FakeLangfuse
+from tests.daemon_helpers import configure, demo_observations
+from tests.fakes.langfuse_server import SCORES_PATH, FakeLangfuse, RequestRecord
 
 
 class RecordedState(State):
@@ -101,12 +103,36 @@ def test_a_telemetry_passed_in_stays_the_callers(
     assert opened[0].closed and shut == []
 
 
-def test_left_open_nothing_is_closed(
+def test_a_stop_that_abandons_a_thread_leaves_the_state_open(
     opened: list[RecordedState], fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """What the daemon does when a poll thread was abandoned in flight: the state stays."""
-    settings = configure(monkeypatch, fake)
+    """A score post still unanswered at the stop's deadline: its thread is abandoned, and
+    the state file is not closed under it (its hold alone is given up: another process
+    may take the file)."""
+    settings = configure(
+        monkeypatch,
+        fake,
+        OBSERVER_RUN__SHUTDOWN_GRACE_S="0.5",
+        OBSERVER_SOURCE__LOOKBACK_S=str(30 * 86400),  # the demo's days
+    )
+    fake.add_observations(demo_observations())
+    answer = threading.Event()
+
+    def stall_score_posts(record: RequestRecord) -> None:
+        if record.method == "POST" and record.path == SCORES_PATH:
+            answer.wait(60)  # the answer held back until the test has looked
+
+    fake.on_request = stall_score_posts
     with app.build(settings, state_path=tmp_path / "s.sqlite") as parts:
-        parts.leave_open()
-    assert not opened[0].closed
-    parts.state.close()
+        app.run_once(parts)
+    try:
+        assert not opened[0].closed
+        other = State(tmp_path / "s.sqlite")
+        try:
+            other.hold()  # given up: no "in use by" refusal
+        finally:
+            other.close()
+    finally:
+        answer.set()
+        parts.dispatcher.shutdown(Deadline.within(30))
+        parts.state.close()

@@ -68,7 +68,7 @@ def test_a_tick_after_the_stop_reads_nothing(
 ) -> None:
     parts, now, _ = replayed(monkeypatch, fake, tmp_path)
     with parts:
-        parts.stop.set()
+        parts.stopping.set()
         Daemon(parts, clock=lambda: now).tick()
         assert parts.state.watermark() is None and parts.state.outbox_size() == 0
 

@@ -113,7 +113,7 @@ def test_on_hobby_with_a_hundred_scores_a_post_it_exits_3_naming_the_budget(
         assert parts.budget.settled_limit == 30 and parts.budget.per_minute == 25
         assert parts.metrics.value("observer_request_budget_per_minute") == 25
         assert result.passed is not None
-        keys, values = pass_table("t", result.passed, parts, {}).columns
+        keys, values = pass_table("t", result.report, {}).columns
         rows = dict(zip(keys.cells, values.cells, strict=True))
     assert result.exit_code == 3
     assert result.error is not None and "request budget held delivery back" in result.error

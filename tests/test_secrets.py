@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from observer.telemetry.http import Health, HttpServer
+from observer.health import Health
+from observer.telemetry.http import HttpServer
 from tests.daemon_helpers import ROOT, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.fakes.receiver import Receiver

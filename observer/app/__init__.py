@@ -1,7 +1,9 @@
 """Composition root: builds and wires everything, owns start and shutdown.
 
     exits     the exit codes, and which one a remote error means
-    parts     the builders and `Parts` (a context manager): every client built here
+    builders  every client and part built from the settings, in one place
+    parts     `Parts` (a context manager) and `build`: the wiring, and the one stop
+    passes    the one pass driver and its outcome
     checks    `observer check`: state file, chunk store, Langfuse, row by row
     alerts    rules over a state file (status, backtest), test alerts
     once      `run --once` and `backfill`
@@ -31,6 +33,17 @@ if TYPE_CHECKING:
         test_notification,
         test_notifiers,
     )
+    from observer.app.builders import (
+        build_alerts,
+        build_api,
+        build_health,
+        build_judge_client,
+        build_notifiers,
+        build_resolver,
+        build_source,
+        now_utc,
+        start_http,
+    )
     from observer.app.checks import (
         CHECK_SAMPLE_IDS,
         CHECK_SAMPLE_PAGES,
@@ -56,20 +69,7 @@ if TYPE_CHECKING:
         run_once,
         undelivered_message,
     )
-    from observer.app.parts import (
-        Mode,
-        Parts,
-        build,
-        build_alerts,
-        build_api,
-        build_health,
-        build_judge_client,
-        build_notifiers,
-        build_resolver,
-        build_source,
-        now_utc,
-        start_http,
-    )
+    from observer.app.parts import Mode, Parts, build
     from observer.pipeline import PassResult
 
 # Loaded when first asked for: `observer score` and `--help` import no client library.
@@ -111,15 +111,15 @@ _HOMES = {
     "Mode": "observer.app.parts",
     "Parts": "observer.app.parts",
     "build": "observer.app.parts",
-    "build_alerts": "observer.app.parts",
-    "build_api": "observer.app.parts",
-    "build_health": "observer.app.parts",
-    "build_judge_client": "observer.app.parts",
-    "build_notifiers": "observer.app.parts",
-    "build_resolver": "observer.app.parts",
-    "build_source": "observer.app.parts",
-    "now_utc": "observer.app.parts",
-    "start_http": "observer.app.parts",
+    "build_alerts": "observer.app.builders",
+    "build_api": "observer.app.builders",
+    "build_health": "observer.app.builders",
+    "build_judge_client": "observer.app.builders",
+    "build_notifiers": "observer.app.builders",
+    "build_resolver": "observer.app.builders",
+    "build_source": "observer.app.builders",
+    "now_utc": "observer.app.builders",
+    "start_http": "observer.app.builders",
     "PassResult": "observer.pipeline",
 }
 

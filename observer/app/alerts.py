@@ -28,7 +28,7 @@ from observer.alerts.rules import WindowRule, row_keys
 from observer.alerts.service import AlertService, RuleStatus
 from observer.alerts.triage import keys as triage_keys
 from observer.alerts.triage import lookback_s, triage
-from observer.app.parts import build_alerts, build_notifiers, now_utc
+from observer.app.builders import build_alerts, build_notifiers, now_utc
 from observer.background import Deadline
 from observer.config import ConfigError, Settings
 from observer.state import State, StateError

@@ -10,9 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from observer.app.contact import ProjectMismatch, judge_ready, langfuse_ready
-from observer.app.exits import EXIT_CONFIG, EXIT_OK, exit_code
-from observer.app.parts import (
+from observer.app.builders import (
     build_api,
     build_notifiers,
     build_openai,
@@ -21,6 +19,8 @@ from observer.app.parts import (
     now_utc,
     resolver_fields,
 )
+from observer.app.contact import ProjectMismatch, judge_ready, langfuse_ready
+from observer.app.exits import EXIT_CONFIG, EXIT_OK, exit_code
 from observer.config import ConfigError, Settings
 from observer.errors import RemoteError
 from observer.model import RagRecord, Signals

@@ -1,7 +1,9 @@
-"""The daemon: poll and push until SIGTERM/SIGINT, then stop, join, close in the grace.
+"""The daemon: poll and push until SIGTERM/SIGINT, then the one stop within the grace.
 
-`Daemon` holds the loop's parts (`tick`, `housekeeping`, `shutdown(deadline)`), each
-callable on its own: tests drive one tick with a fake clock; `run_daemon` schedules them.
+`Daemon` holds the loop's jobs (`tick`, the poll; `housekeeping`), each callable on
+its own: tests drive one tick with a fake clock; `run_daemon` puts them on the parts'
+schedule (observer.background.Schedule, beside the judge's checks) and ends with
+`Parts.stop(deadline)`.
 
 With `[fleet]` the parts are built in mode "member" (observer.app.parts: Redis
 connected first, unreachable: exit 3 naming the variable) and the member does the
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -21,14 +22,13 @@ from types import FrameType
 
 import structlog
 
+from observer.app.builders import start_http
 from observer.app.exits import EXIT_OK
-from observer.app.parts import Parts, start_http
-from observer.background import Deadline, background_scheduler
+from observer.app.parts import Parts
+from observer.background import Deadline
 from observer.config import ConfigError
-from observer.errors import AuthRejected, RemoteError
-from observer.sources.langfuse import Stopped
+from observer.failures import PassOutcome, classify, said
 from observer.state import StateError, StateGone
-from observer.telemetry.http import HttpServer
 
 log = structlog.get_logger("observer.app")
 
@@ -48,28 +48,26 @@ def signals_set(stop: threading.Event) -> Iterator[None]:
 
 
 class Daemon:
-    """The daemon's loop, its parts apart: `start()` the threads, `tick()` one poll,
-    `housekeeping()`, `shutdown(deadline)`; `run_daemon` schedules them until a signal.
+    """The daemon's jobs, apart: `start()` the threads, `tick()` one poll,
+    `housekeeping()`, `shutdown(deadline)` (the parts' one stop); `run_daemon` schedules
+    them until a signal.
 
     `tick` and `housekeeping` never raise (the loop never dies on a strange trace or a
-    bug); `tick` returns at once while a tick is in flight or after the stop. With a
-    fleet member among the parts, its own threads read and score: `tick` then only
-    checks the server, once."""
+    bug). With a fleet member among the parts, its own threads read and score: `tick`
+    then only checks the server, once."""
 
     def __init__(self, parts: Parts, clock: Callable[[], datetime] | None = None) -> None:
         self.parts = parts
         self.clock = clock or parts.clock  # "now" for each pass (a test's fake clock)
-        self.server: HttpServer | None = None
         self.refused: list[str] = []  # why the server cannot be used (too old), once checked
-        self._busy = threading.Lock()
 
     def start(self) -> None:
-        """The HTTP port, the dispatcher, the fleet member, the rules' evaluator and the
-        judge's workers.
+        """The HTTP port, the dispatcher, the receiver, the fleet member, the rules'
+        evaluator and the judge's workers.
 
         Raises ConfigError when the HTTP port cannot be opened (before anything runs)."""
         parts = self.parts
-        self.server = start_http(parts.settings, parts.metrics, parts.health)
+        parts.http = start_http(parts.settings, parts.metrics, parts.health)
         parts.dispatcher.start()
         if parts.receiver is not None:
             parts.receiver.start()
@@ -78,50 +76,44 @@ class Daemon:
         parts.evaluator.start()
         if parts.judge is not None:
             parts.judge.start()
-        for check in parts.judge_checks:
-            check.start()
-            check.wake()  # the first look at start, then on its schedule
 
     def tick(self) -> None:
-        """One poll: the traces settled since the watermark scored, the pass recorded."""
+        """One poll: the traces settled since the watermark scored, the pass recorded; what
+        stopped it said once, and a state file that cannot be written holds the polls."""
         parts = self.parts
-        if parts.stop.is_set() or not self._busy.acquire(blocking=False):
+        if parts.stopping.is_set():
             return
+        parts.health.beat()
         try:
-            parts.health.beat()
-            try:
-                # On the poll thread, so a hanging health request never outlives a SIGTERM.
-                parts.passes.check()
-            except ConfigError as error:
-                log.error("server_refused", error=str(error))
-                self.refused.append(str(error))
-                parts.stop.set()
-                return
-            if parts.member is not None:
-                return  # the fleet member's own threads read and score
-            if parts.settings.otlp.on and parts.settings.otlp.poller == "off":
-                return  # the OTLP receiver alone: nothing is read from Langfuse
-            if parts.health.not_ready_because and not self._state_writable_again():
-                return  # no new traces while nothing can be recorded
-            parts.passes.tick(self.clock())
-        except Stopped:
-            pass
-        except StateError as error:
-            # Disk full or read-only, deleted or replaced: the outbox keeps what it holds;
-            # new traces wait.
-            gone = isinstance(error, StateGone)
-            parts.health.not_ready_because = (
-                str(error) if gone else "the state file cannot be written"
-            )
-            log.error("state_unwritable", error=str(error), action="polling paused")
-        except AuthRejected as error:
-            log.error("poll_failed", kind="auth", error=str(error))
-        except RemoteError as error:
-            log.warning("poll_failed", kind="unreachable", error=str(error))
-        except Exception:  # the loop never dies on a strange trace or a bug
-            log.exception("poll_crashed")
-        finally:
-            self._busy.release()
+            # On the poll's thread, so a hanging health request never outlives a SIGTERM.
+            parts.passes.check()
+        except ConfigError as error:
+            log.error("server_refused", error=str(error))
+            self.refused.append(str(error))
+            parts.stopping.set()
+            return
+        except Exception as error:  # the clock is Langfuse's: not asked again here
+            said(PassOutcome(datetime.now(UTC), None, classify(error), error))
+            return
+        if parts.member is not None:
+            return  # the fleet member's own threads read and score
+        if parts.settings.otlp.on and parts.settings.otlp.poller == "off":
+            return  # the OTLP receiver alone: nothing is read from Langfuse
+        if parts.health.held("state") and not self._state_writable_again():
+            return  # no new traces while nothing can be recorded
+        outcome = parts.passes.tick(clock=self.clock)
+        if outcome.failure == "state":
+            self._hold_state(outcome.error)
+        else:
+            said(outcome)
+
+    def _hold_state(self, error: BaseException | None) -> None:
+        """Disk full or read-only, deleted or replaced: the outbox keeps what it holds; new
+        traces wait until the state file can be written again."""
+        gone = isinstance(error, StateGone)
+        why = str(error) if gone else "the state file cannot be written"
+        self.parts.health.hold("state", why)
+        log.error("state_unwritable", error=str(error), action="polling paused")
 
     def _state_writable_again(self) -> bool:
         try:
@@ -131,7 +123,7 @@ class Daemon:
         except StateError as error:
             log.error("state_unwritable", error=str(error), action="polling paused")
             return False
-        self.parts.health.not_ready_because = None
+        self.parts.health.release("state")
         log.info("state_writable_again", action="polling resumed")
         return True
 
@@ -151,47 +143,9 @@ class Daemon:
         parts.dispatcher.notify()
 
     def shutdown(self, deadline: Deadline) -> tuple[bool, int]:
-        """Stop every part by `deadline`, in an order where none is closed under a thread
-        that still uses it: whether the outbox was flushed, and how many scores it holds.
-
-        The pass in flight sees `stop` between pages and hands back the rest; the fleet
-        member leaves; in-flight judging gets half of what is left; the outbox is flushed
-        until a reserve before the deadline, which the evaluator, the notifiers and
-        telemetry share. A thread still inside a request at the deadline is abandoned
-        (each is a daemon thread), and the state file is then left open under it: no
-        transaction is cut, and the process ends by the deadline."""
-        parts = self.parts
-        parts.stop.set()
-        reserve = min(3.0, parts.settings.run.shutdown_grace_s / 4)
-        # Spans no longer taken (503, the sender retries elsewhere or later); what is in
-        # assembly is the poller's backstop's after a restart.
-        received = parts.receiver is None or parts.receiver.stop(deadline.before(reserve))
-        ended = self._busy.acquire(timeout=deadline.before(reserve).left())
-        if not ended:
-            log.warning("poll_abandoned", reason="still inside a request at the grace's end")
-        ended = ended and received
-        if parts.member is not None:  # no new entries; the lease given up for the next reader
-            ended = parts.member.shutdown(deadline.before(reserve)) and ended
-        if parts.judge is not None:
-            halfway = Deadline(time.monotonic() + max(0.0, deadline.left() - reserve) / 2)
-            if not parts.judge.shutdown(halfway):
-                log.warning("judge_abandoned", pending=parts.judge.pending())
-            ended = parts.judge.ended and ended
-        for check in parts.judge_checks:  # a read in flight writes one sample; a canary stops
-            ended = check.stop(deadline.before(reserve)) and ended
-        flushed, sent = parts.dispatcher.shutdown(deadline.before(reserve))
-        ended = parts.evaluator.shutdown(deadline) and sent and ended
-        parts.alerts.shutdown(deadline)
-        ended = parts.alerts.ended and ended
-        parts.telemetry.shutdown(deadline.left())
-        left = parts.state.outbox_size()  # a read: the state stays open under a late thread
-        if ended:
-            parts.close()
-        else:
-            parts.leave_open()
-        if self.server is not None:
-            self.server.stop()
-        return flushed, left
+        """The parts' one stop (`Parts.stop`): whether the outbox was flushed, and how
+        many scores it holds."""
+        return self.parts.stop(deadline)
 
 
 def run_daemon(parts: Parts) -> int:
@@ -203,35 +157,31 @@ def run_daemon(parts: Parts) -> int:
     settings = parts.settings
     daemon = Daemon(parts)
     daemon.start()
-    scheduler = background_scheduler()
-    scheduler.add_job(
+    schedule = parts.schedule
+    schedule.every(
+        "poll",
         daemon.tick,
-        "interval",
-        seconds=settings.source.poll_interval_s,
-        next_run_time=datetime.now(UTC),
-        max_instances=1,
-        coalesce=True,
-        id="poll",
+        settings.source.poll_interval_s,
+        crash_event="poll_crashed",
+        at_once=True,
     )
-    scheduler.add_job(
+    schedule.every(
+        "housekeeping",
         daemon.housekeeping,
-        "interval",
-        seconds=settings.run.housekeeping_interval_s,
-        max_instances=1,
-        coalesce=True,
-        id="housekeeping",
+        settings.run.housekeeping_interval_s,
+        crash_event="housekeeping_failed",
     )
-    with signals_set(parts.stop):
-        scheduler.start()
+    for check in parts.judge_checks:  # the first look at start, then on its schedule
+        schedule.add(check)
+    with signals_set(parts.stopping):
+        schedule.start()
         log.info(
             "observer_started",
             poll_interval_s=settings.source.poll_interval_s,
             state=str(parts.state.path),
         )
-        parts.stop.wait()
-        deadline = Deadline.within(settings.run.shutdown_grace_s)
-        scheduler.shutdown(wait=False)
-        flushed, left = daemon.shutdown(deadline)
+        parts.stopping.wait()
+        flushed, left = parts.stop(Deadline.within(settings.run.shutdown_grace_s))
     log.info("observer_stopped", flushed=flushed, outbox_left=left)
     if daemon.refused:
         raise ConfigError(daemon.refused[0])

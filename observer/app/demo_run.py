@@ -10,9 +10,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from observer.app.builders import start_http
 from observer.app.daemon import signals_set
 from observer.app.once import OnceResult, run_once
-from observer.app.parts import Parts, build, start_http
+from observer.app.parts import Parts, build
 from observer.config import ConfigError, Settings
 from observer.sinks.jsonl import JsonlScoreSink
 from observer.sources.replay import ReplaySource, read_jsonl
@@ -94,9 +95,12 @@ def serve_until_stopped(
     server = start_http(parts.settings, parts.metrics, health)
     if server is None:
         raise ConfigError("http.enabled is false: nothing to serve")
+    # The run stopped its parts (observer.app.parts: the one stop); serving is a loop of
+    # its own, until the next signal.
+    parts.stopping.clear()
     started(server.url)
-    with signals_set(parts.stop):
-        while not parts.stop.wait(beat_s):
+    with signals_set(parts.stopping):
+        while not parts.stopping.wait(beat_s):
             health.beat()
     server.stop()
 

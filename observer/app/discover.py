@@ -410,12 +410,12 @@ def since_start(text: str, now: datetime) -> datetime:
 
 
 @dataclass(frozen=True, slots=True)
-class Sample:
+class TraceSample:
     traces: dict[str, list[dict[str, Any]]]
     partial: int = 0
 
 
-def read_sample(source: LangfuseSource, start: datetime, end: datetime, limit: int) -> Sample:
+def read_sample(source: LangfuseSource, start: datetime, end: datetime, limit: int) -> TraceSample:
     """The newest `limit` traces with their root in [start, end), a page at a time.
 
     Pages come newest first, so a trace is complete once its root has been read;
@@ -432,10 +432,10 @@ def read_sample(source: LangfuseSource, start: datetime, end: datetime, limit: i
         if len(rooted) >= limit:
             break
     kept = rooted[:limit]
-    return Sample({t: found[t] for t in kept}, partial=len(set(found) - set(rooted)))
+    return TraceSample({t: found[t] for t in kept}, partial=len(set(found) - set(rooted)))
 
 
-def sample_from_file(path: Path, start: datetime | None, limit: int) -> Sample:
+def sample_from_file(path: Path, start: datetime | None, limit: int) -> TraceSample:
     """The newest `limit` traces of a file of observations (root at or after `start`)."""
     traces = read_traces_file(path)
 
@@ -446,4 +446,4 @@ def sample_from_file(path: Path, start: datetime | None, limit: int) -> Sample:
     starts = {t: root_start(o) for t, o in traces.items()}
     kept = [t for t in traces if start is None or ((s := starts[t]) is not None and s >= start)]
     kept.sort(key=lambda t: starts[t] or _EARLIEST, reverse=True)
-    return Sample({t: traces[t] for t in kept[:limit]})
+    return TraceSample({t: traces[t] for t in kept[:limit]})

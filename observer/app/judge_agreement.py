@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from observer.app.builders import build_api, build_budget
 from observer.app.contact import langfuse_ready
-from observer.app.parts import build_api, build_budget
 from observer.config import ConfigError, Settings
 from observer.judge.agreement import Agreement, Pair
 from observer.judge.annotations import AnnotationReader, read_agreement

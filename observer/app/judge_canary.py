@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from observer.app.parts import build_judge_client
+from observer.app.builders import build_judge_client
 from observer.config import ConfigError, Settings
 from observer.judge.canary import Case, Figures, figures
 from observer.judge.canary_run import judge_cases, load_cases

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from observer.app.parts import build_judge_client, build_resolver
+from observer.app.builders import build_judge_client, build_resolver
 from observer.app.score_file import scored_lines
 from observer.background import Deadline
 from observer.config import Settings

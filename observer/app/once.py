@@ -1,5 +1,7 @@
 """One-shot runs: `run --once` (one pass up to now) and `backfill` (a past window,
-chunk by chunk).
+chunk by chunk). Both end through the parts' one stop (`Parts.stop`) and answer with
+a `RunReport`, the values the views print: what the pass counted, what delivery and
+the judge counted, and what the outbox holds.
 """
 
 from __future__ import annotations
@@ -10,14 +12,36 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from observer.app.exits import EXIT_AUTH, EXIT_CONFIG, EXIT_OK, EXIT_UNREACHABLE, exit_code
+from observer.app.exits import EXIT_AUTH, EXIT_CONFIG, EXIT_OK, EXIT_UNREACHABLE, exit_for
 from observer.app.parts import Parts
 from observer.background import Deadline
-from observer.errors import AuthRejected, RemoteError
+from observer.errors import AuthRejected, ConfigError
+from observer.failures import FailureKind, PassOutcome, classify
 from observer.pipeline import PassResult
-from observer.sources.langfuse import Stopped
+from observer.sources import Stopped
+from observer.state import StateError
+
+# Refusals of the local files: the command names the file (a dry run's copy by the real one).
+LOCAL_FILE_ERRORS = (ConfigError, StateError)
 
 log = structlog.get_logger("observer.app")
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What a one-shot run did, as values (the views render it; no registry is read):
+    the pass's counts, then the scores delivered and refused by this process, those an
+    earlier run left (`waiting`) and those still in the outbox (`left`), the judge's
+    counts (None without a judge), and the request budget's line."""
+
+    passed: PassResult
+    delivered: int
+    refused: int
+    waiting: int
+    left: int
+    judged: tuple[int, int, int] | None  # (traces judged, judge errors, judge scores queued)
+    budget: str | None  # the budget's pace; None: no Langfuse client built
+    budget_held: bool  # the budget is what held delivery back
 
 
 @dataclass
@@ -29,73 +53,83 @@ class OnceResult:
     # Scores the outbox held when the command began (an earlier run's): delivered with
     # this run's, so what it delivered is at most these and what it queued.
     waiting: int = 0
+    failure: FailureKind | None = None  # what stopped it, classified (observer.failures)
+    report: RunReport | None = None
+
+
+def report_of(parts: Parts, passed: PassResult, waiting: int) -> RunReport:
+    """The run's values, read once it stopped."""
+    judge = parts.judge
+    budget = parts.budget
+    return RunReport(
+        passed,
+        parts.dispatcher.delivered,
+        parts.dispatcher.refused,
+        waiting,
+        parts.state.outbox_size(),
+        (judge.counted.judged, judge.counted.errors, judge.counted.scores) if judge else None,
+        budget.describe() if budget is not None else None,
+        budget_held(parts),
+    )
 
 
 def run_once(
     parts: Parts, now: datetime | None = None, window_start: datetime | None = None
 ) -> OnceResult:
-    """One pass up to now (every trace older than the settle delay), push, flush.
+    """One pass up to now (every trace older than the settle delay), push, flush, stop.
 
     With `window_start`, that whole window is read instead of the one after the
-    watermark (the demo), and the watermark is not touched. Telemetry is flushed
-    before it returns.
+    watermark (the demo), and the watermark is not touched. Every part is stopped
+    (telemetry flushed) before it returns; the state stays open for the report.
     """
-    try:
-        return _run_once(parts, now, window_start)
-    finally:
-        _flush_telemetry(parts)
-
-
-def _flush_telemetry(parts: Parts) -> None:
-    """Spans and metrics out before the process ends; a dead collector costs at most 5 s.
-    The chunk store's client is closed too (a Milvus Lite file is one process's at a time)."""
-    parts.telemetry.shutdown(min(5.0, parts.settings.run.shutdown_grace_s))
-    parts.close_resolver()
-
-
-def _run_once(parts: Parts, now: datetime | None, window_start: datetime | None) -> OnceResult:
     grace = parts.settings.run.shutdown_grace_s
     waiting = parts.state.outbox_size()  # an earlier run's, delivered with this one's
     try:
         # First contact (Langfuse, the state file's project): within
         # source.first_contact_s, before anything is read or judged.
         parts.passes.check()
-    except RemoteError as error:
-        if parts.stop.is_set():  # SIGTERM or Ctrl-C while Langfuse was being reached
+    except Exception as error:
+        failure = classify(error)
+        if failure == "crashed" or isinstance(error, LOCAL_FILE_ERRORS):
+            raise  # a bug, or a configuration or state file refused: raised as it is
+        stopped = parts.stopping.is_set()
+        parts.stop(Deadline.within(grace), deliver=False)
+        if stopped:  # SIGTERM or Ctrl-C while Langfuse was being reached
             code = EXIT_UNREACHABLE if waiting else EXIT_OK
             return OnceResult(code, None, waiting, "stopped before it read anything", waiting)
-        return OnceResult(exit_code(error), None, waiting, str(error), waiting)
+        assert failure is not None
+        return OnceResult(exit_for(failure), None, waiting, str(error), waiting, failure)
     if parts.judge is not None:
         parts.judge.start()
-    try:
-        if window_start is None:
-            # The daemon's own pass in burst: its window rules evaluated before it returns.
-            result = parts.passes.tick(now, burst=True)
-        else:
-            now = now or parts.clock()
-            result = parts.pipeline.process_window(window_start, now, now)
-    except RemoteError as error:
-        stop_judge(parts, Deadline.within(grace))
-        parts.dispatcher.flush(grace)
-        return OnceResult(exit_code(error), None, parts.state.outbox_size(), str(error), waiting)
-    # SIGTERM or Ctrl-C: what is in hand delivered within the grace, then the exit.
-    judging = 0.0 if parts.stop.is_set() else parts.settings.judge.timeout_s * 4
-    stop_judge(parts, Deadline.within(judging + grace))
-    deadline = Deadline.within(grace)
-    parts.dispatcher.flush(grace)
-    # Notifications got their own threads at once; they share what is left of the grace.
-    parts.evaluator.shutdown(deadline)
-    if not parts.alerts.shutdown(deadline):
-        log.warning("alert_notifications_undelivered")
-    left = parts.state.outbox_size()
+    if window_start is None:
+        # The daemon's own pass in burst: its window rules evaluated before it returns.
+        outcome = parts.passes.tick(now, burst=True)
+    else:
+        now = now or parts.clock()
+        outcome = PassOutcome(now, parts.pipeline.process_window(window_start, now, now))
+    result, failure = outcome.result, outcome.failure
+    if outcome.error is not None and failure is not None:
+        parts.stop(Deadline.within(grace))
+        if failure == "crashed":
+            raise outcome.error
+        left = parts.state.outbox_size()
+        return OnceResult(exit_for(failure), None, left, str(outcome.error), waiting, failure)
+    assert result is not None
+    # The judge's samples judged (the run's own work), then the stop within the grace;
+    # after SIGTERM or Ctrl-C only what is in hand is delivered.
+    if parts.judge is not None and not parts.stopping.is_set():
+        parts.judge.drain(Deadline.within(parts.settings.judge.timeout_s * 4))
+    parts.stop(Deadline.within(grace))
+    report = report_of(parts, result, waiting)
     said = STOPPED_MESSAGE if result.cut_short else None
-    if left:
+    if report.left:
         code = EXIT_AUTH if parts.dispatcher.auth_failed else EXIT_UNREACHABLE
         if parts.dispatcher.last_error_kind == "misdirected":
             code = EXIT_CONFIG  # the base URL is redirected away: a configuration error
-        message = undelivered_message(parts, left)
-        return OnceResult(code, result, left, f"{said}; {message}" if said else message, waiting)
-    return OnceResult(EXIT_OK, result, 0, said, waiting=waiting)
+        message = undelivered_message(parts, report.left)
+        shown = f"{said}; {message}" if said else message
+        return OnceResult(code, result, report.left, shown, waiting, report=report)
+    return OnceResult(EXIT_OK, result, 0, said, waiting=waiting, report=report)
 
 
 STOPPED_MESSAGE = (
@@ -132,12 +166,9 @@ def undelivered_message(parts: Parts, left: int) -> str:
     return f"{kept}: not all sent before the grace of {grace:g} s ran out (run.shutdown_grace_s)"
 
 
-def stop_judge(parts: Parts, deadline: Deadline) -> None:
-    if parts.judge is not None and not parts.judge.shutdown(deadline):
-        log.warning("judge_abandoned", pending=parts.judge.pending())
-
-
 # -- backfill -------------------------------------------------------------------
+
+MAX_BACKFILL_CHUNK = timedelta(days=1)
 
 
 def backfill(
@@ -148,87 +179,93 @@ def backfill(
     progress: Callable[[datetime, PassResult], None] = lambda _at, _result: None,
 ) -> OnceResult:
     """The pipeline over a past window, chunk by chunk (sized by what the chunks before
-    held); the watermark is not touched.
+    held); the watermark is not touched. Ends through the parts' one stop.
 
     Stopped (or failed) in the middle of a chunk, the result counts what that chunk did
     so far, and `progress` was last told the end of the chunk before it: the chunk is
     read again from its start by the next run (what it handled is then unchanged)."""
-    try:
-        return _backfill(parts, start, end, chunk, progress)
-    finally:
-        _flush_telemetry(parts)
-
-
-MAX_BACKFILL_CHUNK = timedelta(days=1)
-
-
-def _backfill(
-    parts: Parts,
-    start: datetime,
-    end: datetime,
-    chunk: timedelta,
-    progress: Callable[[datetime, PassResult], None],
-) -> OnceResult:
+    grace = parts.settings.run.shutdown_grace_s
     waiting = parts.state.outbox_size()  # before the dispatcher sends any of it
     try:
         parts.passes.check()  # first contact, as run --once's
-    except RemoteError as error:
-        return OnceResult(exit_code(error), None, waiting, str(error), waiting)
+    except Exception as error:
+        failure = classify(error)
+        if failure in (None, "crashed") or isinstance(error, LOCAL_FILE_ERRORS):
+            raise  # a stop, a bug, or a configuration or state file refused: as it is
+        parts.stop(Deadline.within(grace), deliver=False)
+        return OnceResult(exit_for(failure), None, waiting, str(error), waiting, failure)
     parts.dispatcher.start()
     if parts.judge is not None:
         parts.judge.start()
-    totals = PassResult(start, end)
-    cursor = start
-    size = chunk
-    light = parts.settings.source.page_limit // 2
-    result = PassResult(start, start)  # the chunk in hand; counted as it goes
+    chunks = _Chunks(parts, start, end, chunk)
     try:
+        chunks.run(progress)
+    except Exception as error:
+        failure = classify(error)
+        if failure == "crashed":
+            raise
+        # What the chunk cut short did: its traces recorded, their scores queued.
+        totals = chunks.totals
+        totals.add(chunks.result)
+        totals.cut_short = chunks.result.observations > 0
+        stopped = failure is None or parts.stopping.is_set()
+        _flushed, left = parts.stop(Deadline.within(grace))
+        # A stop asked for while a request was retried ends it with that request's error.
+        report = report_of(parts, totals, waiting)
+        if stopped:
+            return OnceResult(EXIT_OK, totals, left, "stopped", waiting, report=report)
+        code = exit_for(failure) if failure is not None else EXIT_OK
+        return OnceResult(code, totals, left, str(error), waiting, failure, report)
+    flushed, left = parts.stop(Deadline.within(grace))
+    report = report_of(parts, chunks.totals, waiting)
+    if not flushed and left:
+        message = undelivered_message(parts, left)
+        return OnceResult(EXIT_UNREACHABLE, chunks.totals, left, message, waiting, report=report)
+    return OnceResult(EXIT_OK, chunks.totals, 0, waiting=waiting, report=report)
+
+
+class _Chunks:
+    """A backfill's window read chunk by chunk: `totals` of the chunks done, `result` of
+    the chunk in hand (counted as it goes)."""
+
+    def __init__(self, parts: Parts, start: datetime, end: datetime, chunk: timedelta) -> None:
+        self.parts, self.end, self.chunk = parts, end, chunk
+        self.totals = PassResult(start, end)
+        self.cursor = start
+        self.result = PassResult(start, start)
+
+    def run(self, progress: Callable[[datetime, PassResult], None]) -> None:
+        """Every chunk up to the end; raises what stopped it (Stopped for a stop)."""
+        parts, size = self.parts, self.chunk
+        light = parts.settings.source.page_limit // 2
         now = parts.clock()
-        while cursor < end and not parts.stop.is_set():
-            chunk_end = min(end, cursor + size)
+        while self.cursor < self.end and not parts.stopping.is_set():
+            parts.state.check_identity()  # deleted or replaced: StateError, as a daemon's pass
+            chunk_end = min(self.end, self.cursor + size)
             # Read on past the chunk: the children of a trace rooted just before its end.
             read_until = chunk_end + timedelta(seconds=parts.settings.source.overlap_s)
-            result = PassResult(cursor, chunk_end)
-            parts.pipeline.process_window(cursor, chunk_end, now, read_until, result=result)
+            result = self.result = PassResult(self.cursor, chunk_end)
+            parts.pipeline.process_window(self.cursor, chunk_end, now, read_until, result=result)
             if result.cut_short:
-                break  # a stop in the middle of the chunk: counted below, not done
+                break  # a stop in the middle of the chunk: counted, not done
             if result.deferred:
                 # The outbox was full: wait for room, then read the chunk again (what was
                 # recorded is unchanged the second time). Never done with a trace unscored.
                 _wait_for_outbox_room(parts)
                 continue
-            totals.add(result)
-            cursor = chunk_end
-            progress(cursor, totals)
+            self.totals.add(result)
+            self.cursor = chunk_end
+            progress(self.cursor, self.totals)
             # A chunk costs a request however little it holds: after a light one the next
             # is twice as long (an empty week is a dozen requests, not 168), after a heavy
             # one half, never below the chunk asked for nor above a day (or that chunk).
             if result.observations < light:
-                size = min(size * 2, max(chunk, MAX_BACKFILL_CHUNK))
+                size = min(size * 2, max(self.chunk, MAX_BACKFILL_CHUNK))
             elif result.observations > 4 * parts.settings.source.page_limit:
-                size = max(size / 2, chunk)
-            result = PassResult(cursor, cursor)  # counted in the totals: none in hand
-        if cursor < end:
+                size = max(size / 2, self.chunk)
+            self.result = PassResult(self.cursor, self.cursor)  # in the totals: none in hand
+        if self.cursor < self.end:
             raise Stopped()
-    except (RemoteError, Stopped) as error:
-        # What the chunk cut short did: its traces recorded, their scores queued.
-        totals.add(result)
-        totals.cut_short = result.observations > 0
-        stop_judge(parts, Deadline.within(parts.settings.run.shutdown_grace_s))
-        parts.dispatcher.shutdown(Deadline.within(parts.settings.run.shutdown_grace_s))
-        left = parts.state.outbox_size()
-        # A stop asked for while a request was retried ends it with that request's error.
-        if isinstance(error, Stopped) or parts.stop.is_set():
-            return OnceResult(EXIT_OK, totals, left, "stopped", waiting)
-        return OnceResult(exit_code(error), totals, left, str(error), waiting)
-    stop_judge(parts, Deadline.within(parts.settings.run.shutdown_grace_s))
-    flushed, _ended = parts.dispatcher.shutdown(
-        Deadline.within(parts.settings.run.shutdown_grace_s)
-    )
-    left = parts.state.outbox_size()
-    if not flushed and left:
-        return OnceResult(EXIT_UNREACHABLE, totals, left, undelivered_message(parts, left), waiting)
-    return OnceResult(EXIT_OK, totals, 0, waiting=waiting)
 
 
 def _wait_for_outbox_room(parts: Parts) -> None:
@@ -240,7 +277,7 @@ def _wait_for_outbox_room(parts: Parts) -> None:
         outbox=parts.state.outbox_size(),
         until_below=room,
     )
-    while parts.state.outbox_size() > room and not parts.stop.wait(0.2):
+    while parts.state.outbox_size() > room and not parts.stopping.wait(0.2):
         parts.dispatcher.notify()
         if parts.dispatcher.auth_failed:
             raise AuthRejected(parts.dispatcher.last_error or "Langfuse refused the keys")

@@ -1,38 +1,37 @@
-"""One pass, driven the same way by `run`, `run --once` and a fleet's reader.
+"""One pass, driven the same way by `run`, `run --once` and a fleet's reader; one error
+policy for every mode.
 
-    tick(now) = beat -> the server checked (once) -> pipeline.poll(now)
+    tick(now) -> PassOutcome = beat -> the server checked (once) -> pipeline.poll(now)
                 -> Langfuse answered -> the watermark's lag -> the evaluator told
-                -> poll_completed
 
-`run` calls `tick()` on its schedule and the fleet's reader in its loop, each
-catching what a pass can raise in its own way (the loop never dies); `run
---once` calls `tick(burst=True)`: the same pass, then the window rules
-evaluated on its own thread up to the pass's moment, and errors raised to it
-(the exit code says what happened). The lag is measured from the pipeline's
-own watermark: the state file's, or the fleet's stream's; before any pass has
-moved one, from the start of the first pass's window (the lookback), so a daemon
-whose every pass fails shows its lag growing and `pipeline_lag_high` can fire.
+`tick` never raises: what stopped a pass is classified once (observer.failures) into
+the `PassOutcome`, and the caller logs it once (`said`) and decides what follows from
+it: the daemon's poll job holds polling while the state file cannot be written, `run
+--once` exits with the code the class maps to (observer.app.exits), a fleet's reader
+pauses while Redis is away.
 
-A pass that raises (a stop aside) is a failed pass: counted
-(`observer_passes_failed_total{kind}`) and its lag sample recorded all the same;
-a completed one sets `observer_last_pass_timestamp_seconds` and tells `Health`
-(`/readyz`: "no pass has completed for N s").
+`run --once` calls `tick(burst=True)`: the same pass, then the window rules evaluated
+on its own thread up to the pass's moment. The lag is measured from the pipeline's
+own watermark: the state file's, or the fleet's stream's; before any pass has moved
+one, from the start of the first pass's window (the lookback), so a daemon whose every
+pass fails shows its lag growing and `pipeline_lag_high` can fire.
+
+A failed pass is counted (`observer_passes_failed_total{kind}`) and its lag sample
+recorded all the same; a completed one sets `observer_last_pass_timestamp_seconds`
+and tells `Health` (`/readyz`: "no pass has completed for N s").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 
 import structlog
 
 from observer.alerts.evaluator import AlertEvaluator
-from observer.config import ConfigError
-from observer.errors import AuthRejected, Misdirected, RemoteError
+from observer.failures import PassOutcome, classify
+from observer.health import Health
 from observer.pipeline import PassResult, Pipeline
-from observer.sources.langfuse import Stopped
-from observer.state import StateError
-from observer.telemetry.http import Health
 
 log = structlog.get_logger("observer.app")
 
@@ -42,19 +41,6 @@ COUNTS = ("observations", "scored", "rescored", "unchanged", "unsettled", "skipp
 def lag_s(moment: datetime, watermark: datetime | None) -> float:
     """How far the watermark trails the pass's moment (0 without one)."""
     return max(0.0, (moment - watermark).total_seconds()) if watermark is not None else 0.0
-
-
-def failure_kind(error: BaseException) -> str:
-    """What a failed pass is counted as: what stopped it."""
-    if isinstance(error, StateError):
-        return "state"
-    if isinstance(error, ConfigError | Misdirected):
-        return "config"
-    if isinstance(error, AuthRejected):
-        return "auth"
-    if isinstance(error, RemoteError):
-        return "unreachable"
-    return "crashed"
 
 
 def completed_fields(result: PassResult, counts: tuple[str, ...] = COUNTS) -> dict[str, object]:
@@ -87,29 +73,40 @@ class Passes:
         self.first_start: datetime | None = None  # the first pass's window start (no watermark)
 
     def check(self) -> None:
-        """The server checked, once per process (ConfigError when it is too old)."""
+        """The server checked, once per process (ConfigError when it is too old; a
+        RemoteError when it cannot be reached)."""
         if self.check_server is not None:
             self.check_server()
             self.check_server = None
 
-    def tick(self, now: datetime | None = None, *, burst: bool = False) -> PassResult:
-        """One pass up to `now` (the clock's), told to the evaluator and the log. Raises
-        what the pass raised (Stopped, a RemoteError, StateError, ConfigError)."""
+    def tick(
+        self,
+        now: datetime | None = None,
+        *,
+        burst: bool = False,
+        clock: Callable[[], datetime] | None = None,
+    ) -> PassOutcome:
+        """One pass up to `now` (else `clock`'s, else the pass driver's), told to the
+        evaluator and the log; what stopped it classified in the outcome. Never raises:
+        reading Langfuse's clock is a read like the pass's (a 401 there is "auth" too)."""
         self.health.beat()
-        self.check()
-        moment = now or self.clock()
-        if self.first_start is None:
-            self.first_start = moment - self.pipeline.lookback
+        moment = now
         try:
+            if moment is None:
+                moment = (clock or self.clock)()
+            if self.first_start is None:
+                self.first_start = moment - self.pipeline.lookback
+            self.check()
             self.pipeline.state.check_identity()  # deleted or replaced: StateError, no pass
             result = self.pipeline.poll(moment)
-        except Stopped:
-            raise
         except Exception as error:
-            self.pipeline.metrics.passes_failed.labels(kind=failure_kind(error)).inc()
-            if self.evaluator is not None:  # the lag grows while passes fail: still a sample
-                self.evaluator.after_pass(moment, self.lag_s(moment))
-            raise
+            moment = moment or datetime.now(UTC)  # Langfuse's clock unread: this host's
+            failure = classify(error)
+            if failure is not None:
+                self.pipeline.metrics.passes_failed.labels(kind=failure).inc()
+                if self.evaluator is not None:  # the lag grows while passes fail: a sample
+                    self.evaluator.after_pass(moment, self.lag_s(moment))
+            return PassOutcome(moment, self.pipeline.counting, failure, error)
         self.health.langfuse_answered()
         self.health.pass_completed()
         self.pipeline.metrics.last_pass.set(moment.timestamp())
@@ -119,7 +116,7 @@ class Passes:
                 self.evaluator.catch_up()
         self.done += 1
         log.info("poll_completed", **completed_fields(result, self.counts), **self.extra())
-        return result
+        return PassOutcome(moment, result)
 
     def lag_s(self, moment: datetime) -> float:
         """How far the watermark (before there is one, the first window's start) trails."""

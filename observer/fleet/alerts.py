@@ -299,7 +299,7 @@ class FleetAlerts:
         return True
 
 
-class Evaluation:
+class FleetEvaluation:
     """Whether this member evaluates the window rules: while it holds the reader's lease
     and has taken the alert state over; after each evaluation it hands the state on
     (the evaluator's `active` and `after_tick`)."""

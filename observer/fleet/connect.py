@@ -22,6 +22,7 @@ import structlog
 
 from observer.config import ConfigError, Settings
 from observer.errors import Unreachable
+from observer.sources import Stopped
 from observer.urls import without_credentials
 
 log = structlog.get_logger("observer.fleet")
@@ -38,7 +39,7 @@ class FleetUnreachable(Unreachable):
     """Redis refused, timed out, or answered with an error we cannot act on."""
 
 
-class LeaseLost(Exception):
+class LeaseLost(Stopped):
     """A reader's fenced write found another holder of the lease (or none): it stops."""
 
 

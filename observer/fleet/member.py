@@ -49,17 +49,16 @@ import structlog
 
 from observer.background import Deadline
 from observer.background import Worker as Loop
-from observer.errors import RemoteError
-from observer.fleet.alerts import Evaluation, FleetAlerts
-from observer.fleet.connect import BLOCK_MS, LeaseLost
+from observer.failures import PassOutcome, said
+from observer.fleet.alerts import FleetAlerts, FleetEvaluation
+from observer.fleet.connect import BLOCK_MS
 from observer.fleet.keys import Keys, epoch_parts, epoch_value
 from observer.fleet.lease import Lease
 from observer.fleet.stream import TraceStream, lost
-from observer.fleet.worker import ENVIRONMENT, Worker
+from observer.fleet.worker import ENVIRONMENT, EntryWorker
+from observer.health import Health
 from observer.pipeline import Pipeline
-from observer.sources.langfuse import Stopped
 from observer.state import State
-from observer.telemetry.http import Health
 from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.fleet")
@@ -92,10 +91,10 @@ class Crew:
     lease: Lease
     stream: TraceStream
     alerts: FleetAlerts
-    evaluation: Evaluation
-    worker: Worker
+    evaluation: FleetEvaluation
+    worker: EntryWorker
     pipeline: Pipeline  # the reader's (marks and publisher in Redis)
-    read: Callable[[], object]  # one reader's pass (observer.app.passes.Passes.tick)
+    read: Callable[[], PassOutcome]  # one reader's pass (observer.app.passes.Passes.tick)
     state: State
     metrics: Metrics
     health: Health
@@ -349,7 +348,7 @@ class Member:
             )
         self.redis_ok = False
         self.metrics.fleet.redis_up.set(0)
-        self.health.not_ready_because = UNREACHABLE
+        self.health.hold("redis", UNREACHABLE)
 
     def _reachable(self) -> None:
         if not self.redis_ok:
@@ -357,8 +356,7 @@ class Member:
             self.wake.set()  # a reader reads again at once
         self.redis_ok = True
         self.metrics.fleet.redis_up.set(1)
-        if self.health.not_ready_because == UNREACHABLE:
-            self.health.not_ready_because = None
+        self.health.release("redis")
 
     def _take_over(self) -> None:
         """The alert state the last evaluator handed on, before this member evaluates."""
@@ -388,23 +386,18 @@ class Member:
         return False
 
     def read_once(self) -> None:
-        """One pass of the reader's pipeline; never raises."""
-        try:
-            self.crew.read()
+        """One pass of the reader's pipeline; never raises. What stopped it is said once
+        (observer.failures), and Redis's part acted on: its data lost, or away."""
+        outcome = self.crew.read()
+        error = outcome.error
+        if error is None:
             self.passes += 1
-        except (Stopped, LeaseLost) as error:
-            log.info("pass_ended", member=self.name, reason=type(error).__name__)
-        except redis.ResponseError as error:
-            if lost(error):
-                self.recover()
-            else:
-                log.warning("poll_failed", kind="redis", error=str(error))
-        except redis.RedisError as error:
+        elif isinstance(error, redis.ResponseError) and lost(error):
+            self.recover()
+        elif isinstance(error, redis.RedisError) and not isinstance(error, redis.ResponseError):
             self._unreachable(error)
-        except RemoteError as error:
-            log.warning("poll_failed", kind="unreachable", error=str(error))
-        except Exception:  # the loop never dies on a strange trace or a bug
-            log.exception("poll_crashed")
+        else:
+            said(outcome, member=self.name)
 
     def watermark(self) -> datetime | None:
         """The fleet's watermark (None when unknown or Redis cannot say)."""
@@ -426,9 +419,9 @@ class Member:
             more = not self.worker.step(BLOCK_MS).outbox_full
         except ENVIRONMENT as error:
             # Disk full or read-only: the entries wait in memory; the outbox still drains.
-            if self.health.not_ready_because != UNWRITABLE:
+            if self.health.held("state") is None:
                 log.error("state_unwritable", error=str(error), action="work paused")
-            self.health.not_ready_because = UNWRITABLE
+            self.health.hold("state", UNWRITABLE)
             return False
         except redis.ResponseError as error:
             if lost(error):
@@ -438,7 +431,6 @@ class Member:
         except redis.RedisError as error:
             self._unreachable(error)
             return False
-        if self.health.not_ready_because == UNWRITABLE:
+        if self.health.release("state"):
             log.info("state_writable_again", action="work resumed")
-            self.health.not_ready_because = None
         return more

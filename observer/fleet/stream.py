@@ -62,7 +62,7 @@ DEAD_KEPT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
-class Pending:
+class PendingEntries:
     """The group's pending entries: delivered, not acknowledged; per consumer."""
 
     count: int
@@ -359,10 +359,10 @@ class TraceStream:
             replayed += 1
         return replayed
 
-    def pending(self) -> Pending:
+    def pending(self) -> PendingEntries:
         summary = cast(dict[str, Any], self.client.xpending(self.keys.stream, GROUP))
         consumers = {text(c["name"]): int(c["pending"]) for c in summary.get("consumers") or []}
-        return Pending(int(summary.get("pending") or 0), consumers)
+        return PendingEntries(int(summary.get("pending") or 0), consumers)
 
     def forget_idle_consumers(self, idle_ms: int) -> list[str]:
         """Consumers with nothing pending, not seen for `idle_ms`, deleted from the group."""

@@ -49,7 +49,7 @@ ENVIRONMENT = (StateError, sqlite3.Error, OSError, MemoryError)
 
 
 @dataclass
-class StepResult:
+class BatchResult:
     read: int = 0
     claimed: int = 0
     acknowledged: int = 0
@@ -71,7 +71,7 @@ class _Batch:
         return next(m for m in self.messages if m[0] == entry_id)
 
 
-class Worker:
+class EntryWorker:
     def __init__(
         self,
         stream: TraceStream,
@@ -116,10 +116,10 @@ class Worker:
 
     # -- one step --------------------------------------------------------------------
 
-    def step(self, block_ms: int) -> StepResult:
+    def step(self, block_ms: int) -> BatchResult:
         """One batch read, scored and recorded; delivered entries acknowledged (no new
         batch while the outbox is full)."""
-        result = StepResult()
+        result = BatchResult()
         self.settle(result)
         if self.state.outbox_size() >= self.max_outbox:
             result.outbox_full = True
@@ -132,7 +132,7 @@ class Worker:
             self.settle(result)
         return result
 
-    def _next(self, block_ms: int, result: StepResult) -> list[Message]:
+    def _next(self, block_ms: int, result: BatchResult) -> list[Message]:
         if self._deferred:
             ids = list(self._deferred)[: self.batch]
             return [self._deferred.pop(i) for i in ids]
@@ -167,7 +167,7 @@ class Worker:
 
     # -- acknowledged once delivered ---------------------------------------------------
 
-    def settle(self, result: StepResult | None = None) -> int:
+    def settle(self, result: BatchResult | None = None) -> int:
         """Acknowledge the entries whose traces' scores left the outbox; keep the others
         (and the deferred and failed ones) from being claimed. How many were acknowledged."""
         done: list[str] = []
@@ -194,7 +194,7 @@ class Worker:
 
     # -- a batch ---------------------------------------------------------------------
 
-    def _handle(self, batch: _Batch, result: StepResult) -> None:
+    def _handle(self, batch: _Batch, result: BatchResult) -> None:
         batch.deliveries = self.stream.deliveries(self.member, [m[0] for m in batch.messages])
         for message in batch.messages:
             entry_id = message[0]
@@ -246,7 +246,7 @@ class Worker:
             self._recorded_at[entry_id] = self.clock()
         self.notify()
 
-    def _look_up(self, batch: _Batch, prepared: dict[str, Prepared], result: StepResult) -> None:
+    def _look_up(self, batch: _Batch, prepared: dict[str, Prepared], result: BatchResult) -> None:
         """The changed traces' cited chunks in one lookup; alone, one by one, when the
         batch's lookup raised (so that one trace cannot fail the others)."""
         changed = {i: p for i, p in prepared.items() if p.changed}
@@ -266,7 +266,7 @@ class Worker:
         for entry_id, findings in found.items():
             changed[entry_id].findings = findings
 
-    def _failure(self, batch: _Batch, entry_id: str, error: Exception, result: StepResult) -> None:
+    def _failure(self, batch: _Batch, entry_id: str, error: Exception, result: BatchResult) -> None:
         """Scoring an entry raised: delivered again later, or dead after `max_deliveries`.
         Not the entry's fault (the state file cannot be written, the disk is full): the
         entries not yet recorded wait in memory, no delivery counted, and the error goes
@@ -301,7 +301,7 @@ class Worker:
         reason: str,
         deliveries: int,
         trace_id: str | None,
-        result: StepResult,
+        result: BatchResult,
     ) -> None:
         dead_id = self.stream.bury(self.member, message, reason, deliveries)
         result.dead += 1

@@ -177,7 +177,7 @@ UNKNOWN_JUDGE = Judge("unknown", "unknown", "unknown")
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class ScoreRead:
     """One score on a trace: the judge's faithfulness, or a person's label, as read."""
 
     trace_id: str
@@ -187,7 +187,7 @@ class Verdict:
     project_id: str | None = None
 
 
-def pairs_of(judged: Iterable[Verdict], labelled: Iterable[Verdict]) -> list[Pair]:
+def pairs_of(judged: Iterable[ScoreRead], labelled: Iterable[ScoreRead]) -> list[Pair]:
     """The traces with both a verdict of the judge and a person's label (the latest of
     each), in trace order; labels that read neither way are left out."""
     latest_judged = _latest(judged)
@@ -209,8 +209,8 @@ def pairs_of(judged: Iterable[Verdict], labelled: Iterable[Verdict]) -> list[Pai
     return out
 
 
-def _latest(verdicts: Iterable[Verdict]) -> dict[str, Verdict]:
-    found: dict[str, Verdict] = {}
+def _latest(verdicts: Iterable[ScoreRead]) -> dict[str, ScoreRead]:
+    found: dict[str, ScoreRead] = {}
     for verdict in verdicts:
         kept = found.get(verdict.trace_id)
         if kept is None or verdict.at > kept.at:

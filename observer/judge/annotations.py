@@ -35,7 +35,7 @@ from langfuse.api.scores.types.score_subject_v3 import (
     ScoreSubjectV3_Trace,
 )
 
-from observer.judge.agreement import Agreement, Verdict, agreement, human_unfaithful, pairs_of
+from observer.judge.agreement import Agreement, ScoreRead, agreement, human_unfaithful, pairs_of
 from observer.judge.identity import judge_from_metadata
 from observer.langfuse_api import NO_RETRIES
 from observer.sources.langfuse import budgeted_read
@@ -249,7 +249,7 @@ def read_agreement(
     faithful_at = judge.faithful_at
     threshold = judge.human_threshold
     verdicts = [
-        Verdict(
+        ScoreRead(
             a.trace_id,
             a.timestamp.timestamp(),
             float(a.value) < faithful_at if isinstance(a.value, int | float) else None,
@@ -260,7 +260,7 @@ def read_agreement(
         if not isinstance(a.value, bool)
     ]
     people = [
-        Verdict(a.trace_id, a.timestamp.timestamp(), a.unfaithful(threshold), None, a.project_id)
+        ScoreRead(a.trace_id, a.timestamp.timestamp(), a.unfaithful(threshold), None, a.project_id)
         for a in labels
     ]
     return agreement(pairs_of(verdicts, people))

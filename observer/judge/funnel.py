@@ -17,7 +17,7 @@ from observer.judge.protocol import Claim, Verdict
 from observer.model import RagRecord
 from observer.resolver.core import ResolverFindings
 
-__all__ = ["ClaimDecision", "Route", "claim_needs_llm", "fresh_sources", "route"]
+__all__ = ["ClaimDecision", "FunnelRoute", "claim_needs_llm", "fresh_sources", "route"]
 
 _SHOWN = 10
 
@@ -92,7 +92,7 @@ def fresh_sources(
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
+class FunnelRoute:
     """Which claims go to the verdicts call, which are decided here, with which sources."""
 
     asked: tuple[Claim, ...]  # their citations narrowed to fresh sources
@@ -100,10 +100,12 @@ class Route:
     keep: tuple[int, ...] | None  # the sources the verdicts call sees; None: all of them
 
 
-def route(claims: Sequence[Claim], record: RagRecord, findings: ResolverFindings | None) -> Route:
+def route(
+    claims: Sequence[Claim], record: RagRecord, findings: ResolverFindings | None
+) -> FunnelRoute:
     """Split the claims of call 1 by the funnel; without flagged findings, all are asked."""
     if findings is None or not findings.flagged:
-        return Route(tuple(claims), (), None)
+        return FunnelRoute(tuple(claims), (), None)
     asked: list[Claim] = []
     decided: list[Verdict] = []
     for claim in claims:
@@ -113,4 +115,4 @@ def route(claims: Sequence[Claim], record: RagRecord, findings: ResolverFindings
             asked.append(replace(claim, citations=fresh))
         else:
             decided.append(Verdict(claim.id, None, False, decision.reason))
-    return Route(tuple(asked), tuple(decided), fresh_sources(record, findings))
+    return FunnelRoute(tuple(asked), tuple(decided), fresh_sources(record, findings))

@@ -26,7 +26,7 @@ from observer.judge.agreement import Judge
 from observer.judge.protocol import CLAIMS_SCHEMA, CLAIMS_SYSTEM, VERDICTS_SCHEMA, VERDICTS_SYSTEM
 
 
-class JudgeSettings(Protocol):
+class JudgeNaming(Protocol):
     """What of `judge.*` names the judge (observer.config.JudgeSettings; the judge's
     modules do not import the configuration, which imports them)."""
 
@@ -63,7 +63,7 @@ def judge_of(model: str, templates: Sequence[str] = PROMPT_TEMPLATES) -> Judge:
     return Judge(model=model, prompt_hash=prompt_hash(templates), version=__version__)
 
 
-def current_judge(settings: JudgeSettings) -> Judge:
+def current_judge(settings: JudgeNaming) -> Judge:
     """The judge the current configuration runs: `judge.model` with this observer's
     templates and version."""
     return judge_of(settings.model)

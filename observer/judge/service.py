@@ -65,7 +65,7 @@ class _Sample:
 
 
 @dataclass(frozen=True, slots=True)
-class Claim:
+class BudgetClaim:
     """An answer taken for the judge in a fleet's budget, until the trace's commit."""
 
     trace_id: str
@@ -82,7 +82,7 @@ class Reservation:
 
     sample: _Sample
     write: Callable[[sqlite3.Connection], None]
-    claim: Claim | None = None  # the fleet's, when there is one
+    claim: BudgetClaim | None = None  # the fleet's, when there is one
 
 
 class SharedBudget(Protocol):
@@ -123,6 +123,21 @@ def buckets(now: datetime) -> tuple[str, str]:
     return moment.strftime("%Y-%m-%dT%H"), moment.strftime("%Y-%m-%d")
 
 
+class JudgeCounts:
+    """Traces judged (an abstention is judged), judge errors, judge scores queued: counted
+    as the workers go (several at once), read by a run's report."""
+
+    def __init__(self) -> None:
+        self.judged = self.errors = self.scores = 0
+        self._lock = threading.Lock()
+
+    def add(self, *, judged: int = 0, errors: int = 0, scores: int = 0) -> None:
+        with self._lock:
+            self.judged += judged
+            self.errors += errors
+            self.scores += scores
+
+
 class JudgeService:
     def __init__(
         self,
@@ -146,6 +161,7 @@ class JudgeService:
         self.judge = judge_of(client.model)  # in every judge score's metadata
         self.state = state
         self.metrics = metrics
+        self.counted = JudgeCounts()  # what this process judged: a run's report says it
         self.params = params
         self.notify = notify
         self.concurrency = concurrency
@@ -223,7 +239,7 @@ class JudgeService:
             return None
         claim = None
         if sampled and self.shared is not None:
-            claim = Claim(record.trace_id, basis, hour, day, expected, uuid.uuid4().hex)
+            claim = BudgetClaim(record.trace_id, basis, hour, day, expected, uuid.uuid4().hex)
             answer = self.shared.claim(
                 record.trace_id,
                 basis,
@@ -388,6 +404,7 @@ class JudgeService:
             reason = result.error.split(":", 1)[0]
             self.metrics.judge_errors.labels(reason=reason).inc()
             self.metrics.judged.labels(result="error").inc()
+            self.counted.add(errors=1)
             log.warning(
                 "judge_failed",
                 trace_id=record.trace_id,
@@ -401,6 +418,7 @@ class JudgeService:
             self.state.enqueue(scores, basis)
             for score in scores:  # counted as the pass counts its own
                 self.metrics.scores_enqueued.labels(name=score.name).inc()
+            self.counted.add(scores=len(scores))
         except OutboxFull:
             self.metrics.scores_dropped.labels(reason="outbox_full").inc(len(scores))
             log.error(
@@ -408,6 +426,7 @@ class JudgeService:
             )
         self.notify()
         self.metrics.judged.labels(result="abstained" if result.abstained else "judged").inc()
+        self.counted.add(judged=1)
         log.info(
             "trace_judged",
             trace_id=record.trace_id,

@@ -17,7 +17,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from observer.langfuse_setup.report import Outcome
+from observer.langfuse_setup.report import SetupOutcome
 from observer.langfuse_setup.specs import Category, ScoreConfigSpec, WidgetSpec, shape
 
 if TYPE_CHECKING:
@@ -85,19 +85,23 @@ def config_difference(spec: ScoreConfigSpec, existing: ExistingConfig) -> str | 
 
 def decide_config(
     spec: ScoreConfigSpec, existing: Sequence[ExistingConfig]
-) -> tuple[Outcome, str, str] | None:
+) -> tuple[SetupOutcome, str, str] | None:
     """What to report for `spec` given the configs of its name; None: create it."""
     active = [c for c in existing if not c.archived]
     for config in active:
         if config_difference(spec, config) is None:
-            return Outcome.EXISTED, f"{spec.shape}, unchanged", config.id
+            return SetupOutcome.EXISTED, f"{spec.shape}, unchanged", config.id
     if active:
         difference = config_difference(spec, active[0])
         assert difference is not None
-        return Outcome.DIFFERS, difference, active[0].id
+        return SetupOutcome.DIFFERS, difference, active[0].id
     for config in existing:  # archived only
         if config_difference(spec, config) is None:
-            return Outcome.EXISTED, f"{spec.shape}, archived in Langfuse: left archived", config.id
+            return (
+                SetupOutcome.EXISTED,
+                f"{spec.shape}, archived in Langfuse: left archived",
+                config.id,
+            )
     return None
 
 
@@ -131,7 +135,7 @@ def widget_difference(spec: WidgetSpec, existing: dict[str, Any]) -> list[str]:
 
 def decide_widget(
     spec: WidgetSpec, widgets: Sequence[dict[str, Any]], placed: Collection[str]
-) -> tuple[Outcome, str, str] | None:
+) -> tuple[SetupOutcome, str, str] | None:
     """What to report for `spec` given the project's widgets and the ids already on
     observer's dashboard; None: create it. Of several of its name, the one on the
     dashboard counts, else the first."""
@@ -142,11 +146,11 @@ def decide_widget(
     differs = widget_difference(spec, existing)
     if differs:
         return (
-            Outcome.DIFFERS,
+            SetupOutcome.DIFFERS,
             f"exists with another {', '.join(differs)}; left as it is",
             str(existing["id"]),
         )
-    return Outcome.EXISTED, "unchanged", str(existing["id"])
+    return SetupOutcome.EXISTED, "unchanged", str(existing["id"])
 
 
 def placed_widget_ids(board: dict[str, Any]) -> set[str]:

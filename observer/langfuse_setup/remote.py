@@ -38,7 +38,7 @@ from observer.langfuse_setup.diff import (
     decide_widget,
     placed_widget_ids,
 )
-from observer.langfuse_setup.report import Kind, Outcome, SetupItem, SetupReport, run_report
+from observer.langfuse_setup.report import Kind, SetupItem, SetupOutcome, SetupReport, run_report
 from observer.langfuse_setup.specs import (
     DASHBOARD_DESCRIPTION,
     DASHBOARD_NAME,
@@ -142,7 +142,12 @@ class _Setup:
     # plumbing
 
     def _set(
-        self, kind: Kind, name: str, outcome: Outcome, detail: str, object_id: str | None = None
+        self,
+        kind: Kind,
+        name: str,
+        outcome: SetupOutcome,
+        detail: str,
+        object_id: str | None = None,
     ) -> None:
         self._items[(kind, name)] = SetupItem(kind, name, outcome, detail, object_id)
         self._current = None
@@ -217,7 +222,7 @@ class _Setup:
             existing = self._existing_configs()
         except Rejected as error:
             for spec in SCORE_CONFIGS:
-                self._set("score config", spec.name, Outcome.REFUSED, str(error))
+                self._set("score config", spec.name, SetupOutcome.REFUSED, str(error))
             return
         for spec in SCORE_CONFIGS:
             self._config(spec, [c for c in existing if c.name == spec.name])
@@ -253,10 +258,10 @@ class _Setup:
                 ),
             )
         except Rejected as error:
-            self._set("score config", spec.name, Outcome.REFUSED, str(error))
+            self._set("score config", spec.name, SetupOutcome.REFUSED, str(error))
             return
         note = " (beside an archived config of another shape)" if existing else ""
-        self._set("score config", spec.name, Outcome.CREATED, spec.shape + note, created.id)
+        self._set("score config", spec.name, SetupOutcome.CREATED, spec.shape + note, created.id)
 
     # the dashboard and its widgets
 
@@ -266,9 +271,9 @@ class _Setup:
             widgets = self._unstable_list(_WIDGETS, "listing dashboard widgets")
         except Rejected as error:
             detail = str(error) + (f"; {_NO_DASHBOARDS_API}" if error.status == 404 else "")
-            self._set("dashboard", DASHBOARD_NAME, Outcome.REFUSED, detail)
+            self._set("dashboard", DASHBOARD_NAME, SetupOutcome.REFUSED, detail)
             for spec in WIDGETS:
-                self._set("widget", spec.name, Outcome.REFUSED, "the dashboards API refused")
+                self._set("widget", spec.name, SetupOutcome.REFUSED, "the dashboards API refused")
             return
         board = next((b for b in boards if b.get("name") == DASHBOARD_NAME), None)
         placed = placed_widget_ids(board) if board is not None else set()
@@ -297,13 +302,13 @@ class _Setup:
                 "POST", _WIDGETS, f"creating widget {spec.name}", body=spec.body()
             )
         except Rejected as error:
-            self._set("widget", spec.name, Outcome.REFUSED, str(error))
+            self._set("widget", spec.name, SetupOutcome.REFUSED, str(error))
             return None
         widget_id = created.get("id") if isinstance(created, dict) else None
         if not isinstance(widget_id, str):
-            self._set("widget", spec.name, Outcome.REFUSED, "Langfuse answered without an id")
+            self._set("widget", spec.name, SetupOutcome.REFUSED, "Langfuse answered without an id")
             return None
-        self._set("widget", spec.name, Outcome.CREATED, spec.summary, widget_id)
+        self._set("widget", spec.name, SetupOutcome.CREATED, spec.summary, widget_id)
         return widget_id
 
     def _create_dashboard(self, usable: list[tuple[WidgetSpec, str]]) -> None:
@@ -317,18 +322,18 @@ class _Setup:
         try:
             created = self._unstable("POST", _DASHBOARDS, "creating the dashboard", body=body)
         except Rejected as error:
-            self._set("dashboard", DASHBOARD_NAME, Outcome.REFUSED, str(error))
+            self._set("dashboard", DASHBOARD_NAME, SetupOutcome.REFUSED, str(error))
             return
         board_id = created.get("id") if isinstance(created, dict) else None
         detail = f"with {len(usable)} of {len(WIDGETS)} widgets"
-        self._set("dashboard", DASHBOARD_NAME, Outcome.CREATED, detail, board_id)
+        self._set("dashboard", DASHBOARD_NAME, SetupOutcome.CREATED, detail, board_id)
 
     def _complete_dashboard(
         self, board: dict[str, Any], usable: list[tuple[WidgetSpec, str]], placed: set[str]
     ) -> None:
         """An existing dashboard keeps its layout; widgets missing from it are appended."""
         board_id = str(board.get("id"))
-        self._set("dashboard", DASHBOARD_NAME, Outcome.EXISTED, "unchanged", board_id)
+        self._set("dashboard", DASHBOARD_NAME, SetupOutcome.EXISTED, "unchanged", board_id)
         self._unplaced = {spec.name for spec, widget_id in usable if widget_id not in placed}
         added = 0
         for spec, widget_id in usable:
@@ -345,14 +350,16 @@ class _Setup:
                     body={"type": "widget", "widgetId": widget_id},
                 )
             except Rejected as error:
-                self._set("widget", spec.name, Outcome.REFUSED, str(error), widget_id)
+                self._set("widget", spec.name, SetupOutcome.REFUSED, str(error), widget_id)
                 continue
-            outcome = Outcome.CREATED if before.outcome is Outcome.EXISTED else before.outcome
+            outcome = (
+                SetupOutcome.CREATED if before.outcome is SetupOutcome.EXISTED else before.outcome
+            )
             detail = f"{before.detail}; placed on the existing dashboard"
             self._set("widget", spec.name, outcome, detail, widget_id)
             added += 1
         detail = f"{added} widgets added to it" if added else "unchanged"
-        self._set("dashboard", DASHBOARD_NAME, Outcome.EXISTED, detail, board_id)
+        self._set("dashboard", DASHBOARD_NAME, SetupOutcome.EXISTED, detail, board_id)
 
     # the report
 

@@ -24,14 +24,14 @@ __all__ = [
     "EXIT_OK",
     "EXIT_UNREACHABLE",
     "Kind",
-    "Outcome",
     "SetupItem",
+    "SetupOutcome",
     "SetupReport",
     "run_report",
 ]
 
 
-class Outcome(StrEnum):
+class SetupOutcome(StrEnum):
     CREATED = "created"
     EXISTED = "existed"
     DIFFERS = "differs"
@@ -52,7 +52,7 @@ EXIT_AUTH: Final = 4
 class SetupItem:
     kind: Kind
     name: str
-    outcome: Outcome
+    outcome: SetupOutcome
     detail: str
     id: str | None = None  # the object's Langfuse id, when known
     attempted: bool = True  # False: the run stopped before it (outcome FAILED)
@@ -68,12 +68,12 @@ class SetupReport:
     def item(self, kind: Kind, name: str) -> SetupItem:
         return next(i for i in self.items if i.kind == kind and i.name == name)
 
-    def of(self, outcome: Outcome) -> tuple[SetupItem, ...]:
+    def of(self, outcome: SetupOutcome) -> tuple[SetupItem, ...]:
         return tuple(i for i in self.items if i.outcome is outcome)
 
     @property
     def created(self) -> tuple[SetupItem, ...]:
-        return self.of(Outcome.CREATED)
+        return self.of(SetupOutcome.CREATED)
 
     @property
     def exit_code(self) -> int:
@@ -83,13 +83,13 @@ class SetupReport:
             return EXIT_AUTH
         if self.error is not None:
             return EXIT_UNREACHABLE
-        if self.of(Outcome.REFUSED) or self.of(Outcome.DIFFERS):
+        if self.of(SetupOutcome.REFUSED) or self.of(SetupOutcome.DIFFERS):
             return EXIT_ATTENTION
         return EXIT_OK
 
     @property
     def summary(self) -> str:
-        counts = [f"{len(self.of(o))} {o.value}" for o in Outcome if self.of(o)]
+        counts = [f"{len(self.of(o))} {o.value}" for o in SetupOutcome if self.of(o)]
         return ", ".join(counts) or "nothing to do"
 
     def lines(self) -> list[str]:
@@ -105,7 +105,7 @@ class SetupReport:
         skipped = Counter(i.kind for i in self.items if not i.attempted)
         if skipped:
             kinds = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in skipped.items())
-            out.append(f"{Outcome.FAILED.value:<8} not attempted: {kinds}")
+            out.append(f"{SetupOutcome.FAILED.value:<8} not attempted: {kinds}")
         if self.error is not None:
             out.append(f"stopped: {_stop_reason(self.error)}")
         out.append(self.summary)
@@ -131,12 +131,12 @@ def run_report(
         item = done.get((kind, name))
         if (kind, name) == failed_at and error is not None:
             object_id = item.id if item is not None else None
-            item = SetupItem(kind, name, Outcome.FAILED, str(error), object_id)
+            item = SetupItem(kind, name, SetupOutcome.FAILED, str(error), object_id)
         elif item is not None and kind == "widget" and name in unplaced:
             detail = f"{item.detail}; not placed on the dashboard: the run stopped"
             item = SetupItem(kind, name, item.outcome, detail, item.id)
         if item is None:
-            item = SetupItem(kind, name, Outcome.FAILED, "not attempted", attempted=False)
+            item = SetupItem(kind, name, SetupOutcome.FAILED, "not attempted", attempted=False)
         items.append(item)
     return SetupReport(tuple(items), error)
 

@@ -124,10 +124,6 @@ class Assembly:
         """Traces with spans not yet handed out."""
         return sum(1 for t in self._traces.values() if t.pending)
 
-    def handed_before(self, trace_id: str) -> bool:
-        trace = self._traces.get(trace_id)
-        return trace is not None and trace.handed > 0
-
     # -- spans in -------------------------------------------------------------------------
 
     def add(self, spans: Iterable[SpanIn], now: float) -> Admission:

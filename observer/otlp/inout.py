@@ -8,7 +8,7 @@ left out of the attributes kept in metadata (``filtered_attributes``).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from observer.otlp.values import (
@@ -245,104 +245,126 @@ def _io_from_events(events: Sequence[Mapping[str, Any]]) -> tuple[bool, Any, Any
     return False, None, None
 
 
-def extract_io(  # noqa: C901 - a port of Langfuse's, branch for branch
+IO = tuple[Any, Any]
+
+
+def extract_io(
     events: Sequence[Mapping[str, Any]], attributes: Mapping[str, Any], scope_name: str
-) -> tuple[Any, Any]:
-    """The input and output of one span (``extractInputAndOutput``, observation domain)."""
+) -> IO:
+    """The input and output of one span (``extractInputAndOutput``, observation domain):
+    Langfuse's own attributes, then the instrumentation scope's, the span's events, and
+    each convention in Langfuse's order, the first that holds a value winning."""
     value_in = attributes.get("langfuse.observation.input")
     value_out = attributes.get("langfuse.observation.output")
     if value_in is not None or value_out is not None:
         return value_in, value_out
-
-    if scope_name == "genkit-tracer":
-        genkit_in = json_payload(attributes.get("genkit:input")) or attributes.get("genkit:input")
-        genkit_out = json_payload(attributes.get("genkit:output")) or attributes.get(
-            "genkit:output"
-        )
-        if genkit_in is not None or genkit_out is not None:
-            value_in = (
-                genkit_in.get("messages", genkit_in) if isinstance(genkit_in, dict) else genkit_in
-            )
-            value_out = (
-                genkit_out.get("message", genkit_out)
-                if isinstance(genkit_out, dict)
-                else genkit_out
-            )
+    scoped = _BY_SCOPE.get(scope_name)
+    if scoped is not None and (found := scoped(attributes)) is not None:
+        return found
+    from_events, value_in, value_out = _io_from_events(events)
+    if from_events:
         return value_in, value_out
+    for convention in _CONVENTIONS:
+        if (found := convention(attributes)) is not None:
+            return found
+    if scope_name == "pydantic-ai" and (found := _pydantic_ai_io(attributes)) is not None:
+        return found
+    for convention in (_tool_io, _prefixed_io):
+        if (found := convention(attributes)) is not None:
+            return found
+    genai = _genai_io(attributes)
+    if genai:
+        return genai
+    return None, None
 
-    if scope_name == "ai":
-        for key in ("ai.prompt.messages", "ai.prompt", "ai.toolCall.args"):
-            if key in attributes:
-                value_in = attributes[key]
-                break
-        if "ai.response.text" in attributes and "ai.response.toolCalls" in attributes:
-            value_out = js_stringify(
-                {
-                    "role": "assistant",
-                    "content": attributes["ai.response.text"],
-                    "tool_calls": attributes["ai.response.toolCalls"],
-                }
-            )
-        elif "ai.response.text" in attributes and truthy(attributes["ai.response.text"]):
-            value_out = attributes["ai.response.text"]
-        else:
-            for key in (
-                "ai.result.text",
-                "ai.toolCall.result",
-                "ai.response.object",
-                "ai.result.object",
-                "ai.response.toolCalls",
-                "ai.result.toolCalls",
-            ):
-                if key in attributes:
-                    value_out = attributes[key]
-                    break
-        genai = _genai_io(attributes)
-        if genai:
-            value_in = value_in if value_in is not None else genai[0]
-            value_out = value_out if value_out is not None else genai[1]
-        return value_in, value_out
 
-    if scope_name == "@flue/opentelemetry":
-        flue_in = next(
-            (
-                attributes[k]
-                for k in (
-                    "flue.turn.input",
-                    "flue.tool.arguments",
-                    "flue.task.prompt",
-                    "flue.workflow.payload",
-                )
-                if attributes.get(k) is not None
-            ),
-            None,
+def _genkit_io(attributes: Mapping[str, Any]) -> IO:
+    """Genkit's (scope "genkit-tracer"): its spans are read here alone, empty or not."""
+    genkit_in = json_payload(attributes.get("genkit:input")) or attributes.get("genkit:input")
+    genkit_out = json_payload(attributes.get("genkit:output")) or attributes.get("genkit:output")
+    value_in = genkit_in.get("messages", genkit_in) if isinstance(genkit_in, dict) else genkit_in
+    value_out = (
+        genkit_out.get("message", genkit_out) if isinstance(genkit_out, dict) else genkit_out
+    )
+    return value_in, value_out
+
+
+_AI_OUTPUTS = (
+    "ai.result.text",
+    "ai.toolCall.result",
+    "ai.response.object",
+    "ai.result.object",
+    "ai.response.toolCalls",
+    "ai.result.toolCalls",
+)
+
+
+def _vercel_ai_io(attributes: Mapping[str, Any]) -> IO:
+    """The Vercel AI SDK's (scope "ai")."""
+    value_in = value_out = None
+    for key in ("ai.prompt.messages", "ai.prompt", "ai.toolCall.args"):
+        if key in attributes:
+            value_in = attributes[key]
+            break
+    if "ai.response.text" in attributes and "ai.response.toolCalls" in attributes:
+        value_out = js_stringify(
+            {
+                "role": "assistant",
+                "content": attributes["ai.response.text"],
+                "tool_calls": attributes["ai.response.toolCalls"],
+            }
         )
-        flue_out = next(
-            (
-                attributes[k]
-                for k in (
-                    "flue.turn.output",
-                    "flue.tool.result",
-                    "flue.task.result",
-                    "flue.operation.result",
-                    "flue.workflow.result",
-                )
-                if attributes.get(k) is not None
-            ),
-            None,
-        )
-        if flue_in is not None or flue_out is not None:
-            parsed_in = json_payload(flue_in)
-            parsed_out = json_payload(flue_out)
-            return (
-                parsed_in if parsed_in is not None else flue_in,
-                parsed_out if parsed_out is not None else flue_out,
-            )
+    elif "ai.response.text" in attributes and truthy(attributes["ai.response.text"]):
+        value_out = attributes["ai.response.text"]
+    else:
+        value_out = next((attributes[k] for k in _AI_OUTPUTS if k in attributes), None)
+    genai = _genai_io(attributes)
+    if genai:
+        value_in = value_in if value_in is not None else genai[0]
+        value_out = value_out if value_out is not None else genai[1]
+    return value_in, value_out
 
-    found, value_in, value_out = _io_from_events(events)
-    if found:
-        return value_in, value_out
 
+_FLUE_INPUTS = (
+    "flue.turn.input",
+    "flue.tool.arguments",
+    "flue.task.prompt",
+    "flue.workflow.payload",
+)
+_FLUE_OUTPUTS = (
+    "flue.turn.output",
+    "flue.tool.result",
+    "flue.task.result",
+    "flue.operation.result",
+    "flue.workflow.result",
+)
+
+
+def _first(attributes: Mapping[str, Any], keys: Sequence[str]) -> Any:
+    return next((attributes[k] for k in keys if attributes.get(k) is not None), None)
+
+
+def _flue_io(attributes: Mapping[str, Any]) -> IO | None:
+    flue_in = _first(attributes, _FLUE_INPUTS)
+    flue_out = _first(attributes, _FLUE_OUTPUTS)
+    if flue_in is None and flue_out is None:
+        return None
+    parsed_in = json_payload(flue_in)
+    parsed_out = json_payload(flue_out)
+    return (
+        parsed_in if parsed_in is not None else flue_in,
+        parsed_out if parsed_out is not None else flue_out,
+    )
+
+
+_BY_SCOPE: dict[str, Callable[[Mapping[str, Any]], IO | None]] = {
+    "genkit-tracer": _genkit_io,
+    "ai": _vercel_ai_io,
+    "@flue/opentelemetry": _flue_io,
+}
+
+
+def _vertex_io(attributes: Mapping[str, Any]) -> IO | None:
     value_in = attributes.get("gcp.vertex.agent.llm_request")
     value_out = attributes.get("gcp.vertex.agent.llm_response")
     if value_in == "{}" or not truthy(value_in):
@@ -351,72 +373,84 @@ def extract_io(  # noqa: C901 - a port of Langfuse's, branch for branch
         value_out = attributes.get("gcp.vertex.agent.tool_response")
     if truthy(value_in) or truthy(value_out):
         return value_in, value_out
+    return None
 
-    for key_in, key_out in (("prompt", "all_messages_events"),):
+
+def _pair_io(attributes: Mapping[str, Any], pairs: Sequence[tuple[str, str]]) -> IO | None:
+    for key_in, key_out in pairs:
         if truthy(attributes.get(key_in)) or truthy(attributes.get(key_out)):
             return attributes.get(key_in), attributes.get(key_out)
+    return None
 
-    livekit_in = next(
-        (
-            attributes[k]
-            for k in ("lk.input_text", "lk.user_transcript", "lk.chat_ctx")
-            if attributes.get(k) is not None
-        ),
-        None,
-    )
+
+def _prompt_io(attributes: Mapping[str, Any]) -> IO | None:
+    return _pair_io(attributes, (("prompt", "all_messages_events"),))
+
+
+def _livekit_io(attributes: Mapping[str, Any]) -> IO | None:
+    livekit_in = _first(attributes, ("lk.input_text", "lk.user_transcript", "lk.chat_ctx"))
     livekit_out = attributes.get("lk.function_tool.output")
     if not truthy(livekit_out):
         livekit_out = attributes.get("lk.response.text")
     if truthy(livekit_in) or truthy(livekit_out):
         return livekit_in, livekit_out
+    return None
 
+
+def _is_choice(event: Any) -> bool:
+    return isinstance(event, dict) and event.get("event.name") == "gen_ai.choice"
+
+
+def _events_attribute_io(attributes: Mapping[str, Any]) -> IO | None:
+    """An `events` attribute (a JSON list, or a list): the gen_ai.choice out, the rest in."""
     events_array = attributes.get("events")
-    if isinstance(events_array, str | list):
-        items: Any = events_array
-        if isinstance(events_array, str):
-            try:
-                items = js_parse(events_array)
-            except ValueError:
-                items = []
-        if isinstance(items, list):
-            choice = next(
-                (
-                    e
-                    for e in items
-                    if isinstance(e, dict) and e.get("event.name") == "gen_ai.choice"
-                ),
-                None,
-            )
-            rest = [
-                e
-                for e in items
-                if not (isinstance(e, dict) and e.get("event.name") == "gen_ai.choice")
-            ]
-            if choice is not None or rest:
-                return (rest or None), choice
+    if not isinstance(events_array, str | list):
+        return None
+    items: Any = events_array
+    if isinstance(events_array, str):
+        try:
+            items = js_parse(events_array)
+        except ValueError:
+            items = []
+    if not isinstance(items, list):
+        return None
+    choice = next((e for e in items if _is_choice(e)), None)
+    rest = [e for e in items if not _is_choice(e)]
+    if choice is not None or rest:
+        return (rest or None), choice
+    return None
 
-    for key_in, key_out in (
-        ("mlflow.spanInputs", "mlflow.spanOutputs"),
-        ("traceloop.entity.input", "traceloop.entity.output"),
-        ("input.value", "output.value"),
-        ("input", "output"),
-    ):
-        if truthy(attributes.get(key_in)) or truthy(attributes.get(key_out)):
-            return attributes.get(key_in), attributes.get(key_out)
 
-    if scope_name == "pydantic-ai":
-        value_in = attributes.get("pydantic_ai.all_messages")
-        value_out = attributes.get("final_result")
-        if truthy(value_in) and truthy(attributes.get("gen_ai.system_instructions")):
-            value_in = _prepend_system_instructions(
-                value_in, attributes["gen_ai.system_instructions"]
-            )
-        if truthy(value_in) or truthy(value_out):
-            return value_in, value_out
+def _named_io(attributes: Mapping[str, Any]) -> IO | None:
+    return _pair_io(
+        attributes,
+        (
+            ("mlflow.spanInputs", "mlflow.spanOutputs"),
+            ("traceloop.entity.input", "traceloop.entity.output"),
+            ("input.value", "output.value"),
+            ("input", "output"),
+        ),
+    )
 
-    if truthy(attributes.get("tool_arguments")) or truthy(attributes.get("tool_response")):
-        return attributes.get("tool_arguments"), attributes.get("tool_response")
 
+_CONVENTIONS = (_vertex_io, _prompt_io, _livekit_io, _events_attribute_io, _named_io)
+
+
+def _pydantic_ai_io(attributes: Mapping[str, Any]) -> IO | None:
+    value_in = attributes.get("pydantic_ai.all_messages")
+    value_out = attributes.get("final_result")
+    if truthy(value_in) and truthy(attributes.get("gen_ai.system_instructions")):
+        value_in = _prepend_system_instructions(value_in, attributes["gen_ai.system_instructions"])
+    if truthy(value_in) or truthy(value_out):
+        return value_in, value_out
+    return None
+
+
+def _tool_io(attributes: Mapping[str, Any]) -> IO | None:
+    return _pair_io(attributes, (("tool_arguments", "tool_response"),))
+
+
+def _prefixed_io(attributes: Mapping[str, Any]) -> IO | None:
     for prefix_in, prefix_out in (
         ("gen_ai.prompt", "gen_ai.completion"),
         ("llm.input_messages", "llm.output_messages"),
@@ -427,8 +461,4 @@ def extract_io(  # noqa: C901 - a port of Langfuse's, branch for branch
             return _key_path_to_nested(keys_in, prefix_in), _key_path_to_nested(
                 keys_out, prefix_out
             )
-
-    genai = _genai_io(attributes)
-    if genai:
-        return genai
-    return None, None
+    return None

@@ -147,7 +147,7 @@ class OtlpApp:
         except wire.BadBody as error:
             result: Result = "bad_request"
             status = 400
-            if isinstance(error, wire.TooLarge):
+            if isinstance(error, wire.BodyTooLarge):
                 result, status = "too_large", 413
             elif isinstance(error, wire.UnsupportedMedia):
                 result, status = "unsupported", 415
@@ -178,11 +178,11 @@ def _body(environ: dict[str, Any], max_bytes: int) -> bytes:
     if length_text.isdigit():
         length = int(length_text)
         if length > max_bytes:
-            raise wire.TooLarge(f"body of {length} bytes; the receiver takes {max_bytes}")
+            raise wire.BodyTooLarge(f"body of {length} bytes; the receiver takes {max_bytes}")
         return bytes(stream.read(length))
     data = stream.read(max_bytes + 1)  # chunked: cheroot ends the stream with the body
     if len(data) > max_bytes:
-        raise wire.TooLarge(f"body past the {max_bytes} bytes the receiver takes")
+        raise wire.BodyTooLarge(f"body past the {max_bytes} bytes the receiver takes")
     return bytes(data)
 
 

@@ -41,8 +41,8 @@ __all__ = [
     "JSON",
     "PROTOBUF",
     "BadBody",
+    "BodyTooLarge",
     "Decoded",
-    "TooLarge",
     "UnsupportedMedia",
     "decode",
     "encode_json",
@@ -60,7 +60,7 @@ class BadBody(ValueError):
     """The body is not a trace export observer can read (400: not retried)."""
 
 
-class TooLarge(BadBody):
+class BodyTooLarge(BadBody):
     """The body, inflated, is larger than the receiver takes (413)."""
 
 
@@ -94,7 +94,7 @@ def inflate(body: bytes, encoding: str | None, max_bytes: int) -> bytes:
     coding = (encoding or "identity").strip().lower()
     if coding in ("", "identity"):
         if len(body) > max_bytes:
-            raise TooLarge(f"body of {len(body)} bytes; the receiver takes {max_bytes}")
+            raise BodyTooLarge(f"body of {len(body)} bytes; the receiver takes {max_bytes}")
         return body
     if coding != "gzip":
         raise UnsupportedMedia(f"Content-Encoding {encoding!r}: send gzip or none")
@@ -104,7 +104,7 @@ def inflate(body: bytes, encoding: str | None, max_bytes: int) -> bytes:
     except zlib.error as error:
         raise BadBody(f"gzip body does not inflate: {error}") from None
     if len(out) > max_bytes:
-        raise TooLarge(f"body inflates past the {max_bytes} bytes the receiver takes")
+        raise BodyTooLarge(f"body inflates past the {max_bytes} bytes the receiver takes")
     if not inflater.eof:
         raise BadBody("gzip body is cut short")
     return out

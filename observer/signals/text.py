@@ -62,7 +62,7 @@ _TICKS_RE = re.compile(r"`++")
 
 
 @dataclass(frozen=True, slots=True)
-class Prepared:
+class PreparedText:
     text: str
     scan: str
     markers: list[Marker]
@@ -117,7 +117,7 @@ def fold(text: str) -> str:
     return text.translate(FOLD)
 
 
-def prepare(answer: str) -> Prepared:
+def prepare(answer: str) -> PreparedText:
     """The answer's prose with its markers, ready for sentence splitting."""
     text = "\n" + "\n".join(answer.splitlines())
     if "```" in text or "~~~" in text:
@@ -134,4 +134,4 @@ def prepare(answer: str) -> Prepared:
     markers: list[Marker] = []
     if "[" in scan or "【" in scan:
         scan, markers = mask_markers(scan, MARKER_START, MARKER_REST)
-    return Prepared(text, scan, markers)
+    return PreparedText(text, scan, markers)

@@ -104,7 +104,6 @@ class Dispatcher:
         # under 1,000,000 bytes, the sink splits any larger), at most `batch_size` of them.
         self._batch_size = batch_size if batch_size is not None else MAX_BATCH_SCORES
         self._batch_bytes = batch_bytes
-        self._interval_s = interval_s
         self._max_backoff_s = max_backoff_s
         self._clock = clock
         self._send_lock = threading.Lock()
@@ -120,6 +119,8 @@ class Dispatcher:
         self.last_error: str | None = None
         self.last_error_kind: str | None = None  # push_errors' kind: rate_limited, auth, ...
         self._resume_at = 0.0  # clock time before which nothing is sent
+        self.delivered = 0  # scores Langfuse acknowledged, by this process (a run's report)
+        self.refused = 0  # scores Langfuse refused for good
         self._unmarked = 0  # marks of the outbox failed in a row (disk full)
         self._metrics.outbox.set(state.outbox_size())
 
@@ -180,7 +181,7 @@ class Dispatcher:
 
     def _flush_until(self, deadline: Deadline) -> bool:
         while True:
-            self.send_due()
+            self.send_due(deadline)
             if self._state.outbox_size() == 0:
                 return True
             next_due = self._state.next_due()
@@ -193,13 +194,14 @@ class Dispatcher:
             if self._stop.wait(min(wait, remaining)) and wait > 0:
                 return False
 
-    def shutdown(self, deadline: Deadline) -> tuple[bool, bool]:
-        """A last flush by `deadline`, then the worker stopped by it: (whether the outbox
-        is empty, whether every thread that sends has ended, so the state may be closed).
+    def shutdown(self, deadline: Deadline, *, flush: bool = True) -> tuple[bool, bool]:
+        """A last flush by `deadline` (unless `flush` is false), then the worker stopped by
+        it: (whether the outbox is empty, whether every thread that sends has ended, so the
+        state may be closed).
 
         Idempotent: a second call returns at once with the same answers, as they are now.
         """
-        if not self._stop.is_set():
+        if flush and not self._stop.is_set():
             self._flush(deadline)
         ended = self._worker.stop(deadline)
         flushing = self._flushing
@@ -210,11 +212,14 @@ class Dispatcher:
 
     # -- sending --------------------------------------------------------------
 
-    def send_due(self) -> int:
-        """Send every due batch now; returns how many scores were acknowledged."""
+    def send_due(self, until: Deadline | None = None) -> int:
+        """Send every due batch now (none begun after `until`: a flush abandoned at its
+        deadline sends no more); returns how many scores were acknowledged."""
         acknowledged = 0
         with self._send_lock:
             while not self._stop.is_set() and self._clock() >= self._resume_at:
+                if until is not None and until.left() <= 0:
+                    break
                 pending = self._state.due(self._clock(), self._batch_size, self._batch_bytes)
                 if not pending:
                     break
@@ -271,6 +276,7 @@ class Dispatcher:
                 return sum(self._send([score], attempts, op) or 0 for score in batch)
             self._state.acknowledge(batch, op)
             self._metrics.scores_dropped.labels(reason="rejected").inc()
+            self.refused += 1
             _pushed("rejected", failed=True)
             log.error(
                 "score_dropped",
@@ -297,10 +303,12 @@ class Dispatcher:
             log.info("scores_deleted", count=result.accepted, reason="no longer apply")
             return result.accepted
         self._metrics.scores_pushed.inc(result.accepted)
+        self.delivered += result.accepted
         _pushed("ok" if not result.rejected else "partly_rejected")
         trace.get_current_span().set_attribute("observer.batch.accepted", result.accepted)
         if result.rejected:
             self._metrics.scores_dropped.labels(reason="rejected").inc(result.rejected)
+            self.refused += result.rejected
             log.error(
                 "score_dropped",
                 reason="rejected",

@@ -122,9 +122,6 @@ class ServerClock:
             return self._local()
         return datetime.fromtimestamp(self.monotonic() + self._offset, UTC)
 
-    def local_now(self) -> datetime:
-        return self._local()
-
     def observe(self, date_header: str | None, sent_s: float, received_s: float) -> None:
         """One answer's `Date` header, with the monotonic times its request was sent and
         answered (`monotonic()`)."""

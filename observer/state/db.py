@@ -240,6 +240,11 @@ class Database:
     def close(self) -> None:
         with self.lock:
             self.db.close()
+        self.let_go()
+
+    def let_go(self) -> None:
+        """hold()'s lock given up, the connection left open (for a thread abandoned at
+        the stop: SQLite's own locks keep its last write whole)."""
         if self._held is not None:
             os.close(self._held)  # the lock goes with it
             self._held = None

@@ -155,6 +155,10 @@ class State:
     def close(self) -> None:
         self._file.close()
 
+    def let_go(self) -> None:
+        """The hold given up, the file left open under a thread abandoned at the stop."""
+        self._file.let_go()
+
     # -- watermark ------------------------------------------------------------
 
     def watermark(self) -> datetime | None:

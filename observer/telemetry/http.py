@@ -9,10 +9,7 @@
   naming every reason otherwise (do not count on my numbers yet): a daemon
   whose every pass fails says "no pass has completed for N s".
 
-`observer demo --serve` serves a finished run that reads no Langfuse: there
-`heartbeat_of` names the serving loop, which beats while it serves, and
-`langfuse_not_used` says why readiness does not ask for Langfuse (the body's
-`langfuse` key); lag and outbox are judged as always.
+What the probes answer is `observer.health.Health`'s; this module only serves it.
 
 Served from a daemon thread; `stop()` closes the port. No body text holds a
 question, an answer or a secret. Bounded: a connection idle for `IDLE_TIMEOUT_S`
@@ -24,10 +21,8 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Callable
 from http.server import ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import structlog
@@ -40,98 +35,12 @@ IDLE_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 32
 
 
-class Health:
-    """What the probes answer, from heartbeats the daemon records. Thread-safe enough:
-    each field is one float written by one thread."""
+class Probes(Protocol):
+    """What the probes answer (observer.health.Health): (ok, the JSON body)."""
 
-    def __init__(
-        self,
-        *,
-        stale_after_s: float | None,
-        langfuse_within_s: float | None,
-        max_lag_s: float,
-        lag_s: Callable[[], float],
-        outbox: Callable[[], int],
-        max_outbox: int,
-        clock: Callable[[], float] = time.monotonic,
-        heartbeat_of: str = "the poll loop",
-        langfuse_not_used: str | None = None,
-        pass_within_s: float | None = None,
-    ) -> None:
-        """`stale_after_s` None: never stale; `langfuse_within_s` None or
-        `langfuse_not_used` set: readiness does not ask for Langfuse; `pass_within_s`
-        None: nor for a completed pass."""
-        self.pass_within_s = pass_within_s
-        self.stale_after_s = stale_after_s
-        self.langfuse_within_s = langfuse_within_s
-        self.max_lag_s = max_lag_s
-        self.lag_s = lag_s
-        self.outbox = outbox
-        self.max_outbox = max_outbox
-        self.clock = clock
-        self.heartbeat_of = heartbeat_of
-        self.langfuse_not_used = langfuse_not_used
-        self._beat = clock()
-        self._started = self._beat
-        self._langfuse: float | None = None
-        self._pass: float | None = None
-        self.not_ready_because: str | None = None  # set by the daemon (e.g. disk full)
+    def live(self) -> tuple[bool, dict[str, Any]]: ...
 
-    def beat(self) -> None:
-        """The loop `heartbeat_of` names is alive (the poll loop: per pass and per page)."""
-        self._beat = self.clock()
-
-    def langfuse_answered(self) -> None:
-        self._langfuse = self.clock()
-
-    def pass_completed(self) -> None:
-        self._pass = self.clock()
-
-    def live(self) -> tuple[bool, dict[str, Any]]:
-        age = self.clock() - self._beat
-        fresh = self.stale_after_s is None or age <= self.stale_after_s
-        body: dict[str, Any] = {
-            "status": "ok" if fresh else "stale",
-            "heartbeat_age_s": round(age, 1),
-            "heartbeat_of": self.heartbeat_of,
-        }
-        if not fresh:
-            body["reason"] = f"{self.heartbeat_of} has not beaten for {age:.0f} s"
-        return fresh, body
-
-    def ready(self) -> tuple[bool, dict[str, Any]]:
-        reasons: list[str] = []
-        now = self.clock()
-        body: dict[str, Any] = {}
-        if self.langfuse_not_used is not None:
-            body["langfuse"] = self.langfuse_not_used
-        elif self.langfuse_within_s is not None:
-            if self._langfuse is None:
-                reasons.append("Langfuse has not answered yet")
-            else:
-                ago = now - self._langfuse
-                body["langfuse_answered_s_ago"] = round(ago, 1)
-                if ago > self.langfuse_within_s:
-                    reasons.append(f"Langfuse has not answered for {ago:.0f} s")
-        if self.pass_within_s is not None and self.langfuse_not_used is None:
-            ago = now - (self._pass if self._pass is not None else self._started)
-            body["pass_completed_s_ago"] = None if self._pass is None else round(ago, 1)
-            if ago > self.pass_within_s:
-                reasons.append(f"no pass has completed for {ago:.0f} s")
-        lag = self.lag_s()
-        body["lag_s"] = round(lag, 1)
-        if lag > self.max_lag_s:
-            reasons.append(f"lag {lag:.0f} s is above {self.max_lag_s:g} s")
-        size = self.outbox()
-        body["outbox"] = size
-        if size >= self.max_outbox:
-            reasons.append(f"the outbox is full ({size} scores)")
-        if self.not_ready_because:
-            reasons.append(self.not_ready_because)
-        body["status"] = "ready" if not reasons else "not ready"
-        if reasons:
-            body["reasons"] = reasons
-        return not reasons, body
+    def ready(self) -> tuple[bool, dict[str, Any]]: ...
 
 
 class _BoundedServer(ThreadingHTTPServer):
@@ -164,7 +73,7 @@ class _BoundedServer(ThreadingHTTPServer):
 
 
 def _handler(
-    registry: CollectorRegistry, health: Health, idle_timeout_s: float
+    registry: CollectorRegistry, health: Probes, idle_timeout_s: float
 ) -> type[MetricsHandler]:
     class Handler(MetricsHandler):
         timeout = idle_timeout_s  # a connection silent this long is closed
@@ -198,7 +107,7 @@ class HttpServer:
         host: str,
         port: int,
         registry: CollectorRegistry,
-        health: Health,
+        health: Probes,
         *,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,

@@ -21,9 +21,9 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -48,35 +48,12 @@ def label_value(value: str) -> str:
 
 
 TRACE_OUTCOMES = ("scored", "rescored", "unchanged", "unsettled", "skipped", "deferred")
-SKIP_REASONS = (
-    "no_root",
-    "no_generation",
-    "no_answer_text",
-    "malformed_sources",
-    "judge_environment",
-    "own_trace",
-    "filtered_environment",
-    "filtered_name",
-    "filtered_tags",
-    "hook_error",
-    "hook_skipped",
-    "hook_invalid",
-    "mapping_error",
-    "too_large",
-    "citations_without_sources",
-    "sources_unverified",
-    "too_costly",
-    "internal_error",
-)
-REQUEST_RESULTS = (
-    "ok",
-    "rate_limited",
-    "unreachable",
-    "auth_rejected",
-    "rejected",
-    "too_large",
-    "misdirected",
-)
+SKIP_REASONS = ("no_root", "no_generation", "no_answer_text", "malformed_sources",
+    "judge_environment", "own_trace", "filtered_environment", "filtered_name", "filtered_tags",
+    "hook_error", "hook_skipped", "hook_invalid", "mapping_error", "too_large",
+    "citations_without_sources", "sources_unverified", "too_costly", "internal_error")  # fmt: skip
+REQUEST_RESULTS = ("ok", "rate_limited", "unreachable", "auth_rejected", "rejected", "too_large",
+    "misdirected")  # fmt: skip
 PASS_FAILURES = ("unreachable", "auth", "config", "state", "crashed")
 DROP_REASONS = ("rejected", "outbox_full")
 PUSH_ERROR_KINDS = ("rate_limited", "auth", "misdirected", "server_error", "unreachable")
@@ -84,15 +61,76 @@ JUDGE_DECISIONS = ("sampled", "risk", "not_sampled", "over_budget", "disabled", 
 JUDGE_RESULTS = ("judged", "abstained", "error", "abandoned")
 NOTIFICATION_RESULTS = ("sent", "failed", "dropped")
 FLEET_EVENTS = ("published", "read", "acknowledged", "claimed", "failed", "dead")
-JUDGE_ERROR_REASONS = (
-    "rate_limited",
-    "timeout",
-    "unreachable",
-    "server_error",
-    "bad_request",
-    "protocol",
-    "internal",
-)
+JUDGE_ERROR_REASONS = ("rate_limited", "timeout", "unreachable", "server_error", "bad_request",
+    "protocol", "internal")  # fmt: skip
+
+
+Q = ("environment", "query_type")  # the quality metrics' labels
+BY_RELEASE = ("environment", "release", "model")
+M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+class Declared(Generic[M]):
+    """One metric declared on a class (its attribute, name, help, labels): made in the
+    registry of each instance by `make_declared`, its `zero` label values at 0 from the
+    start, so a dashboard shows 0, not "no data"."""
+
+    def __init__(
+        self, kind: type[M], name: str, doc: str, labels: Sequence[str], **options: Any
+    ) -> None:
+        self.kind: type[M] = kind
+        self.name, self.doc, self.labels = name, doc, tuple(labels)
+        self.zero: tuple[str, ...] = tuple(options.pop("zero", ()))
+        self.options = options
+        self.attribute = ""
+
+    def __set_name__(self, owner: type, attribute: str) -> None:
+        self.attribute = attribute
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> Declared[M]: ...
+    @overload
+    def __get__(self, instance: object, owner: type) -> M: ...
+    def __get__(self, instance: object | None, owner: type) -> Declared[M] | M:
+        if instance is None:
+            return self
+        made: M = instance.__dict__[self.attribute]  # set by make_declared
+        return made
+
+    def make(self, registry: CollectorRegistry) -> M:
+        made: M = self.kind(self.name, self.doc, self.labels, registry=registry, **self.options)
+        for value in self.zero:
+            made.labels(value)
+        return made
+
+
+def make_declared(instance: object, registry: CollectorRegistry) -> None:
+    """Every metric declared on the instance's class, in the order declared (the order
+    /metrics shows them in)."""
+    for declared in vars(type(instance)).values():
+        if isinstance(declared, Declared):
+            instance.__dict__[declared.attribute] = declared.make(registry)
+
+
+def counter(
+    name: str, doc: str, labels: Sequence[str] = (), *, zero: Iterable[str] = ()
+) -> Declared[Counter]:
+    return Declared(Counter, name, doc, labels, zero=zero)
+
+
+def gauge(name: str, doc: str, labels: Sequence[str] = ()) -> Declared[Gauge]:
+    return Declared(Gauge, name, doc, labels)
+
+
+def histogram(
+    name: str, doc: str, labels: Sequence[str] = (), *, buckets: Sequence[float]
+) -> Declared[Histogram]:
+    return Declared(Histogram, name, doc, labels, buckets=buckets)
+
+
+def ratio(name: str, doc: str) -> Declared[Histogram]:
+    """A quality ratio in [0, 1], per environment and query type."""
+    return histogram(name, doc, Q, buckets=RATIO_BUCKETS)
 
 
 class FleetMetrics:
@@ -100,53 +138,29 @@ class FleetMetrics:
     Prometheus. Registered when the daemon joins a fleet (`Metrics.fleet`), so a single
     daemon's /metrics is as it always was."""
 
-    def __init__(self, r: CollectorRegistry) -> None:
-        self.reader = Gauge(
-            "observer_fleet_reader", "1 while this member holds the reader's lease", registry=r
-        )
-        self.entries = Counter(
-            "observer_fleet_entries_total",
-            "Stream entries by event (published, read, acknowledged, claimed, failed, dead)",
-            ["event"],
-            registry=r,
-        )
-        self.pending = Gauge(
-            "observer_fleet_pending_entries",
-            "Entries delivered to this member and not yet acknowledged",
-            registry=r,
-        )
-        self.lease_changes = Counter(
-            "observer_fleet_lease_changes_total",
-            "Times this member gained or lost the reader's lease",
-            registry=r,
-        )
-        self.redis_up = Gauge(
-            "observer_fleet_redis_up", "1 while the fleet's Redis answers this member", registry=r
-        )
-        self.delivery_wait = Histogram(
-            "observer_fleet_delivery_wait_seconds",
-            "From an entry's trace recorded in this member's outbox to the entry acknowledged "
-            "(its scores delivered to Langfuse)",
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
-            registry=r,
-        )
-        self.redis_resets = Counter(
-            "observer_fleet_redis_resets_total",
-            "Times this member found the fleet's Redis had lost its data (recreated)",
-            registry=r,
-        )
-        _zero(self.entries, "event", FLEET_EVENTS)
+    # fmt: off
+    reader = gauge("observer_fleet_reader", "1 while this member holds the reader's lease")
+    entries = counter("observer_fleet_entries_total",
+        "Stream entries by event (published, read, acknowledged, claimed, failed, dead)",
+        ("event",), zero=FLEET_EVENTS)
+    pending = gauge("observer_fleet_pending_entries",
+        "Entries delivered to this member and not yet acknowledged")
+    lease_changes = counter("observer_fleet_lease_changes_total",
+        "Times this member gained or lost the reader's lease")
+    redis_up = gauge("observer_fleet_redis_up", "1 while the fleet's Redis answers this member")
+    delivery_wait = histogram("observer_fleet_delivery_wait_seconds",
+        "From an entry's trace recorded in this member's outbox to the entry acknowledged (its "
+        "scores delivered to Langfuse)", buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300))
+    redis_resets = counter("observer_fleet_redis_resets_total",
+        "Times this member found the fleet's Redis had lost its data (recreated)")
+    # fmt: on
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        make_declared(self, registry)
 
 
-OTLP_REQUEST_RESULTS = (
-    "accepted",
-    "throttled",
-    "unavailable",
-    "unauthorized",
-    "bad_request",
-    "too_large",
-    "unsupported",
-)
+OTLP_REQUEST_RESULTS = ("accepted", "throttled", "unavailable", "unauthorized", "bad_request",
+    "too_large", "unsupported")  # fmt: skip
 OTLP_HANDED_REASONS = ("settled", "max_traces", "max_bytes")
 OTLP_DROP_REASONS = ("no_root", "late_forgotten", "partial")
 
@@ -154,43 +168,25 @@ OTLP_DROP_REASONS = ("no_root", "late_forgotten", "partial")
 class OtlpMetrics:
     """The OTLP receiver's (docs/daemon.md#the-event-path), registered when it runs."""
 
-    def __init__(self, r: CollectorRegistry) -> None:
-        self.requests = Counter(
-            "observer_otlp_requests_total",
-            "Trace export requests by result (throttled: 429, unavailable: 503; the sender "
-            "retries both after Retry-After)",
-            ["result"],
-            registry=r,
-        )
-        self.spans = Counter(
-            "observer_otlp_spans_total",
-            "Spans received (a span sent again counts once)",
-            registry=r,
-        )
-        self.handed = Counter(
-            "observer_otlp_traces_settled_total",
-            "Traces handed to scoring by reason (whole: root in, every parent in, quiet for "
-            "root_grace_s; settled: quiet for settle_s; max_traces, max_bytes: settled early, "
-            "the assembly was full)",
-            ["reason"],
-            registry=r,
-        )
-        self.dropped = Counter(
-            "observer_otlp_traces_dropped_total",
-            "Traces not scored from here by reason (no_root; late_forgotten, partial: left "
-            "to the poller's backstop)",
-            ["reason"],
-            registry=r,
-        )
-        self.held_traces = Gauge(
-            "observer_otlp_assembly_traces", "Traces held: assembling, due or kept", registry=r
-        )
-        self.held_bytes = Gauge(
-            "observer_otlp_assembly_bytes", "Span bytes held (protobuf size)", registry=r
-        )
-        _zero(self.requests, "result", OTLP_REQUEST_RESULTS)
-        _zero(self.handed, "reason", OTLP_HANDED_REASONS)
-        _zero(self.dropped, "reason", OTLP_DROP_REASONS)
+    # fmt: off
+    requests = counter("observer_otlp_requests_total",
+        "Trace export requests by result (throttled: 429, unavailable: 503; the sender retries "
+        "both after Retry-After)", ("result",), zero=OTLP_REQUEST_RESULTS)
+    spans = counter("observer_otlp_spans_total", "Spans received (a span sent again counts once)")
+    handed = counter("observer_otlp_traces_settled_total",
+        "Traces handed to scoring by reason (whole: root in, every parent in, quiet for "
+        "root_grace_s; settled: quiet for settle_s; max_traces, max_bytes: settled early, "
+        "the assembly was full)",
+        ("reason",), zero=OTLP_HANDED_REASONS)
+    dropped = counter("observer_otlp_traces_dropped_total",
+        "Traces not scored from here by reason (no_root; late_forgotten, partial: left to the "
+        "poller's backstop)", ("reason",), zero=OTLP_DROP_REASONS)
+    held_traces = gauge("observer_otlp_assembly_traces", "Traces held: assembling, due or kept")
+    held_bytes = gauge("observer_otlp_assembly_bytes", "Span bytes held (protobuf size)")
+    # fmt: on
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        make_declared(self, registry)
 
 
 # Releases (and models) with series of their own at once: the most recently seen.
@@ -199,6 +195,157 @@ RELEASE_FLAGS = ("ungrounded", "unsupported_numbers", "abstained")
 
 
 class Metrics:
+    """Every metric of the daemon, declared below as a table; the registry is injected."""
+
+    # fmt: off
+    info = gauge("observer_build_info", "observer's version", ("version",))
+    # -- answer quality, per environment and query type
+    answers = counter("observer_answers_scored_total", "Answers scored (first time per trace)", Q)
+    answers_by_band = counter("observer_answers_by_band_total",
+        "Answers by confidence band", (*Q, "band"))
+    answers_by_grade = counter("observer_answers_by_crag_grade_total",
+        "Answers by recomputed CRAG grade", (*Q, "crag_grade"))
+    answers_ungrounded = counter("observer_answers_ungrounded_total", "Ungrounded answers", Q)
+    answers_fallback = counter("observer_answers_fallback_total",
+        "Fallback (no-evidence) answers", Q)
+    answers_ghost = counter("observer_answers_ghost_citation_total",
+        "Answers citing a source number that does not exist", Q)
+    answers_unsupported_numbers = counter("observer_answers_unsupported_numbers_total",
+        "Answers holding a number found in none of the sources it rests on", Q)
+    answers_abstained = counter("observer_answers_abstained_total",
+        "Answers that are refusals (I don't know, 知识库未匹配)", Q)
+    answers_over_refusal = counter("observer_answers_over_refusal_total",
+        "Refusals although retrieval was HIGH (top1 at or above crag.high)", Q)
+    answers_over_cited = counter("observer_answers_over_cited_total",
+        "Answers with a sentence citing more than signals.max_refs_per_sentence sources", Q)
+    # What changed: the same answers per release and answering model (docs/alerts.md#triage).
+    answers_by_release = counter("observer_answers_by_release_total",
+        "Answers scored per release and answering model (the most recent ones)", BY_RELEASE)
+    answers_flagged_by_release = counter("observer_answers_flagged_by_release_total",
+        "Answers per release and model that were ungrounded, held an unsupported number, or "
+        "refused", (*BY_RELEASE, "flag"))
+    crag_mismatch = counter("observer_crag_grade_mismatches_total",
+        "Answers whose app-logged CRAG grade differs from the recomputed one", Q)
+    critical_unsupported = counter("observer_critical_unsupported_total",
+        "Judged answers with an unsupported claim holding a number, date or amount", Q)
+    confidence = ratio("observer_answer_confidence_ratio", "Confidence of answers")
+    coverage = ratio("observer_answer_citation_coverage_ratio", "Citation coverage of answers")
+    rerank_top1 = ratio("observer_answer_rerank_top1_ratio", "Top rerank score")
+    numeric_grounding = ratio("observer_answer_numeric_grounding_ratio",
+        "Share of an answer's numbers grounded")
+    faithfulness = ratio("observer_answer_faithfulness_ratio",
+        "Judge faithfulness of judged answers")
+    citation_accuracy = ratio("observer_answer_citation_accuracy_ratio",
+        "Judge citation accuracy of judged answers")
+    # -- the pipeline
+    traces = counter("observer_traces_total",
+        "Traces handled by outcome (scored, rescored, unchanged, unsettled, skipped, deferred)",
+        ("outcome",), zero=TRACE_OUTCOMES)
+    skips = counter("observer_trace_skips_total",
+        "Traces not scored, by reason", ("reason",), zero=SKIP_REASONS)
+    provenance = counter("observer_trace_provenance_total",
+        "Answer traces read (first time), by trace name, the content checks' verdicts on their "
+        "sources and answer, and whether they recorded retrieval scores",
+        ("trace_name", "sources", "answer", "scores"))
+    scores_enqueued = counter("observer_scores_enqueued_total",
+        "Scores written to the outbox", ("name",))
+    scores_pushed = counter("observer_scores_pushed_total", "Scores acknowledged by the sink")
+    scores_retried = counter("observer_scores_retried_total",
+        "Scores whose push failed and that wait in the outbox for another try")
+    scores_dropped = counter("observer_scores_dropped_total",
+        "Scores given up on, by reason", ("reason",), zero=DROP_REASONS)
+    score_fast_path_fallbacks = counter("observer_score_fast_path_fallbacks_total",
+        "Times the direct score upload failed outside HTTP and the SDK's public path took over")
+    push_errors = counter("observer_score_push_errors_total",
+        "Failed score pushes (retried later), by kind", ("kind",), zero=PUSH_ERROR_KINDS)
+    outbox = gauge("observer_outbox_scores", "Scores waiting in the outbox")
+    request_budget = gauge("observer_request_budget_per_minute",
+        "The pace of requests to Langfuse (reads and score posts together) the request budget "
+        "allows now: adaptive, settled below Langfuse's limit after a 429")
+    source_requests = counter("observer_source_requests_total",
+        "Requests to Langfuse's observations API, by result", ("result",), zero=REQUEST_RESULTS)
+    observations = counter("observer_observations_read_total", "Observations read from the source")
+    watermark_lag = gauge("observer_watermark_lag_seconds",
+        "How far the point up to which every trace has been processed trails the clock")
+    clock_skew = gauge("observer_clock_skew_seconds",
+        "Langfuse's clock (the Date header of its answers) minus this host's")
+    slow_ingestion_traces = counter("observer_slow_ingestion_traces_total",
+        "Traces from SDKs or exporters whose data Langfuse may ingest up to 15 minutes late")
+    scores_deleted = counter("observer_scores_deleted_total",
+        "Scores deleted from Langfuse because they no longer apply to their trace")
+    trace_to_score = histogram("observer_trace_to_score_seconds",
+        "From a trace's last activity (its latest observation time) to Langfuse's "
+        "acknowledgement of its scores", buckets=TRACE_TO_SCORE_BUCKETS)
+    trace_work = histogram("observer_trace_work_seconds",
+        "CPU seconds one trace's mapping and signals took (limits.max_trace_cpu_s bounds it)",
+        buckets=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10))
+    pass_duration = histogram("observer_pass_duration_seconds",
+        "Duration of one poll pass", buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300))
+    passes_failed = counter("observer_passes_failed_total",
+        "Poll passes that did not complete, by what stopped them (unreachable, auth, config, "
+        "state, crashed)", ("kind",), zero=PASS_FAILURES)
+    last_pass = gauge("observer_last_pass_timestamp_seconds",
+        "When the last poll pass completed (its moment on Langfuse's clock, Unix time)")
+    # -- the citation resolver
+    resolver_lookups = counter("observer_resolver_lookups_total", "Queries sent to the chunk store")
+    resolver_ids = counter("observer_resolver_chunk_ids_total",
+        "Cited chunk ids to check, by where the answer came from (cache, store)", ("source",))
+    resolver_errors = counter("observer_resolver_errors_total",
+        "Failed chunk store queries, by reason (their traces keep their other scores)", ("reason",))
+    resolver_findings = counter("observer_resolver_chunks_total",
+        "Cited chunks checked, by finding (missing, stale, unverifiable, fresh)",
+        ("environment", "query_type", "finding"))
+    # -- the judge
+    judge_decisions = counter("observer_judge_decisions_total",
+        "Sampling decisions (sampled, risk, not_sampled, over_budget, disabled, queue_full)",
+        ("decision",), zero=JUDGE_DECISIONS)
+    judged = counter("observer_judged_traces_total",
+        "Traces the judge finished, by result", ("result",), zero=JUDGE_RESULTS)
+    judge_errors = counter("observer_judge_errors_total",
+        "Judge errors (no judge score written), by reason", ("reason",), zero=JUDGE_ERROR_REASONS)
+    judge_agreement = gauge("observer_judge_agreement",
+        "The judge against people's labels (judge.human_score), the last hour's read over its "
+        "window: kappa, precision, recall on unfaithful answers (NaN: nothing to compute it "
+        "from)", ("measure",))
+    judge_pairs = gauge("observer_judge_pairs",
+        "Answers both judged and labelled by people in the agreement's window")
+    judge_canary = gauge("observer_judge_canary",
+        "The judge's last run over the canary (judge.canary_file): agreement with its labels, "
+        "kappa, flip rate against the run before (NaN: nothing to compute it from)", ("measure",))
+    judge_canary_cases = gauge("observer_judge_canary_cases",
+        "Canary cases of the last run, with a verdict of the judge or without one", ("verdict",))
+    judge_canary_runs = counter("observer_judge_canary_runs_total",
+        "Canary runs by result: done, over_budget (waits for the next day), stopped (a "
+        "shutdown), no_verdict (no case judged)", ("result",))
+    judge_canary_last_run = gauge("observer_judge_canary_last_run_timestamp_seconds",
+        "When the canary's last whole run ended (unix seconds)")
+    judge_pending = gauge("observer_judge_pending_samples",
+        "Samples queued for the judge (kept in the state file across restarts)")
+    judge_calls = counter("observer_judge_calls_total", "LLM calls the judge made")
+    judge_tokens = counter("observer_judge_tokens_total",
+        "Tokens the judge used", ("kind",), zero=("prompt", "completion"))
+    judge_funnel_claims = counter("observer_judge_funnel_claims_total",
+        "Claims marked not cited-supported without an LLM call: every chunk they cite is missing "
+        "from the store or changed since the answer")
+    judge_cost = counter("observer_judge_cost_usd_total", "Judge cost at the configured prices")
+    # -- alerts
+    alert_notifications = counter("observer_alert_notifications_total",
+        "Alert notifications by notifier and result (sent, failed, dropped)",
+        ("notifier", "result"))
+    alert_evaluations = counter("observer_alert_evaluations_total",
+        "Alert rule evaluations by outcome (ok, pending, firing)", ("rule", "outcome"))
+    alerts_active = gauge("observer_alerts_active",
+        "Alert groups firing now, by rule, group and severity (query_type capped as the quality "
+        "metrics'; a series exists only while its group fires)",
+        ("rule", "environment", "query_type", "severity"))
+    alert_incidents_open = gauge("observer_alert_incidents_open",
+        "Incidents open now, by environment: alerts that share one cause count once "
+        "(docs/alerts.md#incidents)", ("environment",))
+    trace_alerts = counter("observer_trace_alerts_total",
+        "Traces a trace rule raised, by rule and result (notified, digest: kept for the "
+        "hourly digest, held: the judge is unhealthy)", ("rule", "result"))
+    # fmt: on
+
     def __init__(
         self,
         registry: CollectorRegistry | None = None,
@@ -220,371 +367,13 @@ class Metrics:
             "model": OrderedDict(),
         }
         self._release_series: set[tuple[str, str, str]] = set()
-        r = self.registry
-
-        self.info = Gauge("observer_build_info", "observer's version", ["version"], registry=r)
-        self.info.labels(version=__version__).set(1)
-
-        # -- answer quality, per environment and query type ------------------------
-        q = ["environment", "query_type"]
-        self.answers = Counter(
-            "observer_answers_scored_total", "Answers scored (first time per trace)", q, registry=r
-        )
-        self.answers_by_band = Counter(
-            "observer_answers_by_band_total",
-            "Answers by confidence band",
-            [*q, "band"],
-            registry=r,
-        )
-        self.answers_by_grade = Counter(
-            "observer_answers_by_crag_grade_total",
-            "Answers by recomputed CRAG grade",
-            [*q, "crag_grade"],
-            registry=r,
-        )
-        self.answers_ungrounded = Counter(
-            "observer_answers_ungrounded_total", "Ungrounded answers", q, registry=r
-        )
-        self.answers_fallback = Counter(
-            "observer_answers_fallback_total", "Fallback (no-evidence) answers", q, registry=r
-        )
-        self.answers_ghost = Counter(
-            "observer_answers_ghost_citation_total",
-            "Answers citing a source number that does not exist",
-            q,
-            registry=r,
-        )
-        self.answers_unsupported_numbers = Counter(
-            "observer_answers_unsupported_numbers_total",
-            "Answers holding a number found in none of the sources it rests on",
-            q,
-            registry=r,
-        )
-        self.answers_abstained = Counter(
-            "observer_answers_abstained_total",
-            "Answers that are refusals (I don't know, 知识库未匹配)",
-            q,
-            registry=r,
-        )
-        self.answers_over_refusal = Counter(
-            "observer_answers_over_refusal_total",
-            "Refusals although retrieval was HIGH (top1 at or above crag.high)",
-            q,
-            registry=r,
-        )
-        self.answers_over_cited = Counter(
-            "observer_answers_over_cited_total",
-            "Answers with a sentence citing more than signals.max_refs_per_sentence sources",
-            q,
-            registry=r,
-        )
-        # What changed: the same answers per release and answering model (docs/alerts.md#triage).
-        by_release = ["environment", "release", "model"]
-        self.answers_by_release = Counter(
-            "observer_answers_by_release_total",
-            "Answers scored per release and answering model (the most recent ones)",
-            by_release,
-            registry=r,
-        )
-        self.answers_flagged_by_release = Counter(
-            "observer_answers_flagged_by_release_total",
-            "Answers per release and model that were ungrounded, held an unsupported number, "
-            "or refused",
-            [*by_release, "flag"],
-            registry=r,
-        )
-        self.crag_mismatch = Counter(
-            "observer_crag_grade_mismatches_total",
-            "Answers whose app-logged CRAG grade differs from the recomputed one",
-            q,
-            registry=r,
-        )
-        self.critical_unsupported = Counter(
-            "observer_critical_unsupported_total",
-            "Judged answers with an unsupported claim holding a number, date or amount",
-            q,
-            registry=r,
-        )
-
-        def ratio(name: str, what: str) -> Histogram:
-            return Histogram(name, what, q, buckets=RATIO_BUCKETS, registry=r)
-
-        self.confidence = ratio("observer_answer_confidence_ratio", "Confidence of answers")
-        self.coverage = ratio(
-            "observer_answer_citation_coverage_ratio", "Citation coverage of answers"
-        )
-        self.rerank_top1 = ratio("observer_answer_rerank_top1_ratio", "Top rerank score")
-        self.numeric_grounding = ratio(
-            "observer_answer_numeric_grounding_ratio", "Share of an answer's numbers grounded"
-        )
-        self.faithfulness = ratio(
-            "observer_answer_faithfulness_ratio", "Judge faithfulness of judged answers"
-        )
-        self.citation_accuracy = ratio(
-            "observer_answer_citation_accuracy_ratio", "Judge citation accuracy of judged answers"
-        )
-
-        # -- the pipeline -------------------------------------------------------------
-        self.traces = Counter(
-            "observer_traces_total",
-            "Traces handled by outcome (scored, rescored, unchanged, unsettled, skipped, deferred)",
-            ["outcome"],
-            registry=r,
-        )
-        self.skips = Counter(
-            "observer_trace_skips_total", "Traces not scored, by reason", ["reason"], registry=r
-        )
-        self.provenance = Counter(
-            "observer_trace_provenance_total",
-            "Answer traces read (first time), by trace name, the content checks' verdicts "
-            "on their sources and answer, and whether they recorded retrieval scores",
-            ["trace_name", "sources", "answer", "scores"],
-            registry=r,
-        )
-        self.scores_enqueued = Counter(
-            "observer_scores_enqueued_total", "Scores written to the outbox", ["name"], registry=r
-        )
-        self.scores_pushed = Counter(
-            "observer_scores_pushed_total", "Scores acknowledged by the sink", registry=r
-        )
-        self.scores_retried = Counter(
-            "observer_scores_retried_total",
-            "Scores whose push failed and that wait in the outbox for another try",
-            registry=r,
-        )
-        self.scores_dropped = Counter(
-            "observer_scores_dropped_total", "Scores given up on, by reason", ["reason"], registry=r
-        )
-        self.score_fast_path_fallbacks = Counter(
-            "observer_score_fast_path_fallbacks_total",
-            "Times the direct score upload failed outside HTTP and the SDK's public path took over",
-            registry=r,
-        )
-        self.push_errors = Counter(
-            "observer_score_push_errors_total",
-            "Failed score pushes (retried later), by kind",
-            ["kind"],
-            registry=r,
-        )
-        self.outbox = Gauge("observer_outbox_scores", "Scores waiting in the outbox", registry=r)
-        self.request_budget = Gauge(
-            "observer_request_budget_per_minute",
-            "The pace of requests to Langfuse (reads and score posts together) the request "
-            "budget allows now: adaptive, settled below Langfuse's limit after a 429",
-            registry=r,
-        )
-        self.source_requests = Counter(
-            "observer_source_requests_total",
-            "Requests to Langfuse's observations API, by result",
-            ["result"],
-            registry=r,
-        )
-        self.observations = Counter(
-            "observer_observations_read_total", "Observations read from the source", registry=r
-        )
-        self.watermark_lag = Gauge(
-            "observer_watermark_lag_seconds",
-            "How far the point up to which every trace has been processed trails the clock",
-            registry=r,
-        )
-        self.clock_skew = Gauge(
-            "observer_clock_skew_seconds",
-            "Langfuse's clock (the Date header of its answers) minus this host's",
-            registry=r,
-        )
-        self.slow_ingestion_traces = Counter(
-            "observer_slow_ingestion_traces_total",
-            "Traces from SDKs or exporters whose data Langfuse may ingest up to 15 minutes late",
-            registry=r,
-        )
-        self.scores_deleted = Counter(
-            "observer_scores_deleted_total",
-            "Scores deleted from Langfuse because they no longer apply to their trace",
-            registry=r,
-        )
+        self._alerts_active: dict[str, set[tuple[str, str, str]]] = {}
+        self._incidents_open: set[str] = set()
         self._watermark: float | None = None
         self._clock: Callable[[], float] = time.time
+        make_declared(self, self.registry)
+        self.info.labels(version=__version__).set(1)
         self.watermark_lag.set_function(self._lag)
-        self.trace_to_score = Histogram(
-            "observer_trace_to_score_seconds",
-            "From a trace's last activity (its latest observation time) to Langfuse's "
-            "acknowledgement of its scores",
-            buckets=TRACE_TO_SCORE_BUCKETS,
-            registry=r,
-        )
-        self.trace_work = Histogram(
-            "observer_trace_work_seconds",
-            "CPU seconds one trace's mapping and signals took (limits.max_trace_cpu_s bounds it)",
-            buckets=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3, 10),
-            registry=r,
-        )
-        self.pass_duration = Histogram(
-            "observer_pass_duration_seconds",
-            "Duration of one poll pass",
-            buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
-            registry=r,
-        )
-        self.passes_failed = Counter(
-            "observer_passes_failed_total",
-            "Poll passes that did not complete, by what stopped them (unreachable, auth, "
-            "config, state, crashed)",
-            ["kind"],
-            registry=r,
-        )
-        self.last_pass = Gauge(
-            "observer_last_pass_timestamp_seconds",
-            "When the last poll pass completed (its moment on Langfuse's clock, Unix time)",
-            registry=r,
-        )
-
-        # -- the citation resolver ----------------------------------------------------
-        self.resolver_lookups = Counter(
-            "observer_resolver_lookups_total", "Queries sent to the chunk store", registry=r
-        )
-        self.resolver_ids = Counter(
-            "observer_resolver_chunk_ids_total",
-            "Cited chunk ids to check, by where the answer came from (cache, store)",
-            ["source"],
-            registry=r,
-        )
-        self.resolver_errors = Counter(
-            "observer_resolver_errors_total",
-            "Failed chunk store queries, by reason (their traces keep their other scores)",
-            ["reason"],
-            registry=r,
-        )
-        self.resolver_findings = Counter(
-            "observer_resolver_chunks_total",
-            "Cited chunks checked, by finding (missing, stale, unverifiable, fresh)",
-            ["environment", "query_type", "finding"],
-            registry=r,
-        )
-
-        # -- the judge ----------------------------------------------------------------
-        self.judge_decisions = Counter(
-            "observer_judge_decisions_total",
-            "Sampling decisions (sampled, risk, not_sampled, over_budget, disabled, queue_full)",
-            ["decision"],
-            registry=r,
-        )
-        self.judged = Counter(
-            "observer_judged_traces_total",
-            "Traces the judge finished, by result",
-            ["result"],
-            registry=r,
-        )
-        self.judge_errors = Counter(
-            "observer_judge_errors_total",
-            "Judge errors (no judge score written), by reason",
-            ["reason"],
-            registry=r,
-        )
-        self.judge_agreement = Gauge(
-            "observer_judge_agreement",
-            "The judge against people's labels (judge.human_score), the last hour's read over "
-            "its window: kappa, precision, recall on unfaithful answers (NaN: nothing to "
-            "compute it from)",
-            ["measure"],
-            registry=r,
-        )
-        self.judge_pairs = Gauge(
-            "observer_judge_pairs",
-            "Answers both judged and labelled by people in the agreement's window",
-            registry=r,
-        )
-        self.judge_canary = Gauge(
-            "observer_judge_canary",
-            "The judge's last run over the canary (judge.canary_file): agreement with its "
-            "labels, kappa, flip rate against the run before (NaN: nothing to compute it from)",
-            ["measure"],
-            registry=r,
-        )
-        self.judge_canary_cases = Gauge(
-            "observer_judge_canary_cases",
-            "Canary cases of the last run, with a verdict of the judge or without one",
-            ["verdict"],
-            registry=r,
-        )
-        self.judge_canary_runs = Counter(
-            "observer_judge_canary_runs_total",
-            "Canary runs by result: done, over_budget (waits for the next day), stopped "
-            "(a shutdown), no_verdict (no case judged)",
-            ["result"],
-            registry=r,
-        )
-        self.judge_canary_last_run = Gauge(
-            "observer_judge_canary_last_run_timestamp_seconds",
-            "When the canary's last whole run ended (unix seconds)",
-            registry=r,
-        )
-        self.judge_pending = Gauge(
-            "observer_judge_pending_samples",
-            "Samples queued for the judge (kept in the state file across restarts)",
-            registry=r,
-        )
-        self.judge_calls = Counter(
-            "observer_judge_calls_total", "LLM calls the judge made", registry=r
-        )
-        self.judge_tokens = Counter(
-            "observer_judge_tokens_total", "Tokens the judge used", ["kind"], registry=r
-        )
-        self.judge_funnel_claims = Counter(
-            "observer_judge_funnel_claims_total",
-            "Claims marked not cited-supported without an LLM call: every chunk they cite "
-            "is missing from the store or changed since the answer",
-            registry=r,
-        )
-        self.judge_cost = Counter(
-            "observer_judge_cost_usd_total", "Judge cost at the configured prices", registry=r
-        )
-
-        # -- alerts ---------------------------------------------------------------------
-        self.alert_notifications = Counter(
-            "observer_alert_notifications_total",
-            "Alert notifications by notifier and result (sent, failed, dropped)",
-            ["notifier", "result"],
-            registry=r,
-        )
-        self.alert_evaluations = Counter(
-            "observer_alert_evaluations_total",
-            "Alert rule evaluations by outcome (ok, pending, firing)",
-            ["rule", "outcome"],
-            registry=r,
-        )
-        self.alerts_active = Gauge(
-            "observer_alerts_active",
-            "Alert groups firing now, by rule, group and severity (query_type capped as the "
-            "quality metrics'; a series exists only while its group fires)",
-            ["rule", "environment", "query_type", "severity"],
-            registry=r,
-        )
-        self._alerts_active: dict[str, set[tuple[str, str, str]]] = {}
-        self.alert_incidents_open = Gauge(
-            "observer_alert_incidents_open",
-            "Incidents open now, by environment: alerts that share one cause count once "
-            "(docs/alerts.md#incidents)",
-            ["environment"],
-            registry=r,
-        )
-        self._incidents_open: set[str] = set()
-        self.trace_alerts = Counter(
-            "observer_trace_alerts_total",
-            "Traces a trace rule raised, by rule and result (notified, digest: kept for the "
-            "hourly digest, held: the judge is unhealthy)",
-            ["rule", "result"],
-            registry=r,
-        )
-
-        _zero(self.traces, "outcome", TRACE_OUTCOMES)
-        _zero(self.skips, "reason", SKIP_REASONS)
-        _zero(self.source_requests, "result", REQUEST_RESULTS)
-        _zero(self.passes_failed, "kind", PASS_FAILURES)
-        _zero(self.scores_dropped, "reason", DROP_REASONS)
-        _zero(self.push_errors, "kind", PUSH_ERROR_KINDS)
-        _zero(self.judge_decisions, "decision", JUDGE_DECISIONS)
-        _zero(self.judged, "result", JUDGE_RESULTS)
-        _zero(self.judge_tokens, "kind", ("prompt", "completion"))
-        _zero(self.judge_errors, "reason", JUDGE_ERROR_REASONS)
 
     @cached_property
     def fleet(self) -> FleetMetrics:
@@ -840,11 +629,6 @@ class Metrics:
             for sample in family.samples
             if sample.name == name
         )
-
-
-def _zero(counter: Counter, label: str, values: Iterable[str]) -> None:
-    for value in values:
-        counter.labels(**{label: value})
 
 
 def _capped(seen: set[str], limit: int, value: str) -> str:

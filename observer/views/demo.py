@@ -24,7 +24,7 @@ def demo_report(
     from observer.views.summary import summary_table
 
     shown: list[RenderableType] = []
-    if outcome.passed is not None:
+    if outcome.report is not None:
         extra = {}
         if not written:
             extra = {
@@ -34,10 +34,8 @@ def demo_report(
         shown.append(
             pass_table(
                 "observer demo: bundled Langfuse traces",
-                outcome.passed,
-                parts,
+                outcome.report,
                 extra,
-                outcome.waiting,
                 out,
             )
         )

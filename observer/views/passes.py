@@ -18,28 +18,23 @@ from observer.views.words import counted
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from observer.app import Parts
-    from observer.pipeline import PassResult
-    from observer.telemetry.metrics import Metrics
+    from observer.app.once import RunReport
+    from observer.pipeline import PassResult, Pipeline
+    from observer.sinks.dispatcher import Dispatcher
 
 
 def pass_table(
-    title: str,
-    result: PassResult,
-    parts: Parts,
-    extra: dict[str, str],
-    waiting: int = 0,
-    written_to: str | None = None,
+    title: str, report: RunReport, extra: dict[str, str], written_to: str | None = None
 ) -> Table:
     """What a pass read, scored, skipped, queued and delivered; `extra` rows at the end.
 
-    `waiting`: the scores the outbox held when the command began (an earlier run's),
-    delivered with this run's. The rows add up: delivered is at most queued (the
-    judge's too) and waiting, and what is not delivered is left in the outbox or
-    was refused. `written_to`: the file (`-`: stdout) a dry run or the demo wrote the
-    scores to instead of Langfuse, said where "delivered" would be."""
+    The rows add up: delivered is at most queued (the judge's too) and what waited from
+    an earlier run, and what is not delivered is left in the outbox or was refused.
+    `written_to`: the file (`-`: stdout) a dry run or the demo wrote the scores to
+    instead of Langfuse, said where "delivered" would be."""
     from rich.table import Table
 
+    result = report.passed
     table = Table(title=title, show_header=False)
     table.add_column("")
     table.add_column("", overflow="fold")
@@ -55,56 +50,38 @@ def pass_table(
     table.add_row("traces skipped", f"{result.skipped:,}" + (f" ({reasons})" if reasons else ""))
     if result.deferred:
         table.add_row("traces deferred (outbox full)", f"{result.deferred:,}")
-    metrics = parts.metrics
     table.add_row("scores queued", f"{result.scores:,}")
-    if parts.judge is not None:
-        from observer.judge.outcome import JUDGE_SCORE_NAMES
-
-        judged = sum(
-            int(metrics.value("observer_judged_traces_total", result=result))
-            for result in ("judged", "abstained")
-        )
-        errors = int(metrics.value("observer_judged_traces_total", result="error"))
+    if report.judged is not None:
+        judged, errors, judge_scores = report.judged
         table.add_row(
             "traces judged", f"{judged:,}" + (f" ({errors:,} judge errors)" if errors else "")
         )
-        # Labelled `name`: Metrics.value's own first parameter, so asked of the registry.
-        judge_scores = sum(
-            metrics.registry.get_sample_value("observer_scores_enqueued_total", {"name": n}) or 0.0
-            for n in JUDGE_SCORE_NAMES
+        table.add_row("judge scores queued", f"{judge_scores:,}")
+    if report.waiting:
+        table.add_row(
+            "scores waiting from an earlier run", f"{report.waiting:,} (in the outbox at start)"
         )
-        table.add_row("judge scores queued", f"{int(judge_scores):,}")
-    if waiting:
-        table.add_row("scores waiting from an earlier run", f"{waiting:,} (in the outbox at start)")
     # Delivered counts the judge's scores, and those the outbox held from an earlier run.
-    delivered = int(metrics.value("observer_scores_pushed_total"))
-    notes = ["the judge's included"] if parts.judge is not None else []
-    if waiting:
+    notes = ["the judge's included"] if report.judged is not None else []
+    if report.waiting:
         notes.append("the earlier run's included")
     note = f" ({'; '.join(notes)})" if notes else ""
     if written_to is None:
-        table.add_row("scores delivered", f"{delivered:,}{note}")
+        table.add_row("scores delivered", f"{report.delivered:,}{note}")
     else:  # nothing went to Langfuse: said where the scores went instead
         where = "stdout" if written_to == "-" else written_to
-        table.add_row("scores written", f"{delivered:,} to {where}{note}")
-    dropped = sum(
-        parts.metrics.value("observer_scores_dropped_total", reason=r) for r in ("rejected",)
-    )
-    if dropped:
-        table.add_row("scores refused by Langfuse", f"{int(dropped):,}")
-    left = parts.state.outbox_size()
-    if left:
-        table.add_row("scores left in the outbox", f"{left:,} (the next run delivers them)")
-    if parts.budget is not None:
-        from observer.app.once import budget_held
-
-        left = parts.state.outbox_size()
+        table.add_row("scores written", f"{report.delivered:,} to {where}{note}")
+    if report.refused:
+        table.add_row("scores refused by Langfuse", f"{report.refused:,}")
+    if report.left:
+        table.add_row("scores left in the outbox", f"{report.left:,} (the next run delivers them)")
+    if report.budget is not None:
         held = (
-            f"; held delivery back: {counted(left, 'score')} left in the outbox"
-            if left and budget_held(parts)
+            f"; held delivery back: {counted(report.left, 'score')} left in the outbox"
+            if report.left and report.budget_held
             else ""
         )
-        table.add_row("request budget", parts.budget.describe() + held)
+        table.add_row("request budget", report.budget + held)
     for key, value in extra.items():
         table.add_row(key, value)
     return table
@@ -128,25 +105,26 @@ def dry_run_rows(written: int, target: str) -> dict[str, str]:
 
 
 @contextmanager
-def progress_line(title: str, metrics: Metrics) -> Iterator[None]:
+def progress_line(title: str, pipeline: Pipeline, dispatcher: Dispatcher) -> Iterator[None]:
     """On a terminal, one line on stderr kept current while the work runs: pages,
-    observations, traces and scores, read from the metrics (a first pass at 25
-    requests a minute can take minutes). Elsewhere, nothing."""
+    observations, traces and scores, the pass's own counts (a first pass at 25 requests a
+    minute can take minutes). Elsewhere, nothing."""
     if not sys.stderr.isatty():
         yield
         return
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     def line() -> str:
-        pages = metrics.value("observer_source_requests_total", result="ok")
-        observations = metrics.value("observer_observations_read_total")
-        traces = metrics.total("observer_traces_total")
-        queued = metrics.total("observer_scores_enqueued_total")
-        delivered = metrics.value("observer_scores_pushed_total")
+        counting = pipeline.counting
+        pages, observations, traces, queued = (
+            (counting.pages, counting.observations, counting.traces, counting.scores)
+            if counting is not None
+            else (0, 0, 0, 0)
+        )
         return (
             f"{counted(pages, 'page')}, {counted(observations, 'observation')}, "
             f"{counted(traces, 'trace')}, {counted(queued, 'score')} queued, "
-            f"{delivered:,.0f} delivered"
+            f"{dispatcher.delivered:,.0f} delivered"
         )
 
     done = threading.Event()
@@ -181,20 +159,28 @@ class BackfillProgress:
     update: Callable[[datetime, PassResult], None]
 
 
-def _backfill_note(metrics: Metrics) -> str:
-    """Traces and scores so far, from the metrics: they count as the pipeline goes, in the
-    middle of a chunk too (a chunk can be a day of traces)."""
-    traces = metrics.total("observer_traces_total")
-    scored = sum(metrics.value("observer_traces_total", outcome=o) for o in ("scored", "rescored"))
-    queued = metrics.total("observer_scores_enqueued_total")
+def _backfill_note(done: list[PassResult], pipeline: Pipeline) -> str:
+    """Traces and scores so far: the chunks done (their totals, the last told, then the
+    chunk that was in hand when they were told) and the chunk in hand, as the pipeline
+    counts them (in the middle of a chunk too: a chunk can be a day of traces). The chunk
+    in hand is counted only until it is in the totals: the pipeline keeps it as its
+    `counting` until the next chunk begins."""
+    hand = pipeline.counting
+    fresh = hand is not None and hand.end > hand.start and all(hand is not d for d in done[1:])
+    now = done[:1] + ([hand] if fresh and hand is not None else [])
+    traces = sum(r.traces for r in now)
+    scored = sum(r.scored + r.rescored for r in now)
+    queued = sum(r.scores for r in now)
     return f"{counted(traces, 'trace')}, {scored:,.0f} scored, {counted(queued, 'score')} queued"
 
 
 @contextmanager
-def backfill_bar(begin: datetime, finish: datetime, metrics: Metrics) -> Iterator[BackfillProgress]:
+def backfill_bar(
+    begin: datetime, finish: datetime, pipeline: Pipeline
+) -> Iterator[BackfillProgress]:
     """On a terminal, a bar on stderr over the window's time, with an ETA and the traces,
-    scored traces and scores so far (`metrics`, read four times a second); the log lines go
-    above it (observer.telemetry.logging writes to the current `sys.stderr`, which the
+    scored traces and scores so far (the pipeline's counts, read four times a second); the
+    log lines go above it (observer.telemetry.logging writes to the current `sys.stderr`, which the
     bar's console holds while it is drawn). Elsewhere, nothing: no bar, no last frame in a
     log file."""
     from rich.progress import (
@@ -220,16 +206,21 @@ def backfill_bar(begin: datetime, finish: datetime, metrics: Metrics) -> Iterato
     ) as bar:
         task = bar.add_task("backfill", total=(finish - begin).total_seconds(), note="")
 
-        def update(at: datetime, _totals: PassResult) -> None:
+        told: list[PassResult] = []
+
+        def update(at: datetime, totals: PassResult) -> None:
             progress.reached = at
-            bar.update(task, completed=(at - begin).total_seconds(), note=_backfill_note(metrics))
+            # The totals, and the chunk they now hold (still the pipeline's `counting`).
+            told[:] = [totals] + ([pipeline.counting] if pipeline.counting is not None else [])
+            note = _backfill_note(told, pipeline)
+            bar.update(task, completed=(at - begin).total_seconds(), note=note)
 
         progress = BackfillProgress(begin, update)
         done = threading.Event()
 
         def refresh() -> None:
             while not done.wait(0.25):
-                bar.update(task, note=_backfill_note(metrics))
+                bar.update(task, note=_backfill_note(told, pipeline))
 
         ticker = threading.Thread(target=refresh, name="observer-progress", daemon=True)
         if shown:

@@ -28,8 +28,8 @@ from observer.alerts.notifiers.webhook import WebhookNotifier
 from observer.alerts.rules import Expression, WindowRule, check_window_rule
 from observer.alerts.service import AlertService, Options, RuleSet, StepResult
 from observer.background import Deadline
+from observer.health import Health
 from observer.state import State
-from observer.telemetry.http import Health
 from observer.telemetry.metrics import Metrics
 from tests.fakes.receiver import Answer, Receiver
 from tests.waiting import wait_until

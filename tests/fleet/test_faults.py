@@ -222,12 +222,12 @@ def test_a_state_file_that_cannot_be_written_buries_nothing(
             )
         for _ in range(5):  # more tries than max_deliveries
             m1._work_step()
-        assert m1.parts.health.not_ready_because == "the state file cannot be written"  # type: ignore[attr-defined]
+        assert m1.parts.health.held("state") == "the state file cannot be written"  # type: ignore[attr-defined]
         assert m1.stream.dead_count() == 0 and _entries(m1, "dead") == 0
         with closing(sqlite3.connect(path)) as db:
             db.execute("DROP TRIGGER refuse")
         m1._work_step()
-        assert m1.parts.health.not_ready_because is None  # type: ignore[attr-defined]
+        assert m1.parts.health.holds == ()  # type: ignore[attr-defined]
         drain([m1])
         assert m1.stream.dead_count() == 0
         assert len(fake.scores_by_trace()) == demo_counts().scored

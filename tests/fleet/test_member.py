@@ -157,11 +157,11 @@ def test_a_member_cut_from_redis_is_not_ready_takes_no_work_and_comes_back(
     with members(settings, tmp_path, ["m1"]) as (m1,):
         m1.keep()
         assert m1.lease.held()
-        assert m1.parts.health.not_ready_because is None
+        assert m1.parts.health.holds == ()
         redis_proc.stop()
         try:
             m1.keep()
-            assert m1.parts.health.not_ready_because == "the fleet's Redis is unreachable"
+            assert m1.parts.health.held("redis") == "the fleet's Redis is unreachable"
             ready, body = m1.parts.health.ready()
             assert not ready and "the fleet's Redis is unreachable" in str(body)
             assert m1.parts.metrics.value("observer_fleet_redis_up") == 0
@@ -169,7 +169,7 @@ def test_a_member_cut_from_redis_is_not_ready_takes_no_work_and_comes_back(
         finally:
             redis_proc.start()
         m1.keep()
-        assert m1.redis_ok and m1.parts.health.not_ready_because is None
+        assert m1.redis_ok and m1.parts.health.holds == ()
         assert m1.parts.metrics.value("observer_fleet_redis_up") == 1
 
 

@@ -123,7 +123,7 @@ def test_the_daemon_reads_it_only_with_judge_human_score(
     monkeypatch.setenv("OBSERVER_JUDGE__HUMAN_SCORE", "faithful")
     settings = configure(monkeypatch, fake)
     with app.build(settings, mode="solo", state_path=tmp_path / "b.sqlite") as parts:
-        assert checks(parts) == ["observer-judge-agreement"]
+        assert checks(parts) == ["judge-agreement"]
     with app.build(settings, mode="once", state_path=tmp_path / "c.sqlite") as parts:
         assert checks(parts) == []
 

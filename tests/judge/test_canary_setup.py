@@ -51,8 +51,8 @@ def test_the_daemon_runs_the_canary_it_is_given(
     )
     with app.build(settings, mode="solo", state_path=tmp_path / "s.sqlite") as parts:
         (check,) = parts.judge_checks
-        assert check.name == "observer-judge-canary"
-        check.step()  # the worker's first step, as the daemon's start wakes it
+        assert check.name == "judge-canary"
+        check.run()  # the first run, as the daemon's schedule makes it at its start
         assert len(judge_stub.requests) == 24  # 12 cases, two calls each
         assert parts.metrics.value("observer_judge_canary", measure="agreement") == pytest.approx(
             10 / 12

@@ -123,7 +123,7 @@ def start_observer(fake: FakeLangfuse, state: Path, **otlp: Any) -> Observer:
         parts.state,
         parts.metrics,
         Limits(o.settle_s, o.keep_s, o.max_traces, o.max_bytes, o.root_grace_s),
-        project_id=ProjectId(app.parts.build_api(settings), parts.budget, parts.stop),
+        project_id=ProjectId(app.build_api(settings), parts.budget, parts.stopping),
         lookup=parts.resolver,
         notify=lambda: None,
         clock=parts.clock,

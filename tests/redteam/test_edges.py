@@ -16,9 +16,10 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import generate_latest
 
+from observer.health import Health
 from observer.model import RagRecord, Source
 from observer.signals import SignalParams, compute
-from observer.telemetry.http import Health, HttpServer
+from observer.telemetry.http import HttpServer
 from observer.telemetry.metrics import Metrics
 from tests.waiting import wait_until
 

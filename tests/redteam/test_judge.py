@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from observer import app
-from observer.app.parts import build_judge_client
+from observer.app.builders import build_judge_client
 from observer.cli import main
 from observer.config import load_settings
 from observer.judge.outcome import JudgeResult

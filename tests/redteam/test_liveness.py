@@ -16,7 +16,7 @@ import pytest
 
 from observer import app
 from observer.app.daemon import Daemon
-from observer.telemetry.http import Health
+from observer.health import Health
 from tests.daemon_helpers import configure
 from tests.fakes.langfuse_server import OBSERVATIONS_PATH, FakeLangfuse
 

@@ -73,7 +73,7 @@ def test_the_served_demo_stays_ready_and_beats_hours_later(
                 time.sleep(0.01)
             seen["live_later"] = (status, live)
         finally:
-            parts.stop.set()
+            parts.stopping.set()
 
     def started(url: str) -> None:
         threading.Thread(target=check, args=(url,), daemon=True).start()
@@ -112,7 +112,7 @@ def test_the_served_demo_goes_stale_when_its_loop_stops_beating(
             clock.advance(stale_after_s + 1)
             seen["live"] = probe(url + "/healthz")
         finally:
-            parts.stop.set()
+            parts.stopping.set()
 
     try:
         app.serve_until_stopped(

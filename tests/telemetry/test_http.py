@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from observer.telemetry.http import Health, HttpServer
+from observer.health import Health
+from observer.telemetry.http import HttpServer
 from observer.telemetry.metrics import Metrics
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.servers import free_port

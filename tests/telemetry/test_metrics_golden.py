@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from observer.health import Health
 from observer.model import Band
-from observer.telemetry.http import Health, HttpServer
+from observer.telemetry.http import HttpServer
 from observer.telemetry.metrics import Metrics
 from observer.telemetry.otel import setup_telemetry
 

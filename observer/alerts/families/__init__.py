@@ -18,42 +18,9 @@ and writes them in one transaction. `rows` is the history as a family reads it:
 `History` (under the state file's lock) or the evaluator's own `HistoryReader`.
 """
 
-from __future__ import annotations
+from observer.alerts.families.family import (
+    Family,
+    Rows,
+)
 
-import sqlite3
-from collections.abc import Collection
-from contextlib import AbstractContextManager
-from datetime import datetime
-from typing import Protocol, TypeVar
-
-from observer.state.rows import Outgoing, Row
-
-R_contra = TypeVar("R_contra", contravariant=True)
-
-
-class Rows(Protocol):
-    """The history as a family reads it (`History`, `HistoryReader`)."""
-
-    def rows(
-        self,
-        start: float,
-        end: float,
-        keys: Collection[str] | None = None,
-        *,
-        traces: bool = True,
-        samples: bool = True,
-    ) -> list[Row]:
-        """Trace rows and samples with start < at <= end, oldest first."""
-        ...
-
-    def connection(self) -> AbstractContextManager[sqlite3.Connection]:
-        """A connection for SQLite's own aggregates (one snapshot)."""
-        ...
-
-
-class Family(Protocol[R_contra]):
-    """One kind of rule: a step decides, queues what it decided, returns it."""
-
-    name: str
-
-    def step(self, now: datetime, rows: R_contra) -> list[Outgoing]: ...
+__all__ = ["Family", "Rows"]

@@ -268,11 +268,6 @@ def what_changed(n: Notification) -> list[str]:
     return [*lines, layer] if layer is not None else lines
 
 
-def triage_lines(n: Notification) -> list[str]:
-    """A notification's triage as sentences (where, since when); none without one."""
-    return [] if n.triage is None else triage_text(n.triage, n.aggregate)
-
-
 def incident_lines(n: Notification) -> list[str]:
     """The incident a message belongs to, when it has other symptoms: its cause, when the
     change began, and each symptom's state."""

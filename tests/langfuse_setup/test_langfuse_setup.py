@@ -25,8 +25,8 @@ from observer.langfuse_setup import (
     Category,
     ExistingConfig,
     Kind,
-    Outcome,
     SetupItem,
+    SetupOutcome,
     SetupReport,
     config_difference,
     decide_config,
@@ -199,12 +199,12 @@ def test_deciding_on_existing_configs() -> None:
     numeric = existing("crag_grade", "NUMERIC", min_value=0.0, max_value=1.0)
     assert config_difference(grade, same) is None  # category order does not matter
     assert decide_config(grade, [same]) == (
-        Outcome.EXISTED,
+        SetupOutcome.EXISTED,
         "CATEGORICAL LOW=0, AMBIGUOUS=1, HIGH=2, unchanged",
         same.id,
     )
     outcome, detail, config_id = decide_config(grade, [numeric]) or (None, "", "")
-    assert (outcome, config_id) == (Outcome.DIFFERS, numeric.id)
+    assert (outcome, config_id) == (SetupOutcome.DIFFERS, numeric.id)
     assert detail.startswith("is NUMERIC 0..1, observer writes CATEGORICAL LOW=0")
     assert "cannot change its data type" in detail
     assert decide_config(grade, [numeric, same]) == decide_config(grade, [same])  # one fits
@@ -241,14 +241,14 @@ def test_deciding_on_existing_widgets() -> None:
     edited = {**widget.body(), "id": "w-edited", "chartType": "PIE"}
     assert decide_widget(widget, [], set()) is None  # create it
     assert decide_widget(widget, [{**same, "id": None}], set()) is None  # no id: not usable
-    assert decide_widget(widget, [same], set()) == (Outcome.EXISTED, "unchanged", "w-same")
+    assert decide_widget(widget, [same], set()) == (SetupOutcome.EXISTED, "unchanged", "w-same")
     assert decide_widget(widget, [edited, same], set()) == (
-        Outcome.DIFFERS,
+        SetupOutcome.DIFFERS,
         "exists with another chartType; left as it is",
         "w-edited",
     )  # the first of its name, unless one is on the dashboard
     assert decide_widget(widget, [edited, same], {"w-same"}) == (
-        Outcome.EXISTED,
+        SetupOutcome.EXISTED,
         "unchanged",
         "w-same",
     )
@@ -262,24 +262,26 @@ def test_a_stopped_runs_report_says_where_it_stopped_and_what_it_left() -> None:
         ("dashboard", "d"),
     ]
     done: dict[tuple[Kind, str], SetupItem] = {
-        ("score config", "a"): SetupItem("score config", "a", Outcome.CREATED, "NUMERIC", "c1"),
-        ("widget", "w1"): SetupItem("widget", "w1", Outcome.CREATED, "made", "i1"),
-        ("widget", "w2"): SetupItem("widget", "w2", Outcome.EXISTED, "unchanged", "i2"),
+        ("score config", "a"): SetupItem(
+            "score config", "a", SetupOutcome.CREATED, "NUMERIC", "c1"
+        ),
+        ("widget", "w1"): SetupItem("widget", "w1", SetupOutcome.CREATED, "made", "i1"),
+        ("widget", "w2"): SetupItem("widget", "w2", SetupOutcome.EXISTED, "unchanged", "i2"),
     }
     error = Unreachable("placing widget w1: down")
     report = run_report(planned, done, error, failed_at=("widget", "w1"), unplaced={"w1", "w2"})
     assert [(i.name, i.outcome, i.attempted) for i in report.items] == [
-        ("a", Outcome.CREATED, True),
-        ("w1", Outcome.FAILED, True),
-        ("w2", Outcome.EXISTED, True),
-        ("d", Outcome.FAILED, False),
+        ("a", SetupOutcome.CREATED, True),
+        ("w1", SetupOutcome.FAILED, True),
+        ("w2", SetupOutcome.EXISTED, True),
+        ("d", SetupOutcome.FAILED, False),
     ]
     assert report.item("widget", "w1").detail == "placing widget w1: down"
     assert report.item("widget", "w1").id == "i1"
     assert report.item("widget", "w2").detail == (
         "unchanged; not placed on the dashboard: the run stopped"
     )
-    assert run_report(planned, done, None).item("widget", "w1").outcome is Outcome.CREATED
+    assert run_report(planned, done, None).item("widget", "w1").outcome is SetupOutcome.CREATED
 
 
 def test_report_exit_codes_match_the_apps() -> None:
@@ -305,7 +307,7 @@ def api(fake: FakeLangfuse) -> LangfuseAPI:
     return build_api(fake.url, fake.public_key, fake.secret_key, 5.0)
 
 
-def outcomes(report: SetupReport) -> dict[str, Outcome]:
+def outcomes(report: SetupReport) -> dict[str, SetupOutcome]:
     return {item.name: item.outcome for item in report.items}
 
 
@@ -318,7 +320,7 @@ def test_first_run_creates_every_config_and_the_dashboard_with_its_widgets(
 ) -> None:
     report = init_langfuse(api)
 
-    assert set(outcomes(report).values()) == {Outcome.CREATED}, report.lines()
+    assert set(outcomes(report).values()) == {SetupOutcome.CREATED}, report.lines()
     assert report.exit_code == 0 and report.error is None
     assert [i.name for i in report.items] == [*SCORE_NAMES, *WIDGET_NAMES, DASHBOARD_NAME]
     stored = {c["name"]: c for c in fake.score_configs}
@@ -363,7 +365,7 @@ def test_second_run_finds_everything_and_creates_nothing(
 
     again = init_langfuse(api)
 
-    assert set(outcomes(again).values()) == {Outcome.EXISTED}, again.lines()
+    assert set(outcomes(again).values()) == {SetupOutcome.EXISTED}, again.lines()
     assert again.exit_code == 0
     assert again.created == ()
     assert posts(fake) == []  # only reads
@@ -389,13 +391,13 @@ def test_existing_config_of_another_type_is_reported_not_duplicated(
     report = init_langfuse(api)
 
     grade = report.item("score config", "crag_grade")
-    assert (grade.outcome, grade.id) == (Outcome.DIFFERS, seeded["id"])
+    assert (grade.outcome, grade.id) == (SetupOutcome.DIFFERS, seeded["id"])
     assert "is NUMERIC 0..2, observer writes CATEGORICAL" in grade.detail
     assert "cannot change its data type" in grade.detail
-    assert report.item("score config", "confidence").outcome is Outcome.DIFFERS
+    assert report.item("score config", "confidence").outcome is SetupOutcome.DIFFERS
     assert [c["name"] for c in fake.score_configs].count("crag_grade") == 1
     assert [c["name"] for c in fake.score_configs].count("confidence") == 1
-    assert len(report.of(Outcome.CREATED)) == len(SCORE_NAMES) - 2 + len(WIDGETS) + 1
+    assert len(report.of(SetupOutcome.CREATED)) == len(SCORE_NAMES) - 2 + len(WIDGETS) + 1
     assert report.exit_code == EXIT_ATTENTION
     # The widgets over those scores are made all the same: they chart by name.
     assert len(fake.dashboard_widgets) == len(WIDGETS)
@@ -407,7 +409,7 @@ def test_an_archived_config_of_another_type_does_not_block_a_new_one(
     old = fake.add_score_config({"name": "ungrounded", "dataType": "NUMERIC"}, archived=True)
     report = init_langfuse(api)
     item = report.item("score config", "ungrounded")
-    assert item.outcome is Outcome.CREATED and item.id != old["id"]
+    assert item.outcome is SetupOutcome.CREATED and item.id != old["id"]
     assert "archived config of another shape" in item.detail
     assert report.exit_code == 0
 
@@ -419,13 +421,13 @@ def test_no_dashboards_api_still_creates_the_configs_and_refuses_the_dashboard(
 
     report = init_langfuse(api)
 
-    assert all(report.item("score config", n).outcome is Outcome.CREATED for n in SCORE_NAMES)
+    assert all(report.item("score config", n).outcome is SetupOutcome.CREATED for n in SCORE_NAMES)
     assert len(fake.score_configs) == len(SCORE_NAMES)
     board = report.item("dashboard", DASHBOARD_NAME)
-    assert board.outcome is Outcome.REFUSED
+    assert board.outcome is SetupOutcome.REFUSED
     assert "404" in board.detail and "Route not found" in board.detail  # the server's words
     assert "no dashboards API" in board.detail
-    assert all(report.item("widget", n).outcome is Outcome.REFUSED for n in WIDGET_NAMES)
+    assert all(report.item("widget", n).outcome is SetupOutcome.REFUSED for n in WIDGET_NAMES)
     assert report.exit_code == EXIT_ATTENTION and report.error is None
     assert fake.dashboards == [] and fake.dashboard_widgets == []
     assert report.lines()[-1] == f"{len(SCORE_CONFIGS)} created, {len(WIDGETS) + 1} refused"
@@ -437,7 +439,7 @@ def test_a_forbidden_dashboards_api_is_a_refusal_not_an_auth_error(
     fake.fail_next(403, path_prefix=DASHBOARDS_PATH)
     report = init_langfuse(api)
     board = report.item("dashboard", DASHBOARD_NAME)
-    assert board.outcome is Outcome.REFUSED and "403" in board.detail
+    assert board.outcome is SetupOutcome.REFUSED and "403" in board.detail
     assert report.exit_code == EXIT_ATTENTION
 
 
@@ -447,13 +449,13 @@ def test_a_refused_dashboard_keeps_its_widgets_for_the_next_run(
     fake.fail_next(400, path_prefix=DASHBOARDS_PATH, method="POST")
     first = init_langfuse(api)
     board = first.item("dashboard", DASHBOARD_NAME)
-    assert board.outcome is Outcome.REFUSED and "400" in board.detail
-    assert all(first.item("widget", n).outcome is Outcome.CREATED for n in WIDGET_NAMES)
+    assert board.outcome is SetupOutcome.REFUSED and "400" in board.detail
+    assert all(first.item("widget", n).outcome is SetupOutcome.CREATED for n in WIDGET_NAMES)
 
     second = init_langfuse(api)
 
-    assert second.item("dashboard", DASHBOARD_NAME).outcome is Outcome.CREATED
-    assert all(second.item("widget", n).outcome is Outcome.EXISTED for n in WIDGET_NAMES)
+    assert second.item("dashboard", DASHBOARD_NAME).outcome is SetupOutcome.CREATED
+    assert all(second.item("widget", n).outcome is SetupOutcome.EXISTED for n in WIDGET_NAMES)
     assert len(fake.dashboard_widgets) == len(WIDGETS)  # reused, not made twice
     (stored,) = fake.dashboards
     assert len(stored["definition"]["widgets"]) == len(WIDGETS)
@@ -463,7 +465,7 @@ def test_a_refused_widget_is_left_off_the_dashboard(fake: FakeLangfuse, api: Lan
     fake.fail_next(400, path_prefix=DASHBOARD_WIDGETS_PATH, method="POST")
     report = init_langfuse(api)
     first = report.item("widget", WIDGET_NAMES[0])
-    assert first.outcome is Outcome.REFUSED and "Langfuse answered 400" in first.detail
+    assert first.outcome is SetupOutcome.REFUSED and "Langfuse answered 400" in first.detail
     assert (
         report.item("dashboard", DASHBOARD_NAME).detail
         == f"with {len(WIDGETS) - 1} of {len(WIDGETS)} widgets"
@@ -484,14 +486,17 @@ def test_an_existing_dashboard_gets_the_missing_widgets_appended(
     report = init_langfuse(api)
 
     board = report.item("dashboard", DASHBOARD_NAME)
-    assert (board.outcome, board.detail) == (Outcome.EXISTED, f"{len(WIDGETS)} widgets added to it")
+    assert (board.outcome, board.detail) == (
+        SetupOutcome.EXISTED,
+        f"{len(WIDGETS)} widgets added to it",
+    )
     widget = report.item("widget", WIDGET_NAMES[0])
-    assert widget.outcome is Outcome.CREATED
+    assert widget.outcome is SetupOutcome.CREATED
     assert widget.detail.endswith("placed on the existing dashboard")
     (stored,) = fake.dashboards
     assert stored["description"] == "made by hand"  # nothing else is edited
     assert len(stored["definition"]["widgets"]) == len(WIDGETS)
-    assert set(outcomes(init_langfuse(api)).values()) == {Outcome.EXISTED}
+    assert set(outcomes(init_langfuse(api)).values()) == {SetupOutcome.EXISTED}
 
 
 def test_an_outage_while_placing_fails_that_widget_and_keeps_the_rest_honest(
@@ -505,11 +510,11 @@ def test_an_outage_while_placing_fails_that_widget_and_keeps_the_rest_honest(
     fake.fail_next(503, path_prefix=f"{DASHBOARDS_PATH}/{made.json()['id']}/placements")
     report = init_langfuse(api)
     first = report.item("widget", WIDGET_NAMES[0])
-    assert first.outcome is Outcome.FAILED and "placing widget" in first.detail
+    assert first.outcome is SetupOutcome.FAILED and "placing widget" in first.detail
     assert first.id == fake.dashboard_widgets[0]["id"]  # the widget itself was made
-    assert report.item("dashboard", DASHBOARD_NAME).outcome is Outcome.EXISTED
+    assert report.item("dashboard", DASHBOARD_NAME).outcome is SetupOutcome.EXISTED
     second = report.item("widget", WIDGET_NAMES[1])
-    assert second.outcome is Outcome.CREATED
+    assert second.outcome is SetupOutcome.CREATED
     assert second.detail.endswith("not placed on the dashboard: the run stopped")
     assert report.exit_code == app.EXIT_UNREACHABLE
 
@@ -523,7 +528,7 @@ def test_an_edited_widget_is_reported_as_differing_and_kept(
     )
     report = init_langfuse(api)
     item = report.item("widget", WIDGETS[0].name)
-    assert (item.outcome, item.id) == (Outcome.DIFFERS, created.json()["id"])
+    assert (item.outcome, item.id) == (SetupOutcome.DIFFERS, created.json()["id"])
     assert "chartType" in item.detail
     assert len(fake.dashboard_widgets) == len(WIDGETS)
     assert created.json()["id"] in {
@@ -538,7 +543,7 @@ def test_langfuse_down_fails_with_a_clear_message(fake: FakeLangfuse, api: Langf
 
     assert isinstance(report.error, Unreachable)
     assert report.exit_code == app.EXIT_UNREACHABLE
-    assert set(outcomes(report).values()) == {Outcome.FAILED}
+    assert set(outcomes(report).values()) == {SetupOutcome.FAILED}
     assert not any(item.attempted for item in report.items)
     lines = report.lines()
     assert lines[0] == (
@@ -555,7 +560,7 @@ def test_an_outage_mid_run_says_what_failed_and_what_was_not_attempted(
     fake.fail_next(503, path_prefix=SCORE_CONFIGS_PATH, method="POST")
     report = init_langfuse(api)
     first = report.item("score config", SCORE_NAMES[0])
-    assert first.outcome is Outcome.FAILED and first.attempted
+    assert first.outcome is SetupOutcome.FAILED and first.attempted
     assert "503" in first.detail
     assert sum(not i.attempted for i in report.items) == len(report.items) - 1
     assert report.exit_code == app.EXIT_UNREACHABLE
@@ -584,7 +589,7 @@ def test_rate_limits_wait_for_retry_after(fake: FakeLangfuse, api: LangfuseAPI) 
     fake.fail_next(429, retry_after=2, path_prefix=SCORE_CONFIGS_PATH)
     fake.fail_next(429, path_prefix=DASHBOARDS_PATH)  # no Retry-After: a default wait
     report = init_langfuse(api, sleep=waits.append)
-    assert set(outcomes(report).values()) == {Outcome.CREATED}
+    assert set(outcomes(report).values()) == {SetupOutcome.CREATED}
     assert waits == [2.0, 5.0]
 
     fake.fail_next(429, count=3, retry_after=1, path_prefix=SCORE_CONFIGS_PATH)
@@ -614,7 +619,7 @@ def test_a_rate_limited_write_is_tried_again_and_made_once(
     fake.fail_next(429, retry_after=1, path_prefix=DASHBOARD_WIDGETS_PATH, method="POST")
     report = init_langfuse(api, sleep=waits.append)
     assert waits == [1.0]
-    assert set(outcomes(report).values()) == {Outcome.CREATED}
+    assert set(outcomes(report).values()) == {SetupOutcome.CREATED}
     assert len(fake.dashboard_widgets) == len(WIDGETS)
 
 

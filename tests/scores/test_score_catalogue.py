@@ -14,7 +14,7 @@ from observer.resolver import RESOLVER_SCORE_NAMES
 from observer.scores import SIGNAL_SCORE_NAMES
 from observer.scores.catalogue import CATALOGUE, Producer, ScoreSpec, names_of, spec_of
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PRODUCERS = {
     Producer.SIGNALS: ROOT / "observer" / "scores" / "__init__.py",
     Producer.RESOLVER: ROOT / "observer" / "resolver" / "scores.py",

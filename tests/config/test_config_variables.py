@@ -15,7 +15,7 @@ from observer.cli import main
 from observer.config import Settings
 from observer.config.sources import observer_variables
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = (["config", "show"], ["check"], ["run", "--once"])
 
 

@@ -262,7 +262,7 @@ def test_a_base_url_with_the_api_path_says_what_it_must_be(
 
 def _documented() -> dict[str, str]:
     """`section.key` -> the default column of docs/configuration.md's reference tables."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     rows = re.findall(r"^\| `([a-z_]+\.[a-z_0-9]+)` \| (.+?) \|", text, re.M)
     return dict(rows)
 
