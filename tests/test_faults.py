@@ -59,10 +59,11 @@ def wait(what: str, check: Callable[[], bool]) -> None:
 
 def fill(disk: Path) -> Path:
     filler = disk / "filler"
-    with filler.open("wb") as out, contextlib.suppress(OSError):
+    # Unbuffered: a buffered file keeps the part a failed flush could not write and
+    # raises again when it closes, outside the suppress.
+    with filler.open("wb", buffering=0) as out, contextlib.suppress(OSError):
         while True:
             out.write(b"\0" * 65536)
-            out.flush()
     return filler
 
 
