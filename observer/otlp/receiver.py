@@ -36,7 +36,7 @@ from observer.otlp.spans import origin, span_observation
 from observer.otlp.values import attributes_of
 from observer.otlp.wire import Decoded
 from observer.pipeline import CLOCK_SKEW, Lookup
-from observer.pipeline.traces import Prepared, TraceRecorder
+from observer.pipeline.traces import Prepared, TraceRecorder, look_up
 from observer.state import State, StateError
 from observer.telemetry.metrics import Metrics
 from observer.times import parse_time
@@ -279,17 +279,10 @@ class Receiver:
         return trace, root, latest, prepared
 
     def _look_up(self, prepared: list[Prepared]) -> None:
-        changed = [p for p in prepared if p.changed and p.record and p.signals]
-        pairs = [(p.record, p.signals) for p in changed if p.record and p.signals]
-        if self.lookup is None or not pairs:
-            return
         try:
-            found = self.lookup(pairs)
+            look_up(self.lookup, prepared)
         except Exception:  # the resolver never blocks scoring
             log.exception("otlp_lookup_failed")
-            return
-        for item, findings in zip(changed, found, strict=True):
-            item.findings = findings
 
     def _gauges(self) -> None:
         self.otlp.held_traces.set(len(self.assembly))

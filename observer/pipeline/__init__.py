@@ -6,7 +6,6 @@ The pass is `observer.pipeline.passes`; what happens to one trace, `observer.pip
 from observer.pipeline.passes import (
     CLOCK_SKEW,
     FUTURE_READ,
-    Lookup,
     Marks,
     PassResult,
     Pipeline,
@@ -15,6 +14,7 @@ from observer.pipeline.passes import (
     PublishKind,
     next_watermark,
 )
+from observer.pipeline.traces import Lookup
 
 __all__ = [
     "CLOCK_SKEW",

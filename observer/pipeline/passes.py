@@ -47,17 +47,17 @@ import structlog
 from opentelemetry import trace
 
 from observer.mapping.rules import MappingRules
-from observer.model import RagRecord, Signals
 from observer.pipeline.traces import (
     JudgeGate,
+    Lookup,
     Outcome,
     Prepared,
     ScoredHook,
     SignalsHook,
     TraceRecorder,
     failed,
+    look_up,
 )
-from observer.resolver.core import ResolverFindings
 from observer.signals import SignalParams
 from observer.sources import ObservationSource, Stopped
 from observer.sources.clean import clean_page
@@ -87,11 +87,6 @@ def _next_page(pages: Iterator[list[dict[str, Any]]]) -> list[dict[str, Any]] | 
         return next(pages, None)
     except Stopped:
         return _STOPPED
-
-
-# The citation resolver for a page's new and changed traces: findings per trace, in order
-# (None where the store could not say).
-Lookup = Callable[[list[tuple[RagRecord, Signals]]], list["ResolverFindings | None"]]
 
 
 class Marks(Protocol):
@@ -525,7 +520,7 @@ class Pipeline:
         result: PassResult,
     ) -> None:
         """The prepared traces of a page: their cited chunks looked up, then recorded."""
-        self._look_up([p for *_, p, _news in handled])
+        look_up(self.lookup, [p for *_, p, _news in handled])
         # One transaction for the page's traces, each still all or nothing: a commit per
         # trace was most of a pass's own cost (bench/pipeline.py).
         outcomes = self.traces.record_many(
@@ -575,14 +570,6 @@ class Pipeline:
                 result.published += 1
             else:
                 result.count(Outcome(kind), hold)
-
-    def _look_up(self, prepared: list[Prepared]) -> None:
-        """The new and changed traces of a page: their cited chunks in one lookup."""
-        changed = [p for p in prepared if p.changed]
-        if self.lookup is not None and changed:
-            found = self.lookup([(p.record, p.signals) for p in changed if p.record and p.signals])
-            for item, findings in zip(changed, found, strict=True):
-                item.findings = findings
 
     def _slow_overlap(self) -> timedelta:
         """What sweeps re-read once an SDK on the slow path is known: the documented

@@ -132,6 +132,22 @@ class Prepared:
         return self.fingerprint is not None and self.signals is not None
 
 
+# The citation resolver for a page's new and changed traces: findings per trace, in order
+# (None where the store could not say).
+Lookup = Callable[[list[tuple[RagRecord, Signals]]], list["ResolverFindings | None"]]
+
+
+def look_up(lookup: Lookup | None, prepared: Sequence[Prepared]) -> None:
+    """The new and changed traces' cited chunks in one lookup, kept on each (what the
+    lookup raises goes up: each caller has its own policy for it)."""
+    changed = [p for p in prepared if p.changed and p.record is not None]
+    pairs = [(p.record, p.signals) for p in changed if p.record and p.signals]
+    if lookup is None or not pairs:
+        return
+    for item, findings in zip(changed, lookup(pairs), strict=True):
+        item.findings = findings
+
+
 # One prepared trace to record: (trace id, prepared, root start, known fingerprint, latest).
 Recording = tuple[str, Prepared, datetime, str | None, datetime | None]
 
