@@ -133,7 +133,7 @@ def main() -> None:
             parts.state,
             parts.metrics,
             Limits(o.settle_s, o.keep_s, 10 * args.traces, 1 << 34, o.root_grace_s),
-            project_id=ProjectId(app.parts.build_api(settings), parts.budget, parts.stop),
+            project_id=ProjectId(app.parts.build_api(settings), parts.budget, parts.stopping),
             lookup=parts.resolver,
             clock=parts.clock,
             monotonic=ticks,
@@ -179,4 +179,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Exception:  # stderr is the logs' devnull by now: the failure goes to the real one
+        import traceback
+
+        traceback.print_exc(file=sys.__stderr__)
+        sys.exit(1)
