@@ -19,17 +19,26 @@ it times, on the daemon's own path (the state file's history read through
 and checks what they find (the segment release and query type, the onset
 within three minutes, generation; the new release flagged) and that a page's
 triage takes at most `--budget-s` (0.5 s) at every rate, exit 1 otherwise.
+
+`--profile`: where one triage's time goes, per rate: each SQLite query it made (what it
+counts, the span of event time, the history rows in that span, the groups returned, its
+time and SQLite's plan).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -43,6 +52,7 @@ from observer.alerts.rules import row_keys  # noqa: E402
 from observer.alerts.service import AlertService, Options, RuleSet  # noqa: E402
 from observer.alerts.triage import keys, lookback_s, triage  # noqa: E402
 from observer.state import State  # noqa: E402
+from observer.state.history import HistoryReader  # noqa: E402
 from observer.telemetry.metrics import Metrics  # noqa: E402
 from tests.alerts.test_triage import NEW, T, grounding_rule, release_scenario  # noqa: E402
 
@@ -59,7 +69,104 @@ def timed(repeat: int, work: object) -> tuple[float, object]:
     return statistics.median(times), result
 
 
-def measure(rate: float, repeat: int, budget_s: float) -> tuple[list[str], bool]:
+@dataclass(frozen=True)
+class Asked:
+    """One query a triage made, as --profile shows it."""
+
+    what: str
+    span_min: float  # of event time, minutes
+    rows: int  # history rows in that span (what SQLite reads)
+    groups: int  # rows it returned
+    seconds: float
+    plan: str
+
+
+def _what(sql: str) -> str:
+    if "CAST((:anchor - at)" in sql:
+        return "buckets (onset)"
+    if "LIMIT :limit" in sql:
+        return "worst (examples)"
+    if "GROUP BY environment" in sql:
+        return "cells (segments, layer)"
+    return sql[:40]
+
+
+def _plan(steps: Iterator[Any]) -> str:
+    """SQLite's plan in short: the index it searches and what it sorts."""
+    said = []
+    for *_, detail in steps:
+        if " USING " in detail:
+            said.append(detail.split(" USING ", 1)[1].split(" (", 1)[0].lower())
+        elif "TEMP B-TREE" in detail:
+            said.append("sort for " + detail.rsplit(" FOR ", 1)[1].lower())
+    return ", ".join(said)
+
+
+class _Timed:
+    """A connection whose queries are timed and explained (--profile)."""
+
+    def __init__(self, db: sqlite3.Connection, asked: list[Asked]) -> None:
+        self.db = db
+        self.asked = asked
+
+    def execute(self, sql: str, parameters: Any = ()) -> Iterator[Any]:
+        plan = _plan(self.db.execute(f"EXPLAIN QUERY PLAN {sql}", parameters))
+        started = time.perf_counter()
+        found = self.db.execute(sql, parameters).fetchall()
+        seconds = time.perf_counter() - started
+        start, end = parameters["start"], parameters["end"]
+        (rows,) = self.db.execute(
+            "SELECT COUNT(*) FROM history WHERE at > ? AND at <= ?", (start, end)
+        ).fetchone()
+        self.asked.append(Asked(_what(sql), (end - start) / 60, rows, len(found), seconds, plan))
+        return iter(found)
+
+
+class Profiled:
+    """The evaluator's reader, its queries recorded (what `triage_at` reads through)."""
+
+    def __init__(self, reader: HistoryReader) -> None:
+        self.reader = reader
+        self.asked: list[Asked] = []
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[_Timed]:
+        with self.reader.connection() as db:
+            yield _Timed(db, self.asked)
+
+    def rows(self, *args: Any, **kwargs: Any) -> Any:
+        return self.reader.rows(*args, **kwargs)
+
+
+def profile(rate: float, asked: list[Asked]) -> Table:
+    table = Table(title=f"one triage at {rate:g} answers/s: its queries")
+    for column in ("query", "span", "rows in span", "groups", "time", "µs a row", "plan"):
+        table.add_column(column, justify="left" if column in ("query", "plan") else "right")
+    for a in asked:
+        table.add_row(
+            a.what,
+            f"{a.span_min:g} min",
+            f"{a.rows:,}",
+            f"{a.groups:,}",
+            f"{a.seconds * 1000:,.0f} ms",
+            f"{a.seconds * 1e6 / max(1, a.rows):.1f}",
+            a.plan,
+        )
+    total = sum(a.seconds for a in asked)
+    table.add_row(
+        f"{len(asked)} queries",
+        "",
+        f"{sum(a.rows for a in asked):,}",
+        "",
+        f"{total * 1000:,.0f} ms",
+        "",
+    )
+    return table
+
+
+def measure(
+    rate: float, repeat: int, budget_s: float, profiled: list[Table] | None = None
+) -> tuple[list[str], bool]:
     """One rate's row of the table, and whether both found what was planted in time."""
     with tempfile.TemporaryDirectory() as directory:
         state = State(Path(directory) / "state.sqlite")
@@ -70,6 +177,10 @@ def measure(rate: float, repeat: int, budget_s: float) -> tuple[list[str], bool]
         group = (("environment", "production"),)
         reader = state.history.reader()
         triage_s, found = timed(repeat, lambda: service.triage_at(RULE, group, T, reader))
+        if profiled is not None:
+            watched = Profiled(reader)
+            service.triage_at(RULE, group, T, watched)  # type: ignore[arg-type]
+            profiled.append(profile(rate, watched.asked))
         span = len(state.history.rows(T - lookback_s(RULE), T, {"numeric_grounding"}))
 
         def from_rows() -> object:
@@ -110,6 +221,7 @@ def main() -> int:
     parser.add_argument("--rates", default="1,10,30", help="answers a second, comma-separated")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--budget-s", type=float, default=0.5, help="a page's triage at most")
+    parser.add_argument("--profile", action="store_true", help="each query of one triage")
     args = parser.parse_args()
     table = Table(title="triage and release regression (issue 30's release scenario)")
     for column in (
@@ -123,11 +235,15 @@ def main() -> int:
     ):
         table.add_column(column, justify="right")
     ok = True
+    profiled: list[Table] | None = [] if args.profile else None
     for rate in (float(r) for r in args.rates.split(",")):
-        cells, right = measure(rate, args.repeat, args.budget_s)
+        cells, right = measure(rate, args.repeat, args.budget_s, profiled)
         ok &= right
         table.add_row(*cells)
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for shown in profiled or ():
+        console.print(shown)
     return 0 if ok else 1
 
 
