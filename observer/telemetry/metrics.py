@@ -99,17 +99,19 @@ class Declared(Generic[M]):
 
     def make(self, registry: CollectorRegistry) -> M:
         made: M = self.kind(self.name, self.doc, self.labels, registry=registry, **self.options)
-        for value in self.zero:
+        for value in self.zero if len(self.labels) == 1 else ():  # a quality one's: per pair
             made.labels(value)
         return made
 
 
-def make_declared(instance: object, registry: CollectorRegistry) -> None:
-    """Every metric declared on the instance's class, in the order declared (the order
-    /metrics shows them in)."""
-    for declared in vars(type(instance)).values():
-        if isinstance(declared, Declared):
-            instance.__dict__[declared.attribute] = declared.make(registry)
+class Declarations:
+    """A class of declared metrics: each made in the registry, in the order declared (the
+    order /metrics shows them in)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        for declared in vars(type(self)).values():
+            if isinstance(declared, Declared):
+                self.__dict__[declared.attribute] = declared.make(registry)
 
 
 def counter(
@@ -133,7 +135,7 @@ def ratio(name: str, doc: str) -> Declared[Histogram]:
     return histogram(name, doc, Q, buckets=RATIO_BUCKETS)
 
 
-class FleetMetrics:
+class FleetMetrics(Declarations):
     """A fleet member's own (docs/operating.md#running-a-fleet), summed across members in
     Prometheus. Registered when the daemon joins a fleet (`Metrics.fleet`), so a single
     daemon's /metrics is as it always was."""
@@ -155,9 +157,6 @@ class FleetMetrics:
         "Times this member found the fleet's Redis had lost its data (recreated)")
     # fmt: on
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        make_declared(self, registry)
-
 
 OTLP_REQUEST_RESULTS = ("accepted", "throttled", "unavailable", "unauthorized", "bad_request",
     "too_large", "unsupported")  # fmt: skip
@@ -165,7 +164,7 @@ OTLP_HANDED_REASONS = ("settled", "max_traces", "max_bytes")
 OTLP_DROP_REASONS = ("no_root", "late_forgotten", "partial")
 
 
-class OtlpMetrics:
+class OtlpMetrics(Declarations):
     """The OTLP receiver's (docs/daemon.md#the-event-path), registered when it runs."""
 
     # fmt: off
@@ -185,26 +184,25 @@ class OtlpMetrics:
     held_bytes = gauge("observer_otlp_assembly_bytes", "Span bytes held (protobuf size)")
     # fmt: on
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        make_declared(self, registry)
-
 
 # Releases (and models) with series of their own at once: the most recently seen.
 MAX_RELEASES = 8
 RELEASE_FLAGS = ("ungrounded", "unsupported_numbers", "abstained")
 
 
-class Metrics:
-    """Every metric of the daemon, declared below as a table; the registry is injected."""
+class Metrics(Declarations):
+    """Every metric of the daemon, declared below as a table; the registry is injected.
+    A quality counter (labels environment, query_type and at most one more, whose `zero`
+    values it holds) has its series at 0 for each new pair (`quality_labels`)."""
 
     # fmt: off
     info = gauge("observer_build_info", "observer's version", ("version",))
     # -- answer quality, per environment and query type
     answers = counter("observer_answers_scored_total", "Answers scored (first time per trace)", Q)
     answers_by_band = counter("observer_answers_by_band_total",
-        "Answers by confidence band", (*Q, "band"))
+        "Answers by confidence band", (*Q, "band"), zero=[band.value for band in Band])
     answers_by_grade = counter("observer_answers_by_crag_grade_total",
-        "Answers by recomputed CRAG grade", (*Q, "crag_grade"))
+        "Answers by recomputed CRAG grade", (*Q, "crag_grade"), zero=[g.value for g in Grade])
     answers_ungrounded = counter("observer_answers_ungrounded_total", "Ungrounded answers", Q)
     answers_fallback = counter("observer_answers_fallback_total",
         "Fallback (no-evidence) answers", Q)
@@ -362,16 +360,17 @@ class Metrics:
         self._labels_lock = threading.Lock()
         # The releases and models seen last, most recent last; a value pushed out takes its
         # series with it (a new release must never land in `other`).
-        self._recent: dict[str, OrderedDict[str, None]] = {
-            "release": OrderedDict(),
-            "model": OrderedDict(),
-        }
+        self._recent = {"release": OrderedDict[str, None](), "model": OrderedDict[str, None]()}
         self._release_series: set[tuple[str, str, str]] = set()
-        self._alerts_active: dict[str, set[tuple[str, str, str]]] = {}
-        self._incidents_open: set[str] = set()
+        self._shown: dict[tuple[Gauge, str], set[tuple[str, ...]]] = {}  # see `_show`
         self._watermark: float | None = None
         self._clock: Callable[[], float] = time.time
-        make_declared(self, self.registry)
+        super().__init__(self.registry)
+        self._quality = [
+            d for d in vars(Metrics).values()
+            if isinstance(d, Declared) and d.kind is Counter and d.labels[:2] == Q
+            and (d.labels == Q or d.zero)
+        ]  # fmt: skip
         self.info.labels(version=__version__).set(1)
         self.watermark_lag.set_function(self._lag)
 
@@ -396,47 +395,33 @@ class Metrics:
         query types keep their name; '' for a rule that does not group by it stays '')."""
         if not query_type:
             return query_type
-        query_type = label_value(query_type)
         with self._labels_lock:
-            if query_type in self._query_types:
-                return query_type
-            if len(self._query_types) < self.max_query_types:
-                self._query_types.add(query_type)
-                return query_type
-        return OTHER
+            return _capped(self._query_types, self.max_query_types, label_value(query_type))
 
     def set_alerts_active(self, rule: str, firing: Mapping[tuple[str, str, str], int]) -> None:
         """The rule's firing groups, by (environment, query_type, severity): how many fire in
-        each (several, when capped query types share `other`). Series no longer firing are
-        removed, not left at 0."""
-        cut: dict[tuple[str, str, str], int] = {}
+        each (several, when capped query types share `other`)."""
+        cut: dict[tuple[str, ...], int] = {}
         for (environment, query_type, severity), n in firing.items():
-            key = (label_value(environment), query_type, severity)
+            key = (rule, label_value(environment), query_type, severity)
             cut[key] = cut.get(key, 0) + n
-        firing = cut
-        with self._labels_lock:
-            before = self._alerts_active.get(rule, set())
-            self._alerts_active[rule] = {key for key, n in firing.items() if n > 0}
-        for key, n in firing.items():
-            if n > 0:
-                environment, query_type, severity = key
-                self.alerts_active.labels(
-                    rule=rule, environment=environment, query_type=query_type, severity=severity
-                ).set(n)
-        for key in before - {key for key, n in firing.items() if n > 0}:
-            self.alerts_active.remove(rule, *key)
+        self._show(self.alerts_active, rule, cut)
 
     def set_incidents_open(self, by_environment: Mapping[str, int]) -> None:
-        """The incidents open now per environment; an environment with none is removed."""
+        """The incidents open now per environment."""
+        self._show(self.alert_incidents_open, "", {(e,): n for e, n in by_environment.items()})
+
+    def _show(self, gauge: Gauge, group: str, now: Mapping[tuple[str, ...], int]) -> None:
+        """`gauge`'s series of `group` as `now` says; one at 0 or no longer there is removed,
+        not left at 0 (a series exists only while what it counts does)."""
+        shown = {labels for labels, n in now.items() if n > 0}
         with self._labels_lock:
-            before = self._incidents_open
-            self._incidents_open = {e for e, n in by_environment.items() if n > 0}
-        for environment in self._incidents_open:
-            self.alert_incidents_open.labels(environment=environment).set(
-                by_environment[environment]
-            )
-        for environment in before - self._incidents_open:
-            self.alert_incidents_open.remove(environment)
+            before = self._shown.get((gauge, group), set())
+            self._shown[(gauge, group)] = shown
+        for labels in shown:
+            gauge.labels(*labels).set(now[labels])
+        for labels in before - shown:
+            gauge.remove(*labels)
 
     # -- the lag ------------------------------------------------------------------
 
@@ -472,23 +457,10 @@ class Metrics:
         return env, kind
 
     def _zero_quality(self, env: str, kind: str) -> None:
-        for counter in (
-            self.answers,
-            self.answers_ungrounded,
-            self.answers_fallback,
-            self.answers_ghost,
-            self.answers_unsupported_numbers,
-            self.answers_abstained,
-            self.answers_over_refusal,
-            self.answers_over_cited,
-            self.crag_mismatch,
-            self.critical_unsupported,
-        ):
-            counter.labels(environment=env, query_type=kind)
-        for band in Band:
-            self.answers_by_band.labels(environment=env, query_type=kind, band=band.value)
-        for grade in Grade:
-            self.answers_by_grade.labels(environment=env, query_type=kind, crag_grade=grade.value)
+        for declared in self._quality:
+            counter: Counter = getattr(self, declared.attribute)
+            for value in declared.zero or [None]:
+                counter.labels(env, kind, *([] if value is None else [value]))
 
     def _release_labels(self, record: RagRecord) -> tuple[str, str, str]:
         """(environment, release, model) of an answer; past `MAX_RELEASES` releases (models),
@@ -526,8 +498,7 @@ class Metrics:
         self, kappa: float | None, precision: float | None, recall: float | None, pairs: int
     ) -> None:
         """The agreement's last read; a figure with nothing to compute it from is NaN."""
-        for measure, value in (("kappa", kappa), ("precision", precision), ("recall", recall)):
-            self.judge_agreement.labels(measure=measure).set(math.nan if value is None else value)
+        _measures(self.judge_agreement, kappa=kappa, precision=precision, recall=recall)
         self.judge_pairs.set(pairs)
 
     def judge_used(self, calls: int, prompt: int, completion: int, cost_usd: float) -> None:
@@ -546,12 +517,7 @@ class Metrics:
         no_verdict: int,
     ) -> None:
         """The canary's last run; a figure with nothing to compute it from is NaN."""
-        for measure, value in (
-            ("agreement", agreement),
-            ("kappa", kappa),
-            ("flip_rate", flip_rate),
-        ):
-            self.judge_canary.labels(measure=measure).set(math.nan if value is None else value)
+        _measures(self.judge_canary, agreement=agreement, kappa=kappa, flip_rate=flip_rate)
         self.judge_canary_cases.labels(verdict="judged").set(judged)
         self.judge_canary_cases.labels(verdict="none").set(no_verdict)
 
@@ -559,12 +525,11 @@ class Metrics:
         """One newly scored answer into the quality metrics."""
         series = self._release_labels(record)
         self.answers_by_release.labels(*series).inc()
-        flags = {
-            "ungrounded": signals.ungrounded,
-            "unsupported_numbers": signals.numeric.grounded < signals.numeric.numbers,
-            "abstained": signals.abstained,
-        }
-        for flag, raised in flags.items():
+        unsupported = signals.numeric.grounded < signals.numeric.numbers
+        flags = zip(
+            RELEASE_FLAGS, (signals.ungrounded, unsupported, signals.abstained), strict=True
+        )
+        for flag, raised in flags:
             if raised:
                 self.answers_flagged_by_release.labels(*series, flag).inc()
         env, kind = self.quality_labels(record.environment, record.query_type)
@@ -578,7 +543,7 @@ class Metrics:
             (self.answers_ungrounded, signals.ungrounded),
             (self.answers_fallback, signals.needs_fallback),
             (self.answers_ghost, signals.citations.invalid_refs),
-            (self.answers_unsupported_numbers, signals.numeric.grounded < signals.numeric.numbers),
+            (self.answers_unsupported_numbers, unsupported),
             (self.crag_mismatch, signals.crag_mismatch),
             (self.answers_abstained, signals.abstained),
             (self.answers_over_refusal, signals.over_refusal),
@@ -629,6 +594,12 @@ class Metrics:
             for sample in family.samples
             if sample.name == name
         )
+
+
+def _measures(gauge: Gauge, **values: float | None) -> None:
+    """Each measure's figure; one with nothing to compute it from is NaN."""
+    for measure, value in values.items():
+        gauge.labels(measure=measure).set(math.nan if value is None else value)
 
 
 def _capped(seen: set[str], limit: int, value: str) -> str:
