@@ -72,7 +72,7 @@ class Daemon:
         if parts.receiver is not None:
             parts.receiver.start()
         if parts.member is not None:
-            parts.member.start()
+            parts.member.start(parts.schedule)
         parts.evaluator.start()
         if parts.judge is not None:
             parts.judge.start()

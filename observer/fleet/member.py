@@ -1,14 +1,16 @@
 """One member of the fleet: its threads and its role, on parts the composition root built.
 
-    keeper   every lease_s / 3: the fleet's epoch checked; renew or try the reader's
-             lease; say this member is alive (members ZSET, its figures in a hash that
-             expires); Redis's reachability for /readyz; as the reader, consumers
-             gone for a day deleted
-    reader   while the lease is held: one pass of the reader's pipeline every
-             poll interval (the first at once when the lease is gained)
-    worker   always: `Worker.step` in a loop, waiting at most BLOCK_MS for entries
-    follower always: the other members' signal rows into this history, then the
-             fleet's watermark as this state file's (observer.fleet.alerts)
+    keeper   a job on the daemon's schedule, every lease_s / 3: the fleet's epoch
+             checked; renew or try the reader's lease; say this member is alive
+             (members ZSET, its figures in a hash that expires); Redis's reachability
+             for /readyz; as the reader, consumers gone for a day deleted
+    reader   a thread, while the lease is held: one pass of the reader's pipeline
+             every poll interval (at once when the lease is gained: an event)
+    worker   a thread, always: `Worker.step` in a loop, waiting at most BLOCK_MS for
+             entries
+    follower a job on the daemon's schedule, every FOLLOW_EVERY_S: the other members'
+             signal rows into this history, then the fleet's watermark as this state
+             file's (observer.fleet.alerts)
 
 The window rules are evaluated where the lease is (the reader), with the alert
 state taken over from the last evaluator when the lease is gained, and handed on
@@ -47,7 +49,7 @@ from datetime import UTC, datetime
 import redis
 import structlog
 
-from observer.background import Deadline
+from observer.background import Deadline, Schedule
 from observer.background import Worker as Loop
 from observer.failures import PassOutcome, said
 from observer.fleet.alerts import FleetAlerts, FleetEvaluation
@@ -68,6 +70,7 @@ UNWRITABLE = "the state file cannot be written"
 # Consumers with nothing pending, not seen this long, are deleted (by the reader).
 CONSUMER_KEPT_MS = 86_400_000
 FORGET_EVERY_S = 600.0
+FOLLOW_EVERY_S = 0.5
 
 
 def member_name(state: State) -> str:
@@ -132,15 +135,9 @@ class Member:
         self._owed: str | None = None  # an epoch this member has not given its memory to
         self._read_after = 0.0  # monotonic: after a data loss, the reader waits a lease
         self._forgot_at = 0.0
-        # Four loops of one shape (observer.background.Worker), stopped by the daemon's stop.
+        # The event-driven two (observer.background.Worker), stopped by the daemon's stop;
+        # the keeper and the follower are periodic: jobs on the daemon's schedule (`start`).
         self._loops = [
-            Loop(
-                "fleet-keeper",
-                self._keep_step,
-                interval_s=self.lease_s / 3,
-                crash_event="keep_crashed",
-                stopping=self.stop,
-            ),
             Loop(
                 "fleet-reader",
                 self._read_step,
@@ -156,21 +153,17 @@ class Member:
                 crash_event="work_crashed",
                 stopping=self.stop,
             ),
-            Loop(
-                "fleet-follower",
-                self._follow_step,
-                interval_s=0.5,
-                crash_event="follow_crashed",
-                stopping=self.stop,
-            ),
         ]
 
     # -- life -------------------------------------------------------------------
 
-    def start(self) -> None:
-        """The epoch and the stream's group, then the threads (the lease tried at once)."""
+    def start(self, schedule: Schedule) -> None:
+        """The epoch and the stream's group (the lease tried at once), then the keeper and
+        the follower on `schedule` (stopped by its stop, before `shutdown`) and the threads."""
         self.check_epoch()
         self.keep()
+        schedule.every("fleet-keeper", self.keep, self.lease_s / 3, crash_event="keep_crashed")
+        schedule.every("fleet-follower", self.follow, FOLLOW_EVERY_S, crash_event="follow_crashed")
         for loop in self._loops:
             loop.start()
         log.info("fleet_joined", member=self.name, fleet=self.keys.name, reader=self.lease.held())
@@ -191,10 +184,6 @@ class Member:
         return joined
 
     # -- keeper -------------------------------------------------------------------
-
-    def _keep_step(self) -> bool:
-        self.keep()
-        return False
 
     def keep(self) -> None:
         """One round: the lease renewed or tried, this member's figures, reachability."""
@@ -369,13 +358,13 @@ class Member:
 
     # -- follower -------------------------------------------------------------------
 
-    def _follow_step(self) -> bool:
+    def follow(self) -> None:
+        """The other members' signal rows and the fleet's watermark, while Redis answers."""
         if self.redis_ok:
             try:
                 self.alerts.sync(self.stream.watermark())
             except redis.RedisError as error:
                 self._unreachable(error)
-        return False
 
     # -- reader -------------------------------------------------------------------
 
