@@ -37,7 +37,7 @@ import structlog
 from observer.fleet.entry import BadEntry, Entry, decode
 from observer.fleet.stream import Message, TraceStream
 from observer.pipeline import Lookup
-from observer.pipeline.traces import Prepared, TraceRecorder
+from observer.pipeline.traces import Prepared, TraceRecorder, look_up
 from observer.state import State, StateError
 from observer.telemetry.metrics import Metrics
 
@@ -247,24 +247,17 @@ class EntryWorker:
         self.notify()
 
     def _look_up(self, batch: _Batch, prepared: dict[str, Prepared], result: BatchResult) -> None:
-        """The changed traces' cited chunks in one lookup; alone, one by one, when the
-        batch's lookup raised (so that one trace cannot fail the others)."""
-        changed = {i: p for i, p in prepared.items() if p.changed}
-        asked = {i: (p.record, p.signals) for i, p in changed.items() if p.record and p.signals}
-        if self.lookup is None or not asked:
-            return
+        """The changed traces' cited chunks in one lookup (the pass's `look_up`); alone, one
+        by one, when the batch's lookup raised (so that one trace cannot fail the others)."""
         try:
-            found = dict(zip(asked, self.lookup(list(asked.values())), strict=True))
+            look_up(self.lookup, list(prepared.values()))
         except Exception:
-            found = {}
-            for entry_id, pair in asked.items():
+            for entry_id, item in list(prepared.items()):
                 try:
-                    found[entry_id] = self.lookup([pair])[0]
+                    look_up(self.lookup, [item])
                 except Exception as error:
                     del prepared[entry_id]
                     self._failure(batch, entry_id, error, result)
-        for entry_id, findings in found.items():
-            changed[entry_id].findings = findings
 
     def _failure(self, batch: _Batch, entry_id: str, error: Exception, result: BatchResult) -> None:
         """Scoring an entry raised: delivered again later, or dead after `max_deliveries`.
