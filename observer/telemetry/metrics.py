@@ -47,22 +47,7 @@ def label_value(value: str) -> str:
     return value if len(value) <= MAX_LABEL_CHARS else value[: MAX_LABEL_CHARS - 1] + "…"
 
 
-TRACE_OUTCOMES = ("scored", "rescored", "unchanged", "unsettled", "skipped", "deferred")
-SKIP_REASONS = ("no_root", "no_generation", "no_answer_text", "malformed_sources",
-    "judge_environment", "own_trace", "filtered_environment", "filtered_name", "filtered_tags",
-    "hook_error", "hook_skipped", "hook_invalid", "mapping_error", "too_large",
-    "citations_without_sources", "sources_unverified", "too_costly", "internal_error")  # fmt: skip
-REQUEST_RESULTS = ("ok", "rate_limited", "unreachable", "auth_rejected", "rejected", "too_large",
-    "misdirected")  # fmt: skip
-PASS_FAILURES = ("unreachable", "auth", "config", "state", "crashed")
-DROP_REASONS = ("rejected", "outbox_full")
-PUSH_ERROR_KINDS = ("rate_limited", "auth", "misdirected", "server_error", "unreachable")
-JUDGE_DECISIONS = ("sampled", "risk", "not_sampled", "over_budget", "disabled", "queue_full")
-JUDGE_RESULTS = ("judged", "abstained", "error", "abandoned")
 NOTIFICATION_RESULTS = ("sent", "failed", "dropped")
-FLEET_EVENTS = ("published", "read", "acknowledged", "claimed", "failed", "dead")
-JUDGE_ERROR_REASONS = ("rate_limited", "timeout", "unreachable", "server_error", "bad_request",
-    "protocol", "internal")  # fmt: skip
 
 
 Q = ("environment", "query_type")  # the quality metrics' labels
@@ -79,8 +64,10 @@ class Declared(Generic[M]):
         self, kind: type[M], name: str, doc: str, labels: Sequence[str], **options: Any
     ) -> None:
         self.kind: type[M] = kind
-        self.name, self.doc, self.labels = name, doc, tuple(labels)
-        self.zero: tuple[str, ...] = tuple(options.pop("zero", ()))
+        self.name, self.labels = name, tuple(labels)
+        zero = options.pop("zero", ())
+        self.zero: tuple[str, ...] = tuple(zero.split() if isinstance(zero, str) else zero)
+        self.doc = doc.replace("{zero}", ", ".join(self.zero))  # the values, said once
         self.options = options
         self.attribute = ""
 
@@ -115,8 +102,10 @@ class Declarations:
 
 
 def counter(
-    name: str, doc: str, labels: Sequence[str] = (), *, zero: Iterable[str] = ()
+    name: str, doc: str, labels: Sequence[str] = (), *, zero: str | Iterable[str] = ()
 ) -> Declared[Counter]:
+    """`zero`: the label values at 0 from the start (a string: split at spaces); the help
+    text's `{zero}` says them."""
     return Declared(Counter, name, doc, labels, zero=zero)
 
 
@@ -143,8 +132,8 @@ class FleetMetrics(Declarations):
     # fmt: off
     reader = gauge("observer_fleet_reader", "1 while this member holds the reader's lease")
     entries = counter("observer_fleet_entries_total",
-        "Stream entries by event (published, read, acknowledged, claimed, failed, dead)",
-        ("event",), zero=FLEET_EVENTS)
+        "Stream entries by event ({zero})", ("event",),
+        zero="published read acknowledged claimed failed dead")
     pending = gauge("observer_fleet_pending_entries",
         "Entries delivered to this member and not yet acknowledged")
     lease_changes = counter("observer_fleet_lease_changes_total",
@@ -158,28 +147,23 @@ class FleetMetrics(Declarations):
     # fmt: on
 
 
-OTLP_REQUEST_RESULTS = ("accepted", "throttled", "unavailable", "unauthorized", "bad_request",
-    "too_large", "unsupported")  # fmt: skip
-OTLP_HANDED_REASONS = ("settled", "max_traces", "max_bytes")
-OTLP_DROP_REASONS = ("no_root", "late_forgotten", "partial")
-
-
 class OtlpMetrics(Declarations):
     """The OTLP receiver's (docs/daemon.md#the-event-path), registered when it runs."""
 
     # fmt: off
     requests = counter("observer_otlp_requests_total",
         "Trace export requests by result (throttled: 429, unavailable: 503; the sender retries "
-        "both after Retry-After)", ("result",), zero=OTLP_REQUEST_RESULTS)
+        "both after Retry-After)", ("result",),
+        zero="accepted throttled unavailable unauthorized bad_request too_large unsupported")
     spans = counter("observer_otlp_spans_total", "Spans received (a span sent again counts once)")
     handed = counter("observer_otlp_traces_settled_total",
         "Traces handed to scoring by reason (whole: root in, every parent in, quiet for "
         "root_grace_s; settled: quiet for settle_s; max_traces, max_bytes: settled early, "
         "the assembly was full)",
-        ("reason",), zero=OTLP_HANDED_REASONS)
+        ("reason",), zero="settled max_traces max_bytes")
     dropped = counter("observer_otlp_traces_dropped_total",
         "Traces not scored from here by reason (no_root; late_forgotten, partial: left to the "
-        "poller's backstop)", ("reason",), zero=OTLP_DROP_REASONS)
+        "poller's backstop)", ("reason",), zero="no_root late_forgotten partial")
     held_traces = gauge("observer_otlp_assembly_traces", "Traces held: assembling, due or kept")
     held_bytes = gauge("observer_otlp_assembly_bytes", "Span bytes held (protobuf size)")
     # fmt: on
@@ -237,10 +221,13 @@ class Metrics(Declarations):
         "Judge citation accuracy of judged answers")
     # -- the pipeline
     traces = counter("observer_traces_total",
-        "Traces handled by outcome (scored, rescored, unchanged, unsettled, skipped, deferred)",
-        ("outcome",), zero=TRACE_OUTCOMES)
+        "Traces handled by outcome ({zero})", ("outcome",),
+        zero="scored rescored unchanged unsettled skipped deferred")
     skips = counter("observer_trace_skips_total",
-        "Traces not scored, by reason", ("reason",), zero=SKIP_REASONS)
+        "Traces not scored, by reason", ("reason",), zero="no_root no_generation no_answer_text "
+        "malformed_sources judge_environment own_trace filtered_environment filtered_name "
+        "filtered_tags hook_error hook_skipped hook_invalid mapping_error too_large "
+        "citations_without_sources sources_unverified too_costly internal_error")
     provenance = counter("observer_trace_provenance_total",
         "Answer traces read (first time), by trace name, the content checks' verdicts on their "
         "sources and answer, and whether they recorded retrieval scores",
@@ -251,17 +238,19 @@ class Metrics(Declarations):
     scores_retried = counter("observer_scores_retried_total",
         "Scores whose push failed and that wait in the outbox for another try")
     scores_dropped = counter("observer_scores_dropped_total",
-        "Scores given up on, by reason", ("reason",), zero=DROP_REASONS)
+        "Scores given up on, by reason", ("reason",), zero="rejected outbox_full")
     score_fast_path_fallbacks = counter("observer_score_fast_path_fallbacks_total",
         "Times the direct score upload failed outside HTTP and the SDK's public path took over")
     push_errors = counter("observer_score_push_errors_total",
-        "Failed score pushes (retried later), by kind", ("kind",), zero=PUSH_ERROR_KINDS)
+        "Failed score pushes (retried later), by kind", ("kind",),
+        zero="rate_limited auth misdirected server_error unreachable")
     outbox = gauge("observer_outbox_scores", "Scores waiting in the outbox")
     request_budget = gauge("observer_request_budget_per_minute",
         "The pace of requests to Langfuse (reads and score posts together) the request budget "
         "allows now: adaptive, settled below Langfuse's limit after a 429")
     source_requests = counter("observer_source_requests_total",
-        "Requests to Langfuse's observations API, by result", ("result",), zero=REQUEST_RESULTS)
+        "Requests to Langfuse's observations API, by result", ("result",),
+        zero="ok rate_limited unreachable auth_rejected rejected too_large misdirected")
     observations = counter("observer_observations_read_total", "Observations read from the source")
     watermark_lag = gauge("observer_watermark_lag_seconds",
         "How far the point up to which every trace has been processed trails the clock")
@@ -280,8 +269,8 @@ class Metrics(Declarations):
     pass_duration = histogram("observer_pass_duration_seconds",
         "Duration of one poll pass", buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300))
     passes_failed = counter("observer_passes_failed_total",
-        "Poll passes that did not complete, by what stopped them (unreachable, auth, config, "
-        "state, crashed)", ("kind",), zero=PASS_FAILURES)
+        "Poll passes that did not complete, by what stopped them ({zero})", ("kind",),
+        zero="unreachable auth config state crashed")
     last_pass = gauge("observer_last_pass_timestamp_seconds",
         "When the last poll pass completed (its moment on Langfuse's clock, Unix time)")
     # -- the citation resolver
@@ -295,12 +284,14 @@ class Metrics(Declarations):
         ("environment", "query_type", "finding"))
     # -- the judge
     judge_decisions = counter("observer_judge_decisions_total",
-        "Sampling decisions (sampled, risk, not_sampled, over_budget, disabled, queue_full)",
-        ("decision",), zero=JUDGE_DECISIONS)
+        "Sampling decisions ({zero})", ("decision",),
+        zero="sampled risk not_sampled over_budget disabled queue_full")
     judged = counter("observer_judged_traces_total",
-        "Traces the judge finished, by result", ("result",), zero=JUDGE_RESULTS)
+        "Traces the judge finished, by result", ("result",),
+        zero="judged abstained error abandoned")
     judge_errors = counter("observer_judge_errors_total",
-        "Judge errors (no judge score written), by reason", ("reason",), zero=JUDGE_ERROR_REASONS)
+        "Judge errors (no judge score written), by reason", ("reason",),
+        zero="rate_limited timeout unreachable server_error bad_request protocol internal")
     judge_agreement = gauge("observer_judge_agreement",
         "The judge against people's labels (judge.human_score), the last hour's read over its "
         "window: kappa, precision, recall on unfaithful answers (NaN: nothing to compute it "
@@ -321,7 +312,7 @@ class Metrics(Declarations):
         "Samples queued for the judge (kept in the state file across restarts)")
     judge_calls = counter("observer_judge_calls_total", "LLM calls the judge made")
     judge_tokens = counter("observer_judge_tokens_total",
-        "Tokens the judge used", ("kind",), zero=("prompt", "completion"))
+        "Tokens the judge used", ("kind",), zero="prompt completion")
     judge_funnel_claims = counter("observer_judge_funnel_claims_total",
         "Claims marked not cited-supported without an LLM call: every chunk they cite is missing "
         "from the store or changed since the answer")
