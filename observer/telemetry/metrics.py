@@ -456,34 +456,28 @@ class Metrics(Declarations):
     def _release_labels(self, record: RagRecord) -> tuple[str, str, str]:
         """(environment, release, model) of an answer; past `MAX_RELEASES` releases (models),
         the least recently seen one's series are removed."""
-        labels = {
-            "release": label_value(record.release or "none"),
-            "model": label_value(record.model or "none"),
-        }
-        env = label_value(record.environment or "default")
+        series = (
+            label_value(record.environment or "default"),
+            label_value(record.release or "none"),
+            label_value(record.model or "none"),
+        )
         with self._labels_lock:
-            for kind, value in labels.items():
-                recent = self._recent[kind]
-                recent[value] = None
-                recent.move_to_end(value)
+            for index, recent in ((1, self._recent["release"]), (2, self._recent["model"])):
+                recent[series[index]] = None
+                recent.move_to_end(series[index])
                 while len(recent) > MAX_RELEASES:
                     gone, _ = recent.popitem(last=False)
-                    self._forget_release(kind, gone)
-            series = (env, labels["release"], labels["model"])
+                    for old in [s for s in self._release_series if s[index] == gone]:
+                        self._release_series.discard(old)
+                        self.answers_by_release.remove(*old)
+                        for flag in RELEASE_FLAGS:
+                            self.answers_flagged_by_release.remove(*old, flag)
             if series not in self._release_series:
                 self._release_series.add(series)
                 self.answers_by_release.labels(*series)
                 for flag in RELEASE_FLAGS:
                     self.answers_flagged_by_release.labels(*series, flag)
         return series
-
-    def _forget_release(self, kind: str, value: str) -> None:
-        index = 1 if kind == "release" else 2
-        for series in [s for s in self._release_series if s[index] == value]:
-            self._release_series.discard(series)
-            self.answers_by_release.remove(*series)
-            for flag in RELEASE_FLAGS:
-                self.answers_flagged_by_release.remove(*series, flag)
 
     def set_judge_agreement(
         self, kappa: float | None, precision: float | None, recall: float | None, pairs: int
