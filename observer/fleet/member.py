@@ -28,7 +28,7 @@ the member recreates the epoch and the group (whoever comes first), says so once
 at error level (`fleet_redis_data_lost`) and in
 `observer_fleet_redis_resets_total`, forgets the entries it held (their scores
 in its outbox are delivered all the same), and gives back what it remembers
-doing that the fleet must not do twice (`Crew.restorers`: the judge's spend and
+doing that the fleet must not do twice (`Member.restorers`: the judge's spend and
 claims, the trace rules' claims). A reader then waits one lease before it
 publishes, so that every live member has given its memory back; it reads from
 its own copy of the watermark (the follower's), which stayed below every trace
@@ -84,9 +84,9 @@ def member_name(state: State) -> str:
     return name
 
 
-@dataclass
-class Crew:
-    """What a member works with, built by the composition root (observer.app.parts)."""
+@dataclass(eq=False, repr=False)
+class Member:
+    """A fleet member, on what the composition root built for it (observer.app.parts)."""
 
     name: str
     client: redis.Redis
@@ -107,24 +107,7 @@ class Crew:
     # What this member gives back after Redis lost its data: each (epoch) -> how many.
     restorers: Mapping[str, Callable[[str], int]] = field(default_factory=dict)
 
-
-class Member:
-    def __init__(self, crew: Crew) -> None:
-        self.crew = crew
-        self.name = crew.name
-        self.client = crew.client
-        self.keys = crew.keys
-        self.lease = crew.lease
-        self.stream = crew.stream
-        self.alerts = crew.alerts
-        self.evaluation = crew.evaluation
-        self.worker = crew.worker
-        self.pipeline = crew.pipeline
-        self.state = crew.state
-        self.metrics = crew.metrics
-        self.health = crew.health
-        self.stop = crew.stop
-        self.lease_s = crew.lease_s
+    def __post_init__(self) -> None:
         self.metrics.fleet.redis_up.set(1)  # the member's series exist from its start
         self.wake = threading.Event()  # the lease was gained: read at once
         self.redis_ok = True
@@ -141,7 +124,7 @@ class Member:
             Loop(
                 "fleet-reader",
                 self._read_step,
-                interval_s=crew.poll_interval_s,
+                interval_s=self.poll_interval_s,
                 crash_event="poll_crashed",
                 wake=self.wake,
                 stopping=self.stop,
@@ -313,7 +296,7 @@ class Member:
     def _give_back(self, epoch: str) -> None:
         """What this member remembers doing, into the new epoch (each restorer is once per
         epoch and member in Redis: a retry after a failure never counts twice)."""
-        given = {what: restore(epoch) for what, restore in self.crew.restorers.items()}
+        given = {what: restore(epoch) for what, restore in self.restorers.items()}
         self._owed = None
         self.state.note(self._epoch_note, epoch)  # only now: a crash before gives back again
         log.info("fleet_memory_given_back", member=self.name, given=given)
@@ -377,7 +360,7 @@ class Member:
     def read_once(self) -> None:
         """One pass of the reader's pipeline; never raises. What stopped it is said once
         (observer.failures), and Redis's part acted on: its data lost, or away."""
-        outcome = self.crew.read()
+        outcome = self.read()
         error = outcome.error
         if error is None:
             self.passes += 1
