@@ -30,7 +30,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import structlog
 
@@ -71,35 +71,24 @@ class _Batch:
         return next(m for m in self.messages if m[0] == entry_id)
 
 
+@dataclass(eq=False, repr=False)
 class EntryWorker:
-    def __init__(
-        self,
-        stream: TraceStream,
-        member: str,
-        recorder: TraceRecorder,
-        state: State,
-        metrics: Metrics,
-        *,
-        max_outbox: int,
-        claim_idle_s: float,
-        max_deliveries: int = 5,
-        lookup: Lookup | None = None,
-        notify: Callable[[], None] = lambda: None,
-        batch: int = 50,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.stream = stream
-        self.member = member
-        self.recorder = recorder
-        self.state = state
-        self.metrics = metrics
-        self.max_outbox = max_outbox
-        self.claim_idle_ms = int(claim_idle_s * 1000)
-        self.max_deliveries = max_deliveries
-        self.lookup = lookup
-        self.notify = notify
-        self.batch = batch
-        self.clock = clock
+    stream: TraceStream
+    member: str
+    recorder: TraceRecorder
+    state: State
+    metrics: Metrics
+    _: KW_ONLY
+    max_outbox: int
+    claim_idle_s: float
+    max_deliveries: int = 5
+    lookup: Lookup | None = None
+    notify: Callable[[], None] = lambda: None
+    batch: int = 50
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        self.claim_idle_ms = int(self.claim_idle_s * 1000)
         self.reset()
 
     def reset(self) -> None:
