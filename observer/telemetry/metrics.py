@@ -57,7 +57,7 @@ M = TypeVar("M", Counter, Gauge, Histogram)
 
 class Declared(Generic[M]):
     """One metric declared on a class (its attribute, name, help, labels): made in the
-    registry of each instance by `make_declared`, its `zero` label values at 0 from the
+    registry of each instance by `Declarations`, its `zero` label values at 0 from the
     start, so a dashboard shows 0, not "no data"."""
 
     def __init__(
@@ -81,7 +81,7 @@ class Declared(Generic[M]):
     def __get__(self, instance: object | None, owner: type) -> Declared[M] | M:
         if instance is None:
             return self
-        made: M = instance.__dict__[self.attribute]  # set by make_declared
+        made: M = instance.__dict__[self.attribute]  # set by Declarations
         return made
 
     def make(self, registry: CollectorRegistry) -> M:
