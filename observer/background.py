@@ -1,11 +1,11 @@
 """Background threads: one scheduler for time, one worker shape for queues.
 
-Every periodic job (the poll, housekeeping, the judge's agreement read and canary)
-is an apscheduler job on a `Schedule`; every part that works through a queue or
-is woken by an event (the score dispatcher, each notifier's lane, the judge's
-workers, a fleet member's reader and worker) is a `Worker`: a loop around one
-bounded `step`, woken or on an interval. Both are stopped by a `Deadline` that the
-whole shutdown shares.
+Every periodic job (the poll, housekeeping, the judge's agreement read and canary,
+a fleet member's keeper and follower) is an apscheduler job on a `Schedule`; every
+part that works through a queue or is woken by an event (the score dispatcher, each
+notifier's lane, the judge's workers, a fleet member's reader and worker) is a
+`Worker`: a loop around one bounded `step`, woken or on an interval. Both are
+stopped by a `Deadline` that the whole shutdown shares.
 
 apscheduler's own thread pool is `concurrent.futures`', whose workers the
 interpreter joins at exit: a poll stuck in a 30 s request would hold a stopping
@@ -29,6 +29,7 @@ from typing import Any
 import structlog
 from apscheduler.executors.pool import BasePoolExecutor  # type: ignore[import-untyped]
 from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-untyped]
+from apscheduler.util import undefined  # type: ignore[import-untyped]
 
 log = structlog.get_logger("observer")
 
@@ -118,7 +119,8 @@ class Schedule:
             run,
             "interval",
             seconds=interval_s,
-            next_run_time=datetime.now(UTC) if at_once else None,
+            # Not at once: one interval after the start (apscheduler's default; None pauses).
+            next_run_time=datetime.now(UTC) if at_once else undefined,
             max_instances=1,
             coalesce=True,
             id=name,

@@ -16,41 +16,32 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class Health:
     """What the probes answer, from heartbeats the daemon records. Thread-safe enough:
-    each field is one float written by one thread."""
+    each field is one float written by one thread.
 
-    def __init__(
-        self,
-        *,
-        stale_after_s: float | None,
-        langfuse_within_s: float | None,
-        max_lag_s: float,
-        lag_s: Callable[[], float],
-        outbox: Callable[[], int],
-        max_outbox: int,
-        clock: Callable[[], float] = time.monotonic,
-        heartbeat_of: str = "the poll loop",
-        langfuse_not_used: str | None = None,
-        pass_within_s: float | None = None,
-    ) -> None:
-        """`stale_after_s` None: never stale; `langfuse_within_s` None or
-        `langfuse_not_used` set: readiness does not ask for Langfuse; `pass_within_s`
-        None: nor for a completed pass."""
-        self.pass_within_s = pass_within_s
-        self.stale_after_s = stale_after_s
-        self.langfuse_within_s = langfuse_within_s
-        self.max_lag_s = max_lag_s
-        self.lag_s = lag_s
-        self.outbox = outbox
-        self.max_outbox = max_outbox
-        self.clock = clock
-        self.heartbeat_of = heartbeat_of
-        self.langfuse_not_used = langfuse_not_used
-        self._beat = clock()
+    `stale_after_s` None: never stale; `langfuse_within_s` None or `langfuse_not_used`
+    set: readiness does not ask for Langfuse; `pass_within_s` None: nor for a completed
+    pass."""
+
+    stale_after_s: float | None
+    langfuse_within_s: float | None
+    max_lag_s: float
+    lag_s: Callable[[], float]
+    outbox: Callable[[], int]
+    max_outbox: int
+    clock: Callable[[], float] = time.monotonic
+    heartbeat_of: str = "the poll loop"
+    langfuse_not_used: str | None = None
+    pass_within_s: float | None = None
+
+    def __post_init__(self) -> None:
+        self._beat = self.clock()
         self._started = self._beat
         self._langfuse: float | None = None
         self._pass: float | None = None

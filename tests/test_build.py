@@ -16,7 +16,7 @@ from observer.background import Deadline
 from observer.config import ConfigError
 from observer.state import State
 from observer.telemetry.metrics import Metrics
-from observer.telemetry.otel import setup_telemetry
+from observer.telemetry.otel import Telemetry
 from tests.daemon_helpers import configure, demo_observations
 from tests.fakes.langfuse_server import SCORES_PATH, FakeLangfuse, RequestRecord
 
@@ -94,7 +94,7 @@ def test_a_telemetry_passed_in_stays_the_callers(
 ) -> None:
     settings = configure(monkeypatch, fake)
     metrics = Metrics()
-    telemetry = setup_telemetry()
+    telemetry = Telemetry()
     shut: list[float] = []
     monkeypatch.setattr(telemetry, "shutdown", lambda timeout_s=5.0: shut.append(timeout_s) or True)
     state = tmp_path / "s.sqlite"

@@ -81,6 +81,6 @@ def test_start_tick_shutdown_delivers_everything(
         daemon = Daemon(parts, clock=lambda: now)
         daemon.start()
         daemon.tick()
-        flushed, left = daemon.shutdown(Deadline.within(5))
+        flushed, left = parts.stop(Deadline.within(5))
         assert flushed and left == 0
         assert len(out.read_text().splitlines()) == DEMO.scores

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from observer.alerts.announce import Routing
 from observer.alerts.delivery import Delivery
 from observer.alerts.engine import AlertEvent, AlertState, GroupKey, Row
-from observer.alerts.families import Rows
+from observer.alerts.families import Options, Rows
 from observer.alerts.families.release import Regressions
 from observer.alerts.families.trace import Digests, SharedTraceRules, TraceRules, hour_of
 from observer.alerts.families.window import (
@@ -39,7 +39,7 @@ from observer.alerts.families.window import (
     triage_at,
 )
 from observer.alerts.history import judge_values
-from observer.alerts.incidents import DEFAULT_WINDOW_S, forget
+from observer.alerts.incidents import forget
 from observer.alerts.regression import RegressionRule
 from observer.alerts.rules import Route, TraceRule, WindowRule
 from observer.alerts.sender import Sender
@@ -64,18 +64,6 @@ class RuleSet:
     trace: tuple[TraceRule, ...] = ()
     regressions: tuple[RegressionRule, ...] = ()
     routes: tuple[Route, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Options:
-    """The Langfuse base URL for trace links, groups per rule, days of history kept, the
-    evaluation step, and the correlation window of incidents (0: correlation off)."""
-
-    base_url: str = ""
-    max_groups: int = 50
-    history_days: float = 8.0
-    step_s: float = 60.0
-    correlation_window_s: float = DEFAULT_WINDOW_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,38 +121,18 @@ class AlertService:
             correlation_window_s=o.correlation_window_s,
         )
         health, others = split_judge_health(rules.window)
-        self.judge_health = JudgeHealth(
-            health,
-            self.state,
-            self.sender,
-            self.metrics,
-            base_url=o.base_url,
-            step_s=o.step_s,
-            max_groups=o.max_groups,
-        )
+        self.judge_health = JudgeHealth(health, self.state, self.sender, self.metrics, o)
         unhealthy = self.judge_health.unhealthy
         self.window_rules = WindowRules(
-            others,
-            self.state,
-            self.sender,
-            self.metrics,
-            base_url=o.base_url,
-            step_s=o.step_s,
-            max_groups=o.max_groups,
-            judge_unhealthy=unhealthy,
+            others, self.state, self.sender, self.metrics, o, judge_unhealthy=unhealthy
         )
         self.regression_rules = Regressions(
             rules.regressions, self.state, self.sender, self.metrics, base_url=o.base_url
         )
         self.trace_family = TraceRules(
-            rules.trace,
-            self.sender,
-            self.metrics,
-            base_url=o.base_url,
-            judge_unhealthy=unhealthy,
-            shared=self.shared,
+            rules.trace, self.sender, self.metrics, o, judge_unhealthy=unhealthy, shared=self.shared
         )
-        self.digests = Digests(rules.trace, self.state, self.sender, base_url=o.base_url)
+        self.digests = Digests(rules.trace, self.state, self.sender, o)
         self._forgot = False
         self._evaluating = threading.Lock()  # one step at a time, whichever thread asks
         self._dropped_seen = self.metrics.total("observer_scores_dropped_total")

@@ -7,7 +7,7 @@ schedule (observer.background.Schedule, beside the judge's checks) and ends with
 
 With `[fleet]` the parts are built in mode "member" (observer.app.parts: Redis
 connected first, unreachable: exit 3 naming the variable) and the member does the
-polling and scoring on its own threads (observer.fleet.member); `tick` then only
+polling and scoring on its own threads and jobs (observer.fleet.member); `tick` then only
 checks the server, once.
 """
 
@@ -49,8 +49,8 @@ def signals_set(stop: threading.Event) -> Iterator[None]:
 
 class Daemon:
     """The daemon's jobs, apart: `start()` the threads, `tick()` one poll,
-    `housekeeping()`, `shutdown(deadline)` (the parts' one stop); `run_daemon` schedules
-    them until a signal.
+    `housekeeping()`; `run_daemon` schedules them until a signal, then the parts' one
+    stop (`Parts.stop`).
 
     `tick` and `housekeeping` never raise (the loop never dies on a strange trace or a
     bug). With a fleet member among the parts, its own threads read and score: `tick`
@@ -72,7 +72,7 @@ class Daemon:
         if parts.receiver is not None:
             parts.receiver.start()
         if parts.member is not None:
-            parts.member.start()
+            parts.member.start(parts.schedule)
         parts.evaluator.start()
         if parts.judge is not None:
             parts.judge.start()
@@ -141,11 +141,6 @@ class Daemon:
         if history:
             log.info("history_pruned", rows=history)
         parts.dispatcher.notify()
-
-    def shutdown(self, deadline: Deadline) -> tuple[bool, int]:
-        """The parts' one stop (`Parts.stop`): whether the outbox was flushed, and how
-        many scores it holds."""
-        return self.parts.stop(deadline)
 
 
 def run_daemon(parts: Parts) -> int:

@@ -21,7 +21,7 @@ from observer.fleet.alerts import FleetAlerts, FleetEvaluation, publish_row
 from observer.fleet.budget import FleetBudget, provisional_s
 from observer.fleet.keys import Keys
 from observer.fleet.lease import Lease
-from observer.fleet.member import Crew, Member
+from observer.fleet.member import Member
 from observer.fleet.reader import FleetMarks, StreamPublisher
 from observer.fleet.stream import TraceStream
 from observer.fleet.worker import EntryWorker
@@ -151,29 +151,27 @@ def fleet_member(
         notify=dispatcher.notify,
     )
     return Member(
-        Crew(
-            name=fleet.name,
-            client=fleet.client,
-            keys=fleet.keys,
-            lease=fleet.lease,
-            stream=fleet.stream,
-            alerts=fleet_alerts,
-            evaluation=evaluation,
-            worker=worker,
-            pipeline=pipeline,
-            read=passes.tick,
-            state=state,
-            metrics=metrics,
-            health=health,
-            stop=stop,
-            lease_s=settings.fleet.lease_s,
-            poll_interval_s=settings.source.poll_interval_s,
-            restorers={
-                "judge": lambda epoch: fleet.budget.restore(state, epoch, fleet.name, _now()),
-                "trace_rules": lambda epoch: fleet_alerts.restore(state, epoch, fleet.name, _now()),
-                "alert_state": evaluation.give_back,
-            },
-        )
+        name=fleet.name,
+        client=fleet.client,
+        keys=fleet.keys,
+        lease=fleet.lease,
+        stream=fleet.stream,
+        alerts=fleet_alerts,
+        evaluation=evaluation,
+        worker=worker,
+        pipeline=pipeline,
+        read=passes.tick,
+        state=state,
+        metrics=metrics,
+        health=health,
+        stop=stop,
+        lease_s=settings.fleet.lease_s,
+        poll_interval_s=settings.source.poll_interval_s,
+        restorers={
+            "judge": lambda epoch: fleet.budget.restore(state, epoch, fleet.name, _now()),
+            "trace_rules": lambda epoch: fleet_alerts.restore(state, epoch, fleet.name, _now()),
+            "alert_state": evaluation.give_back,
+        },
     )
 
 

@@ -69,7 +69,7 @@ from observer.state import State
 from observer.state.rows import Row
 from observer.telemetry.http import HttpServer
 from observer.telemetry.metrics import Metrics
-from observer.telemetry.otel import Telemetry, setup_telemetry
+from observer.telemetry.otel import Telemetry
 
 log = structlog.get_logger("observer.app")
 
@@ -263,7 +263,7 @@ class _Wiring:
         self.close_resolver = once(self.resolver.close if self.resolver else lambda: None)
         closing.callback(self.close_resolver)
         if telemetry is None:
-            telemetry = setup_telemetry(judge_to_langfuse=judge_to_langfuse(settings))
+            telemetry = Telemetry(judge_to_langfuse=judge_to_langfuse(settings))
             closing.callback(telemetry.shutdown, min(5.0, settings.run.shutdown_grace_s))
         self.telemetry = telemetry
         if self.fleet is not None:

@@ -24,6 +24,7 @@ and tells `Health` (`/readyz`: "no pass has completed for N s").
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 
 import structlog
@@ -48,29 +49,21 @@ def completed_fields(result: PassResult, counts: tuple[str, ...] = COUNTS) -> di
     return {"sweep": result.sweep, **{name: getattr(result, name) for name in counts}}
 
 
+@dataclass(eq=False, repr=False)
 class Passes:
-    def __init__(
-        self,
-        pipeline: Pipeline,
-        health: Health,
-        evaluator: AlertEvaluator | None,
-        clock: Callable[[], datetime],
-        *,
-        check_server: Callable[[], object] | None = None,
-        counts: tuple[str, ...] = COUNTS,
-        extra: Callable[[], Mapping[str, object]] = dict,
-    ) -> None:
-        """`check_server` raises ConfigError for a server too old (before the first pass);
-        `counts` and `extra` are what `poll_completed` says besides the sweep."""
-        self.pipeline = pipeline
-        self.health = health
-        self.evaluator = evaluator
-        self.clock = clock
-        self.check_server = check_server
-        self.counts = counts
-        self.extra = extra
-        self.done = 0  # passes completed
-        self.first_start: datetime | None = None  # the first pass's window start (no watermark)
+    """`check_server` raises ConfigError for a server too old (before the first pass);
+    `counts` and `extra` are what `poll_completed` says besides the sweep."""
+
+    pipeline: Pipeline
+    health: Health
+    evaluator: AlertEvaluator | None
+    clock: Callable[[], datetime]
+    _: KW_ONLY
+    check_server: Callable[[], object] | None = None
+    counts: tuple[str, ...] = COUNTS
+    extra: Callable[[], Mapping[str, object]] = dict
+    done: int = field(default=0, init=False)  # passes completed
+    first_start: datetime | None = field(default=None, init=False)  # the first window's start
 
     def check(self) -> None:
         """The server checked, once per process (ConfigError when it is too old; a

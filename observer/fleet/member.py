@@ -1,14 +1,16 @@
 """One member of the fleet: its threads and its role, on parts the composition root built.
 
-    keeper   every lease_s / 3: the fleet's epoch checked; renew or try the reader's
-             lease; say this member is alive (members ZSET, its figures in a hash that
-             expires); Redis's reachability for /readyz; as the reader, consumers
-             gone for a day deleted
-    reader   while the lease is held: one pass of the reader's pipeline every
-             poll interval (the first at once when the lease is gained)
-    worker   always: `Worker.step` in a loop, waiting at most BLOCK_MS for entries
-    follower always: the other members' signal rows into this history, then the
-             fleet's watermark as this state file's (observer.fleet.alerts)
+    keeper   a job on the daemon's schedule, every lease_s / 3: the fleet's epoch
+             checked; renew or try the reader's lease; say this member is alive
+             (members ZSET, its figures in a hash that expires); Redis's reachability
+             for /readyz; as the reader, consumers gone for a day deleted
+    reader   a thread, while the lease is held: one pass of the reader's pipeline
+             every poll interval (at once when the lease is gained: an event)
+    worker   a thread, always: `Worker.step` in a loop, waiting at most BLOCK_MS for
+             entries
+    follower a job on the daemon's schedule, every FOLLOW_EVERY_S: the other members'
+             signal rows into this history, then the fleet's watermark as this state
+             file's (observer.fleet.alerts)
 
 The window rules are evaluated where the lease is (the reader), with the alert
 state taken over from the last evaluator when the lease is gained, and handed on
@@ -26,7 +28,7 @@ the member recreates the epoch and the group (whoever comes first), says so once
 at error level (`fleet_redis_data_lost`) and in
 `observer_fleet_redis_resets_total`, forgets the entries it held (their scores
 in its outbox are delivered all the same), and gives back what it remembers
-doing that the fleet must not do twice (`Crew.restorers`: the judge's spend and
+doing that the fleet must not do twice (`Member.restorers`: the judge's spend and
 claims, the trace rules' claims). A reader then waits one lease before it
 publishes, so that every live member has given its memory back; it reads from
 its own copy of the watermark (the follower's), which stayed below every trace
@@ -47,7 +49,7 @@ from datetime import UTC, datetime
 import redis
 import structlog
 
-from observer.background import Deadline
+from observer.background import Deadline, Schedule
 from observer.background import Worker as Loop
 from observer.failures import PassOutcome, said
 from observer.fleet.alerts import FleetAlerts, FleetEvaluation
@@ -68,6 +70,7 @@ UNWRITABLE = "the state file cannot be written"
 # Consumers with nothing pending, not seen this long, are deleted (by the reader).
 CONSUMER_KEPT_MS = 86_400_000
 FORGET_EVERY_S = 600.0
+FOLLOW_EVERY_S = 0.5
 
 
 def member_name(state: State) -> str:
@@ -81,9 +84,9 @@ def member_name(state: State) -> str:
     return name
 
 
-@dataclass
-class Crew:
-    """What a member works with, built by the composition root (observer.app.parts)."""
+@dataclass(eq=False, repr=False)
+class Member:
+    """A fleet member, on what the composition root built for it (observer.app.parts)."""
 
     name: str
     client: redis.Redis
@@ -104,24 +107,7 @@ class Crew:
     # What this member gives back after Redis lost its data: each (epoch) -> how many.
     restorers: Mapping[str, Callable[[str], int]] = field(default_factory=dict)
 
-
-class Member:
-    def __init__(self, crew: Crew) -> None:
-        self.crew = crew
-        self.name = crew.name
-        self.client = crew.client
-        self.keys = crew.keys
-        self.lease = crew.lease
-        self.stream = crew.stream
-        self.alerts = crew.alerts
-        self.evaluation = crew.evaluation
-        self.worker = crew.worker
-        self.pipeline = crew.pipeline
-        self.state = crew.state
-        self.metrics = crew.metrics
-        self.health = crew.health
-        self.stop = crew.stop
-        self.lease_s = crew.lease_s
+    def __post_init__(self) -> None:
         self.metrics.fleet.redis_up.set(1)  # the member's series exist from its start
         self.wake = threading.Event()  # the lease was gained: read at once
         self.redis_ok = True
@@ -132,19 +118,13 @@ class Member:
         self._owed: str | None = None  # an epoch this member has not given its memory to
         self._read_after = 0.0  # monotonic: after a data loss, the reader waits a lease
         self._forgot_at = 0.0
-        # Four loops of one shape (observer.background.Worker), stopped by the daemon's stop.
+        # The event-driven two (observer.background.Worker), stopped by the daemon's stop;
+        # the keeper and the follower are periodic: jobs on the daemon's schedule (`start`).
         self._loops = [
-            Loop(
-                "fleet-keeper",
-                self._keep_step,
-                interval_s=self.lease_s / 3,
-                crash_event="keep_crashed",
-                stopping=self.stop,
-            ),
             Loop(
                 "fleet-reader",
                 self._read_step,
-                interval_s=crew.poll_interval_s,
+                interval_s=self.poll_interval_s,
                 crash_event="poll_crashed",
                 wake=self.wake,
                 stopping=self.stop,
@@ -156,21 +136,17 @@ class Member:
                 crash_event="work_crashed",
                 stopping=self.stop,
             ),
-            Loop(
-                "fleet-follower",
-                self._follow_step,
-                interval_s=0.5,
-                crash_event="follow_crashed",
-                stopping=self.stop,
-            ),
         ]
 
     # -- life -------------------------------------------------------------------
 
-    def start(self) -> None:
-        """The epoch and the stream's group, then the threads (the lease tried at once)."""
+    def start(self, schedule: Schedule) -> None:
+        """The epoch and the stream's group (the lease tried at once), then the keeper and
+        the follower on `schedule` (stopped by its stop, before `shutdown`) and the threads."""
         self.check_epoch()
         self.keep()
+        schedule.every("fleet-keeper", self.keep, self.lease_s / 3, crash_event="keep_crashed")
+        schedule.every("fleet-follower", self.follow, FOLLOW_EVERY_S, crash_event="follow_crashed")
         for loop in self._loops:
             loop.start()
         log.info("fleet_joined", member=self.name, fleet=self.keys.name, reader=self.lease.held())
@@ -191,10 +167,6 @@ class Member:
         return joined
 
     # -- keeper -------------------------------------------------------------------
-
-    def _keep_step(self) -> bool:
-        self.keep()
-        return False
 
     def keep(self) -> None:
         """One round: the lease renewed or tried, this member's figures, reachability."""
@@ -324,7 +296,7 @@ class Member:
     def _give_back(self, epoch: str) -> None:
         """What this member remembers doing, into the new epoch (each restorer is once per
         epoch and member in Redis: a retry after a failure never counts twice)."""
-        given = {what: restore(epoch) for what, restore in self.crew.restorers.items()}
+        given = {what: restore(epoch) for what, restore in self.restorers.items()}
         self._owed = None
         self.state.note(self._epoch_note, epoch)  # only now: a crash before gives back again
         log.info("fleet_memory_given_back", member=self.name, given=given)
@@ -369,13 +341,13 @@ class Member:
 
     # -- follower -------------------------------------------------------------------
 
-    def _follow_step(self) -> bool:
+    def follow(self) -> None:
+        """The other members' signal rows and the fleet's watermark, while Redis answers."""
         if self.redis_ok:
             try:
                 self.alerts.sync(self.stream.watermark())
             except redis.RedisError as error:
                 self._unreachable(error)
-        return False
 
     # -- reader -------------------------------------------------------------------
 
@@ -388,7 +360,7 @@ class Member:
     def read_once(self) -> None:
         """One pass of the reader's pipeline; never raises. What stopped it is said once
         (observer.failures), and Redis's part acted on: its data lost, or away."""
-        outcome = self.crew.read()
+        outcome = self.read()
         error = outcome.error
         if error is None:
             self.passes += 1

@@ -30,14 +30,14 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import structlog
 
 from observer.fleet.entry import BadEntry, Entry, decode
 from observer.fleet.stream import Message, TraceStream
 from observer.pipeline import Lookup
-from observer.pipeline.traces import Prepared, TraceRecorder
+from observer.pipeline.traces import Prepared, TraceRecorder, look_up
 from observer.state import State, StateError
 from observer.telemetry.metrics import Metrics
 
@@ -71,35 +71,24 @@ class _Batch:
         return next(m for m in self.messages if m[0] == entry_id)
 
 
+@dataclass(eq=False, repr=False)
 class EntryWorker:
-    def __init__(
-        self,
-        stream: TraceStream,
-        member: str,
-        recorder: TraceRecorder,
-        state: State,
-        metrics: Metrics,
-        *,
-        max_outbox: int,
-        claim_idle_s: float,
-        max_deliveries: int = 5,
-        lookup: Lookup | None = None,
-        notify: Callable[[], None] = lambda: None,
-        batch: int = 50,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.stream = stream
-        self.member = member
-        self.recorder = recorder
-        self.state = state
-        self.metrics = metrics
-        self.max_outbox = max_outbox
-        self.claim_idle_ms = int(claim_idle_s * 1000)
-        self.max_deliveries = max_deliveries
-        self.lookup = lookup
-        self.notify = notify
-        self.batch = batch
-        self.clock = clock
+    stream: TraceStream
+    member: str
+    recorder: TraceRecorder
+    state: State
+    metrics: Metrics
+    _: KW_ONLY
+    max_outbox: int
+    claim_idle_s: float
+    max_deliveries: int = 5
+    lookup: Lookup | None = None
+    notify: Callable[[], None] = lambda: None
+    batch: int = 50
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        self.claim_idle_ms = int(self.claim_idle_s * 1000)
         self.reset()
 
     def reset(self) -> None:
@@ -247,24 +236,17 @@ class EntryWorker:
         self.notify()
 
     def _look_up(self, batch: _Batch, prepared: dict[str, Prepared], result: BatchResult) -> None:
-        """The changed traces' cited chunks in one lookup; alone, one by one, when the
-        batch's lookup raised (so that one trace cannot fail the others)."""
-        changed = {i: p for i, p in prepared.items() if p.changed}
-        asked = {i: (p.record, p.signals) for i, p in changed.items() if p.record and p.signals}
-        if self.lookup is None or not asked:
-            return
+        """The changed traces' cited chunks in one lookup (the pass's `look_up`); alone, one
+        by one, when the batch's lookup raised (so that one trace cannot fail the others)."""
         try:
-            found = dict(zip(asked, self.lookup(list(asked.values())), strict=True))
+            look_up(self.lookup, list(prepared.values()))
         except Exception:
-            found = {}
-            for entry_id, pair in asked.items():
+            for entry_id, item in list(prepared.items()):
                 try:
-                    found[entry_id] = self.lookup([pair])[0]
+                    look_up(self.lookup, [item])
                 except Exception as error:
                     del prepared[entry_id]
                     self._failure(batch, entry_id, error, result)
-        for entry_id, findings in found.items():
-            changed[entry_id].findings = findings
 
     def _failure(self, batch: _Batch, entry_id: str, error: Exception, result: BatchResult) -> None:
         """Scoring an entry raised: delivered again later, or dead after `max_deliveries`.

@@ -26,7 +26,7 @@ import functools
 import hashlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -176,30 +176,22 @@ class Outcome:
         return f"{self.kind}:{self.reason}" if self.reason else self.kind
 
 
+@dataclass(eq=False, repr=False)
 class TraceRecorder:
-    def __init__(
-        self,
-        state: State,
-        metrics: Metrics,
-        params: SignalParams,
-        rules: MappingRules,
-        *,
-        settle_s: float = 20.0,
-        on_scored: ScoredHook | None = None,
-        on_signals: SignalsHook | None = None,
-        judge: JudgeGate | None = None,
-        max_cpu_s: float = 10.0,
-    ) -> None:
-        self.state = state
-        self.max_cpu_s = max_cpu_s
-        self.judge = judge
-        self.metrics = metrics
-        self.params = params
-        self.rules = rules
-        self.settle = timedelta(seconds=settle_s)
-        self.on_scored = on_scored
-        self.on_signals = on_signals
-        self._params_digest = params_digest(params)
+    state: State
+    metrics: Metrics
+    params: SignalParams
+    rules: MappingRules
+    _: KW_ONLY
+    settle_s: float = 20.0
+    on_scored: ScoredHook | None = None
+    on_signals: SignalsHook | None = None
+    judge: JudgeGate | None = None
+    max_cpu_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        self.settle = timedelta(seconds=self.settle_s)
+        self._params_digest = params_digest(self.params)
 
     def settled_elsewhere(self) -> TraceRecorder:
         """This recorder for traces whose settling another part decided (the OTLP

@@ -22,25 +22,19 @@ from __future__ import annotations
 import json
 import threading
 from http.server import ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import MetricsHandler
 
+from observer.health import Health
+
 log = structlog.get_logger("observer.http")
 
 IDLE_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 32
-
-
-class Probes(Protocol):
-    """What the probes answer (observer.health.Health): (ok, the JSON body)."""
-
-    def live(self) -> tuple[bool, dict[str, Any]]: ...
-
-    def ready(self) -> tuple[bool, dict[str, Any]]: ...
 
 
 class _BoundedServer(ThreadingHTTPServer):
@@ -73,7 +67,7 @@ class _BoundedServer(ThreadingHTTPServer):
 
 
 def _handler(
-    registry: CollectorRegistry, health: Probes, idle_timeout_s: float
+    registry: CollectorRegistry, health: Health, idle_timeout_s: float
 ) -> type[MetricsHandler]:
     class Handler(MetricsHandler):
         timeout = idle_timeout_s  # a connection silent this long is closed
@@ -107,7 +101,7 @@ class HttpServer:
         host: str,
         port: int,
         registry: CollectorRegistry,
-        health: Probes,
+        health: Health,
         *,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,

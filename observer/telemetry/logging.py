@@ -19,13 +19,6 @@ from typing import Literal
 
 import structlog
 
-_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-}
-
 # Info events logged once per trace: a JSON stream keeps them for search, a terminal shows
 # one line per pass instead (they come back with level "debug").
 PER_TRACE_EVENTS = frozenset({"trace_scored", "trace_rescored", "trace_skipped", "trace_judged"})
@@ -37,28 +30,16 @@ CONTENT_KEYS = frozenset(
 CHATTY = ("httpx", "httpcore", "openai", "apscheduler", "urllib3", "slack_sdk")
 
 
-class _CurrentStderrFile:
-    """A file that writes to whatever `sys.stderr` is at the time: structlog's lines go
-    where the standard library's go, through a progress bar's console when one is drawn
-    (rich puts them above the bar), and to the stream a test swapped in."""
+class _CurrentStderr:
+    """A file that writes to whatever `sys.stderr` is at the time, for structlog and the
+    standard library's loggers alike: a line goes through a progress bar's console when one
+    is drawn (rich puts them above the bar), and to the stream a test swapped in."""
 
     def write(self, text: str) -> int:
         return sys.stderr.write(text)
 
     def flush(self) -> None:
         sys.stderr.flush()
-
-
-class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever `sys.stderr` is when a record is emitted (tests swap it)."""
-
-    @property
-    def stream(self) -> object:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value: object) -> None:
-        pass
 
 
 def drop_per_trace_events(
@@ -137,6 +118,7 @@ def configure_logging(
     log_content: bool = False,
 ) -> None:
     """Logs go to stderr; stdout stays for command output."""
+    number = logging.getLevelNamesMapping()[level.upper()]
     json_lines = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer()
@@ -154,12 +136,12 @@ def configure_logging(
     ]
     structlog.configure(
         processors=[*terminal_filter, *shared, structlog.processors.format_exc_info, renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderrFile()),  # type: ignore[arg-type]
+        wrapper_class=structlog.make_filtering_bound_logger(number),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     # The standard library's loggers: same processors, same renderer, same stream.
-    handler = _CurrentStderr()
+    handler = logging.StreamHandler(_CurrentStderr())
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
@@ -168,10 +150,10 @@ def configure_logging(
     )
     root = logging.getLogger()
     root.handlers = [handler]
-    root.setLevel(_LEVELS[level])
+    root.setLevel(number)
     for name in CHATTY:
-        logging.getLogger(name).setLevel(max(_LEVELS[level], logging.WARNING))
+        logging.getLogger(name).setLevel(max(number, logging.WARNING))
     # The SDK logs its own retries and drops; observer reports those itself. apscheduler
     # warns each time a poll is skipped because the last pass still runs: expected, not news.
     logging.getLogger("langfuse").setLevel(logging.ERROR)
-    logging.getLogger("apscheduler").setLevel(max(_LEVELS[level], logging.ERROR))
+    logging.getLogger("apscheduler").setLevel(max(number, logging.ERROR))

@@ -47,22 +47,7 @@ def label_value(value: str) -> str:
     return value if len(value) <= MAX_LABEL_CHARS else value[: MAX_LABEL_CHARS - 1] + "…"
 
 
-TRACE_OUTCOMES = ("scored", "rescored", "unchanged", "unsettled", "skipped", "deferred")
-SKIP_REASONS = ("no_root", "no_generation", "no_answer_text", "malformed_sources",
-    "judge_environment", "own_trace", "filtered_environment", "filtered_name", "filtered_tags",
-    "hook_error", "hook_skipped", "hook_invalid", "mapping_error", "too_large",
-    "citations_without_sources", "sources_unverified", "too_costly", "internal_error")  # fmt: skip
-REQUEST_RESULTS = ("ok", "rate_limited", "unreachable", "auth_rejected", "rejected", "too_large",
-    "misdirected")  # fmt: skip
-PASS_FAILURES = ("unreachable", "auth", "config", "state", "crashed")
-DROP_REASONS = ("rejected", "outbox_full")
-PUSH_ERROR_KINDS = ("rate_limited", "auth", "misdirected", "server_error", "unreachable")
-JUDGE_DECISIONS = ("sampled", "risk", "not_sampled", "over_budget", "disabled", "queue_full")
-JUDGE_RESULTS = ("judged", "abstained", "error", "abandoned")
 NOTIFICATION_RESULTS = ("sent", "failed", "dropped")
-FLEET_EVENTS = ("published", "read", "acknowledged", "claimed", "failed", "dead")
-JUDGE_ERROR_REASONS = ("rate_limited", "timeout", "unreachable", "server_error", "bad_request",
-    "protocol", "internal")  # fmt: skip
 
 
 Q = ("environment", "query_type")  # the quality metrics' labels
@@ -72,15 +57,17 @@ M = TypeVar("M", Counter, Gauge, Histogram)
 
 class Declared(Generic[M]):
     """One metric declared on a class (its attribute, name, help, labels): made in the
-    registry of each instance by `make_declared`, its `zero` label values at 0 from the
+    registry of each instance by `Declarations`, its `zero` label values at 0 from the
     start, so a dashboard shows 0, not "no data"."""
 
     def __init__(
         self, kind: type[M], name: str, doc: str, labels: Sequence[str], **options: Any
     ) -> None:
         self.kind: type[M] = kind
-        self.name, self.doc, self.labels = name, doc, tuple(labels)
-        self.zero: tuple[str, ...] = tuple(options.pop("zero", ()))
+        self.name, self.labels = name, tuple(labels)
+        zero = options.pop("zero", ())
+        self.zero: tuple[str, ...] = tuple(zero.split() if isinstance(zero, str) else zero)
+        self.doc = doc.replace("{zero}", ", ".join(self.zero))  # the values, said once
         self.options = options
         self.attribute = ""
 
@@ -94,27 +81,31 @@ class Declared(Generic[M]):
     def __get__(self, instance: object | None, owner: type) -> Declared[M] | M:
         if instance is None:
             return self
-        made: M = instance.__dict__[self.attribute]  # set by make_declared
+        made: M = instance.__dict__[self.attribute]  # set by Declarations
         return made
 
     def make(self, registry: CollectorRegistry) -> M:
         made: M = self.kind(self.name, self.doc, self.labels, registry=registry, **self.options)
-        for value in self.zero:
+        for value in self.zero if len(self.labels) == 1 else ():  # a quality one's: per pair
             made.labels(value)
         return made
 
 
-def make_declared(instance: object, registry: CollectorRegistry) -> None:
-    """Every metric declared on the instance's class, in the order declared (the order
-    /metrics shows them in)."""
-    for declared in vars(type(instance)).values():
-        if isinstance(declared, Declared):
-            instance.__dict__[declared.attribute] = declared.make(registry)
+class Declarations:
+    """A class of declared metrics: each made in the registry, in the order declared (the
+    order /metrics shows them in)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        for declared in vars(type(self)).values():
+            if isinstance(declared, Declared):
+                self.__dict__[declared.attribute] = declared.make(registry)
 
 
 def counter(
-    name: str, doc: str, labels: Sequence[str] = (), *, zero: Iterable[str] = ()
+    name: str, doc: str, labels: Sequence[str] = (), *, zero: str | Iterable[str] = ()
 ) -> Declared[Counter]:
+    """`zero`: the label values at 0 from the start (a string: split at spaces); the help
+    text's `{zero}` says them."""
     return Declared(Counter, name, doc, labels, zero=zero)
 
 
@@ -133,7 +124,7 @@ def ratio(name: str, doc: str) -> Declared[Histogram]:
     return histogram(name, doc, Q, buckets=RATIO_BUCKETS)
 
 
-class FleetMetrics:
+class FleetMetrics(Declarations):
     """A fleet member's own (docs/operating.md#running-a-fleet), summed across members in
     Prometheus. Registered when the daemon joins a fleet (`Metrics.fleet`), so a single
     daemon's /metrics is as it always was."""
@@ -141,8 +132,8 @@ class FleetMetrics:
     # fmt: off
     reader = gauge("observer_fleet_reader", "1 while this member holds the reader's lease")
     entries = counter("observer_fleet_entries_total",
-        "Stream entries by event (published, read, acknowledged, claimed, failed, dead)",
-        ("event",), zero=FLEET_EVENTS)
+        "Stream entries by event ({zero})", ("event",),
+        zero="published read acknowledged claimed failed dead")
     pending = gauge("observer_fleet_pending_entries",
         "Entries delivered to this member and not yet acknowledged")
     lease_changes = counter("observer_fleet_lease_changes_total",
@@ -155,38 +146,27 @@ class FleetMetrics:
         "Times this member found the fleet's Redis had lost its data (recreated)")
     # fmt: on
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        make_declared(self, registry)
 
-
-OTLP_REQUEST_RESULTS = ("accepted", "throttled", "unavailable", "unauthorized", "bad_request",
-    "too_large", "unsupported")  # fmt: skip
-OTLP_HANDED_REASONS = ("settled", "max_traces", "max_bytes")
-OTLP_DROP_REASONS = ("no_root", "late_forgotten", "partial")
-
-
-class OtlpMetrics:
+class OtlpMetrics(Declarations):
     """The OTLP receiver's (docs/daemon.md#the-event-path), registered when it runs."""
 
     # fmt: off
     requests = counter("observer_otlp_requests_total",
         "Trace export requests by result (throttled: 429, unavailable: 503; the sender retries "
-        "both after Retry-After)", ("result",), zero=OTLP_REQUEST_RESULTS)
+        "both after Retry-After)", ("result",),
+        zero="accepted throttled unavailable unauthorized bad_request too_large unsupported")
     spans = counter("observer_otlp_spans_total", "Spans received (a span sent again counts once)")
     handed = counter("observer_otlp_traces_settled_total",
         "Traces handed to scoring by reason (whole: root in, every parent in, quiet for "
         "root_grace_s; settled: quiet for settle_s; max_traces, max_bytes: settled early, "
         "the assembly was full)",
-        ("reason",), zero=OTLP_HANDED_REASONS)
+        ("reason",), zero="settled max_traces max_bytes")
     dropped = counter("observer_otlp_traces_dropped_total",
         "Traces not scored from here by reason (no_root; late_forgotten, partial: left to the "
-        "poller's backstop)", ("reason",), zero=OTLP_DROP_REASONS)
+        "poller's backstop)", ("reason",), zero="no_root late_forgotten partial")
     held_traces = gauge("observer_otlp_assembly_traces", "Traces held: assembling, due or kept")
     held_bytes = gauge("observer_otlp_assembly_bytes", "Span bytes held (protobuf size)")
     # fmt: on
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        make_declared(self, registry)
 
 
 # Releases (and models) with series of their own at once: the most recently seen.
@@ -194,17 +174,19 @@ MAX_RELEASES = 8
 RELEASE_FLAGS = ("ungrounded", "unsupported_numbers", "abstained")
 
 
-class Metrics:
-    """Every metric of the daemon, declared below as a table; the registry is injected."""
+class Metrics(Declarations):
+    """Every metric of the daemon, declared below as a table; the registry is injected.
+    A quality counter (labels environment, query_type and at most one more, whose `zero`
+    values it holds) has its series at 0 for each new pair (`quality_labels`)."""
 
     # fmt: off
     info = gauge("observer_build_info", "observer's version", ("version",))
     # -- answer quality, per environment and query type
     answers = counter("observer_answers_scored_total", "Answers scored (first time per trace)", Q)
     answers_by_band = counter("observer_answers_by_band_total",
-        "Answers by confidence band", (*Q, "band"))
+        "Answers by confidence band", (*Q, "band"), zero=[band.value for band in Band])
     answers_by_grade = counter("observer_answers_by_crag_grade_total",
-        "Answers by recomputed CRAG grade", (*Q, "crag_grade"))
+        "Answers by recomputed CRAG grade", (*Q, "crag_grade"), zero=[g.value for g in Grade])
     answers_ungrounded = counter("observer_answers_ungrounded_total", "Ungrounded answers", Q)
     answers_fallback = counter("observer_answers_fallback_total",
         "Fallback (no-evidence) answers", Q)
@@ -239,10 +221,13 @@ class Metrics:
         "Judge citation accuracy of judged answers")
     # -- the pipeline
     traces = counter("observer_traces_total",
-        "Traces handled by outcome (scored, rescored, unchanged, unsettled, skipped, deferred)",
-        ("outcome",), zero=TRACE_OUTCOMES)
+        "Traces handled by outcome ({zero})", ("outcome",),
+        zero="scored rescored unchanged unsettled skipped deferred")
     skips = counter("observer_trace_skips_total",
-        "Traces not scored, by reason", ("reason",), zero=SKIP_REASONS)
+        "Traces not scored, by reason", ("reason",), zero="no_root no_generation no_answer_text "
+        "malformed_sources judge_environment own_trace filtered_environment filtered_name "
+        "filtered_tags hook_error hook_skipped hook_invalid mapping_error too_large "
+        "citations_without_sources sources_unverified too_costly internal_error")
     provenance = counter("observer_trace_provenance_total",
         "Answer traces read (first time), by trace name, the content checks' verdicts on their "
         "sources and answer, and whether they recorded retrieval scores",
@@ -253,17 +238,19 @@ class Metrics:
     scores_retried = counter("observer_scores_retried_total",
         "Scores whose push failed and that wait in the outbox for another try")
     scores_dropped = counter("observer_scores_dropped_total",
-        "Scores given up on, by reason", ("reason",), zero=DROP_REASONS)
+        "Scores given up on, by reason", ("reason",), zero="rejected outbox_full")
     score_fast_path_fallbacks = counter("observer_score_fast_path_fallbacks_total",
         "Times the direct score upload failed outside HTTP and the SDK's public path took over")
     push_errors = counter("observer_score_push_errors_total",
-        "Failed score pushes (retried later), by kind", ("kind",), zero=PUSH_ERROR_KINDS)
+        "Failed score pushes (retried later), by kind", ("kind",),
+        zero="rate_limited auth misdirected server_error unreachable")
     outbox = gauge("observer_outbox_scores", "Scores waiting in the outbox")
     request_budget = gauge("observer_request_budget_per_minute",
         "The pace of requests to Langfuse (reads and score posts together) the request budget "
         "allows now: adaptive, settled below Langfuse's limit after a 429")
     source_requests = counter("observer_source_requests_total",
-        "Requests to Langfuse's observations API, by result", ("result",), zero=REQUEST_RESULTS)
+        "Requests to Langfuse's observations API, by result", ("result",),
+        zero="ok rate_limited unreachable auth_rejected rejected too_large misdirected")
     observations = counter("observer_observations_read_total", "Observations read from the source")
     watermark_lag = gauge("observer_watermark_lag_seconds",
         "How far the point up to which every trace has been processed trails the clock")
@@ -282,8 +269,8 @@ class Metrics:
     pass_duration = histogram("observer_pass_duration_seconds",
         "Duration of one poll pass", buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300))
     passes_failed = counter("observer_passes_failed_total",
-        "Poll passes that did not complete, by what stopped them (unreachable, auth, config, "
-        "state, crashed)", ("kind",), zero=PASS_FAILURES)
+        "Poll passes that did not complete, by what stopped them ({zero})", ("kind",),
+        zero="unreachable auth config state crashed")
     last_pass = gauge("observer_last_pass_timestamp_seconds",
         "When the last poll pass completed (its moment on Langfuse's clock, Unix time)")
     # -- the citation resolver
@@ -297,12 +284,14 @@ class Metrics:
         ("environment", "query_type", "finding"))
     # -- the judge
     judge_decisions = counter("observer_judge_decisions_total",
-        "Sampling decisions (sampled, risk, not_sampled, over_budget, disabled, queue_full)",
-        ("decision",), zero=JUDGE_DECISIONS)
+        "Sampling decisions ({zero})", ("decision",),
+        zero="sampled risk not_sampled over_budget disabled queue_full")
     judged = counter("observer_judged_traces_total",
-        "Traces the judge finished, by result", ("result",), zero=JUDGE_RESULTS)
+        "Traces the judge finished, by result", ("result",),
+        zero="judged abstained error abandoned")
     judge_errors = counter("observer_judge_errors_total",
-        "Judge errors (no judge score written), by reason", ("reason",), zero=JUDGE_ERROR_REASONS)
+        "Judge errors (no judge score written), by reason", ("reason",),
+        zero="rate_limited timeout unreachable server_error bad_request protocol internal")
     judge_agreement = gauge("observer_judge_agreement",
         "The judge against people's labels (judge.human_score), the last hour's read over its "
         "window: kappa, precision, recall on unfaithful answers (NaN: nothing to compute it "
@@ -323,7 +312,7 @@ class Metrics:
         "Samples queued for the judge (kept in the state file across restarts)")
     judge_calls = counter("observer_judge_calls_total", "LLM calls the judge made")
     judge_tokens = counter("observer_judge_tokens_total",
-        "Tokens the judge used", ("kind",), zero=("prompt", "completion"))
+        "Tokens the judge used", ("kind",), zero="prompt completion")
     judge_funnel_claims = counter("observer_judge_funnel_claims_total",
         "Claims marked not cited-supported without an LLM call: every chunk they cite is missing "
         "from the store or changed since the answer")
@@ -362,16 +351,17 @@ class Metrics:
         self._labels_lock = threading.Lock()
         # The releases and models seen last, most recent last; a value pushed out takes its
         # series with it (a new release must never land in `other`).
-        self._recent: dict[str, OrderedDict[str, None]] = {
-            "release": OrderedDict(),
-            "model": OrderedDict(),
-        }
+        self._recent = {"release": OrderedDict[str, None](), "model": OrderedDict[str, None]()}
         self._release_series: set[tuple[str, str, str]] = set()
-        self._alerts_active: dict[str, set[tuple[str, str, str]]] = {}
-        self._incidents_open: set[str] = set()
+        self._shown: dict[tuple[Gauge, str], set[tuple[str, ...]]] = {}  # see `_show`
         self._watermark: float | None = None
         self._clock: Callable[[], float] = time.time
-        make_declared(self, self.registry)
+        super().__init__(self.registry)
+        self._quality = [
+            d for d in vars(Metrics).values()
+            if isinstance(d, Declared) and d.kind is Counter and d.labels[:2] == Q
+            and (d.labels == Q or d.zero)
+        ]  # fmt: skip
         self.info.labels(version=__version__).set(1)
         self.watermark_lag.set_function(self._lag)
 
@@ -396,47 +386,33 @@ class Metrics:
         query types keep their name; '' for a rule that does not group by it stays '')."""
         if not query_type:
             return query_type
-        query_type = label_value(query_type)
         with self._labels_lock:
-            if query_type in self._query_types:
-                return query_type
-            if len(self._query_types) < self.max_query_types:
-                self._query_types.add(query_type)
-                return query_type
-        return OTHER
+            return _capped(self._query_types, self.max_query_types, label_value(query_type))
 
     def set_alerts_active(self, rule: str, firing: Mapping[tuple[str, str, str], int]) -> None:
         """The rule's firing groups, by (environment, query_type, severity): how many fire in
-        each (several, when capped query types share `other`). Series no longer firing are
-        removed, not left at 0."""
-        cut: dict[tuple[str, str, str], int] = {}
+        each (several, when capped query types share `other`)."""
+        cut: dict[tuple[str, ...], int] = {}
         for (environment, query_type, severity), n in firing.items():
-            key = (label_value(environment), query_type, severity)
+            key = (rule, label_value(environment), query_type, severity)
             cut[key] = cut.get(key, 0) + n
-        firing = cut
-        with self._labels_lock:
-            before = self._alerts_active.get(rule, set())
-            self._alerts_active[rule] = {key for key, n in firing.items() if n > 0}
-        for key, n in firing.items():
-            if n > 0:
-                environment, query_type, severity = key
-                self.alerts_active.labels(
-                    rule=rule, environment=environment, query_type=query_type, severity=severity
-                ).set(n)
-        for key in before - {key for key, n in firing.items() if n > 0}:
-            self.alerts_active.remove(rule, *key)
+        self._show(self.alerts_active, rule, cut)
 
     def set_incidents_open(self, by_environment: Mapping[str, int]) -> None:
-        """The incidents open now per environment; an environment with none is removed."""
+        """The incidents open now per environment."""
+        self._show(self.alert_incidents_open, "", {(e,): n for e, n in by_environment.items()})
+
+    def _show(self, gauge: Gauge, group: str, now: Mapping[tuple[str, ...], int]) -> None:
+        """`gauge`'s series of `group` as `now` says; one at 0 or no longer there is removed,
+        not left at 0 (a series exists only while what it counts does)."""
+        shown = {labels for labels, n in now.items() if n > 0}
         with self._labels_lock:
-            before = self._incidents_open
-            self._incidents_open = {e for e, n in by_environment.items() if n > 0}
-        for environment in self._incidents_open:
-            self.alert_incidents_open.labels(environment=environment).set(
-                by_environment[environment]
-            )
-        for environment in before - self._incidents_open:
-            self.alert_incidents_open.remove(environment)
+            before = self._shown.get((gauge, group), set())
+            self._shown[(gauge, group)] = shown
+        for labels in shown:
+            gauge.labels(*labels).set(now[labels])
+        for labels in before - shown:
+            gauge.remove(*labels)
 
     # -- the lag ------------------------------------------------------------------
 
@@ -472,41 +448,30 @@ class Metrics:
         return env, kind
 
     def _zero_quality(self, env: str, kind: str) -> None:
-        for counter in (
-            self.answers,
-            self.answers_ungrounded,
-            self.answers_fallback,
-            self.answers_ghost,
-            self.answers_unsupported_numbers,
-            self.answers_abstained,
-            self.answers_over_refusal,
-            self.answers_over_cited,
-            self.crag_mismatch,
-            self.critical_unsupported,
-        ):
-            counter.labels(environment=env, query_type=kind)
-        for band in Band:
-            self.answers_by_band.labels(environment=env, query_type=kind, band=band.value)
-        for grade in Grade:
-            self.answers_by_grade.labels(environment=env, query_type=kind, crag_grade=grade.value)
+        for declared in self._quality:
+            counter: Counter = getattr(self, declared.attribute)
+            for value in declared.zero or [None]:
+                counter.labels(env, kind, *([] if value is None else [value]))
 
     def _release_labels(self, record: RagRecord) -> tuple[str, str, str]:
         """(environment, release, model) of an answer; past `MAX_RELEASES` releases (models),
         the least recently seen one's series are removed."""
-        labels = {
-            "release": label_value(record.release or "none"),
-            "model": label_value(record.model or "none"),
-        }
-        env = label_value(record.environment or "default")
+        series = (
+            label_value(record.environment or "default"),
+            label_value(record.release or "none"),
+            label_value(record.model or "none"),
+        )
         with self._labels_lock:
-            for kind, value in labels.items():
-                recent = self._recent[kind]
-                recent[value] = None
-                recent.move_to_end(value)
+            for index, recent in ((1, self._recent["release"]), (2, self._recent["model"])):
+                recent[series[index]] = None
+                recent.move_to_end(series[index])
                 while len(recent) > MAX_RELEASES:
                     gone, _ = recent.popitem(last=False)
-                    self._forget_release(kind, gone)
-            series = (env, labels["release"], labels["model"])
+                    for old in [s for s in self._release_series if s[index] == gone]:
+                        self._release_series.discard(old)
+                        self.answers_by_release.remove(*old)
+                        for flag in RELEASE_FLAGS:
+                            self.answers_flagged_by_release.remove(*old, flag)
             if series not in self._release_series:
                 self._release_series.add(series)
                 self.answers_by_release.labels(*series)
@@ -514,20 +479,11 @@ class Metrics:
                     self.answers_flagged_by_release.labels(*series, flag)
         return series
 
-    def _forget_release(self, kind: str, value: str) -> None:
-        index = 1 if kind == "release" else 2
-        for series in [s for s in self._release_series if s[index] == value]:
-            self._release_series.discard(series)
-            self.answers_by_release.remove(*series)
-            for flag in RELEASE_FLAGS:
-                self.answers_flagged_by_release.remove(*series, flag)
-
     def set_judge_agreement(
         self, kappa: float | None, precision: float | None, recall: float | None, pairs: int
     ) -> None:
         """The agreement's last read; a figure with nothing to compute it from is NaN."""
-        for measure, value in (("kappa", kappa), ("precision", precision), ("recall", recall)):
-            self.judge_agreement.labels(measure=measure).set(math.nan if value is None else value)
+        _measures(self.judge_agreement, kappa=kappa, precision=precision, recall=recall)
         self.judge_pairs.set(pairs)
 
     def judge_used(self, calls: int, prompt: int, completion: int, cost_usd: float) -> None:
@@ -546,12 +502,7 @@ class Metrics:
         no_verdict: int,
     ) -> None:
         """The canary's last run; a figure with nothing to compute it from is NaN."""
-        for measure, value in (
-            ("agreement", agreement),
-            ("kappa", kappa),
-            ("flip_rate", flip_rate),
-        ):
-            self.judge_canary.labels(measure=measure).set(math.nan if value is None else value)
+        _measures(self.judge_canary, agreement=agreement, kappa=kappa, flip_rate=flip_rate)
         self.judge_canary_cases.labels(verdict="judged").set(judged)
         self.judge_canary_cases.labels(verdict="none").set(no_verdict)
 
@@ -559,12 +510,11 @@ class Metrics:
         """One newly scored answer into the quality metrics."""
         series = self._release_labels(record)
         self.answers_by_release.labels(*series).inc()
-        flags = {
-            "ungrounded": signals.ungrounded,
-            "unsupported_numbers": signals.numeric.grounded < signals.numeric.numbers,
-            "abstained": signals.abstained,
-        }
-        for flag, raised in flags.items():
+        unsupported = signals.numeric.grounded < signals.numeric.numbers
+        flags = zip(
+            RELEASE_FLAGS, (signals.ungrounded, unsupported, signals.abstained), strict=True
+        )
+        for flag, raised in flags:
             if raised:
                 self.answers_flagged_by_release.labels(*series, flag).inc()
         env, kind = self.quality_labels(record.environment, record.query_type)
@@ -578,7 +528,7 @@ class Metrics:
             (self.answers_ungrounded, signals.ungrounded),
             (self.answers_fallback, signals.needs_fallback),
             (self.answers_ghost, signals.citations.invalid_refs),
-            (self.answers_unsupported_numbers, signals.numeric.grounded < signals.numeric.numbers),
+            (self.answers_unsupported_numbers, unsupported),
             (self.crag_mismatch, signals.crag_mismatch),
             (self.answers_abstained, signals.abstained),
             (self.answers_over_refusal, signals.over_refusal),
@@ -629,6 +579,12 @@ class Metrics:
             for sample in family.samples
             if sample.name == name
         )
+
+
+def _measures(gauge: Gauge, **values: float | None) -> None:
+    """Each measure's figure; one with nothing to compute it from is NaN."""
+    for measure, value in values.items():
+        gauge.labels(measure=measure).set(math.nan if value is None else value)
 
 
 def _capped(seen: set[str], limit: int, value: str) -> str:

@@ -19,7 +19,6 @@ import importlib
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -35,6 +34,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Sampler
 
 from observer import USER_AGENT, __version__
+from observer.background import DaemonThreads, Deadline
 
 if TYPE_CHECKING:
     from langfuse import Langfuse
@@ -274,30 +274,17 @@ class Telemetry:
     def _run(self, work: Callable[[_Part], bool], timeout_s: float, *, abort: bool = False) -> bool:
         """`work` on every part, each in a daemon thread, until the deadline; with `abort`,
         a part still at work then has its exporter shut down."""
-        deadline = time.monotonic() + max(0.0, timeout_s)
-        results = dict.fromkeys(self.parts, False)
-
-        def run(part: _Part) -> None:
-            try:
-                results[part.name] = work(part)
-            except Exception:
-                log.exception("telemetry_flush_failed", part=part.name)
-
-        threads = []
-        for part in self._parts:
-            thread = threading.Thread(target=run, args=(part,), name="observer-otel", daemon=True)
-            thread.start()
-            threads.append(thread)
-        late = []
-        for part, thread in zip(self._parts, threads, strict=True):
-            thread.join(max(0.0, deadline - time.monotonic()))
-            if thread.is_alive():
-                late.append(part.name)
-                if abort:
-                    part.shutdown()  # its retries end at once
+        pool = DaemonThreads()
+        running = {part: pool.submit(work, part) for part in self._parts}
+        pool.join(Deadline.within(timeout_s))
+        late = [part for part, done in running.items() if not done.done()]
+        for part in late if abort else ():
+            part.shutdown()  # its retries end at once
+        for part, done in running.items():
+            if done.done() and done.exception() is not None:
+                log.error("telemetry_flush_failed", part=part.name, exc_info=done.exception())
         if late:
-            log.warning("telemetry_flush_incomplete", parts=late, timeout_s=timeout_s)
-        return not late and all(results.values())
-
-
-setup_telemetry = Telemetry  # what the composition root and the tests call
+            log.warning(
+                "telemetry_flush_incomplete", parts=[p.name for p in late], timeout_s=timeout_s
+            )
+        return not late and all(d.exception() is None and d.result() for d in running.values())

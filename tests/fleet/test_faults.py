@@ -231,3 +231,39 @@ def test_a_state_file_that_cannot_be_written_buries_nothing(
         drain([m1])
         assert m1.stream.dead_count() == 0
         assert len(fake.scores_by_trace()) == demo_counts().scored
+
+
+@pytest.mark.usefixtures("rclient")  # Redis flushed: no lease left by an earlier test
+def test_a_batch_lookup_that_raises_is_asked_again_trace_by_trace_and_fails_only_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+    fake: FakeLangfuse,
+    redis_proc: RedisServer,
+    tmp_path: Path,
+) -> None:
+    # The chunk store chokes on one trace: the batch's one lookup raises, each trace is then
+    # looked up alone, and only the trace whose own lookup raises fails (delivered again).
+    fake.add_observations(traces())
+    settings = fleet_settings(monkeypatch, fake, redis_proc.url, max_deliveries=3)
+    with members(settings, tmp_path, ["m1"]) as fleet:
+        m1 = fleet[0]
+        m1.keep()
+        with keeping(m1):  # a busy machine cannot let the lease lapse mid-pass
+            m1.read_once()
+        assert _entries(m1, "published") == demo_counts().traces
+        choking: list[str] = []
+
+        def lookup(pairs: list[tuple[object, object]]) -> list[None]:
+            record = pairs[0][0]
+            if len(pairs) > 1 or record.trace_id in choking:  # type: ignore[attr-defined]
+                raise RuntimeError("the chunk store choked")
+            if not choking:
+                choking.append(record.trace_id)  # type: ignore[attr-defined]
+                raise RuntimeError("the chunk store choked")
+            return [None]
+
+        m1.worker.lookup = lookup  # type: ignore[assignment]
+        drain(fleet)
+        dead = m1.stream.dead()
+        assert [d.trace_id for d in dead] == choking
+        assert all("the chunk store choked" in d.reason for d in dead)
+        assert len(fake.scores_by_trace()) == demo_counts().scored - 1

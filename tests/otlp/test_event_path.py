@@ -82,6 +82,6 @@ def test_the_daemon_opens_the_receiver_and_closes_it_on_shutdown(tmp_path: Path)
             assert post(url, _export_body(), basic(fake)).status_code == 200
             assert parts.metrics.value("observer_otlp_spans_total") == 1
         finally:
-            daemon.shutdown(Deadline.within(5))
+            parts.stop(Deadline.within(5))
         with pytest.raises(httpx.ConnectError):  # the port is closed
             post(url, _export_body(), basic(fake))

@@ -20,7 +20,7 @@ from observer.health import Health
 from observer.model import Band
 from observer.telemetry.http import HttpServer
 from observer.telemetry.metrics import Metrics
-from observer.telemetry.otel import setup_telemetry
+from observer.telemetry.otel import Telemetry
 
 GOLDEN = Path(__file__).parent / "golden" / "metrics.txt"
 
@@ -92,6 +92,6 @@ def test_with_the_sdk_disabled_metrics_are_served_the_same(
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
-    telemetry = setup_telemetry()
+    telemetry = Telemetry()
     assert not telemetry.enabled
     assert masked(scrape(updated())) == GOLDEN.read_text()

@@ -37,7 +37,6 @@ from observer.telemetry.otel import (
     Telemetry,
     asked_for,
     resource,
-    setup_telemetry,
 )
 from tests.daemon_helpers import after, configure, demo_counts, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
@@ -124,7 +123,7 @@ def test_a_pass_exports_its_spans_and_the_same_metrics(
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
     metrics = Metrics()
-    telemetry = setup_telemetry()
+    telemetry = Telemetry()
     assert telemetry.parts == ["spans"]  # metrics: scraped from /metrics, not pushed
     result = one_pass(monkeypatch, langfuse, tmp_path / "s.sqlite", metrics, telemetry)
     assert telemetry.shutdown(5.0)
@@ -185,9 +184,7 @@ def test_the_judge_calls_follow_the_genai_conventions_and_reach_langfuse(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-collector-key=collector-secret")
     metrics = Metrics()
     with OtlpReceiver(auth=BASIC) as langfuse_otlp:
-        telemetry = setup_telemetry(
-            judge_to_langfuse=LangfuseOtlp(langfuse_otlp.url, PUBLIC, SECRET)
-        )
+        telemetry = Telemetry(judge_to_langfuse=LangfuseOtlp(langfuse_otlp.url, PUBLIC, SECRET))
         assert telemetry.judge_langfuse is not None
         one_pass(
             monkeypatch,
@@ -289,7 +286,7 @@ def test_a_failed_judge_call_is_an_error_span(
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", collector.url + "/v1/traces")
     judge_stub.reject_json_schema = True  # the first call fails with a 400; json_object then works
-    telemetry = setup_telemetry()
+    telemetry = Telemetry()
     assert telemetry.parts == ["spans"]
     one_pass(
         monkeypatch,
@@ -323,7 +320,7 @@ def test_without_otel_variables_nothing_is_built_or_sent(
     threads = {t.name for t in threading.enumerate()}
     # What it costs is the CPU time of this thread: a busy machine stretches the wall clock.
     started = time.thread_time()
-    telemetry = setup_telemetry()
+    telemetry = Telemetry()
     assert time.thread_time() - started < 0.05
     assert not telemetry.enabled and telemetry.judge_langfuse is None
     assert {t.name for t in threading.enumerate()} == threads  # no exporter thread
@@ -354,7 +351,7 @@ def test_disabled_by_the_standard_variables(
     collector: OtlpReceiver, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     environ(monkeypatch, OTEL_EXPORTER_OTLP_ENDPOINT=collector.url, **env)
-    telemetry = setup_telemetry()
+    telemetry = Telemetry()
     assert not telemetry.enabled
     telemetry.tracer.start_span("observer.poll_pass").end()
     telemetry.shutdown(1.0)
@@ -371,7 +368,7 @@ def test_a_collector_down_is_logged_once_and_shutdown_keeps_its_budget(
         url = gone.url
     environ(monkeypatch, OTEL_EXPORTER_OTLP_ENDPOINT=url)
     with capture_logs() as logs:
-        telemetry = setup_telemetry()
+        telemetry = Telemetry()
         tracer = telemetry.tracer
         for _ in range(3):  # one batch, exported at shutdown (the schedule delay is 5 s)
             tracer.start_span("observer.poll_pass").end()
@@ -395,7 +392,7 @@ def test_a_collector_that_never_answers_cannot_hold_shutdown(
         silent.listen(8)
         port = silent.getsockname()[1]
         environ(monkeypatch, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}")
-        telemetry = setup_telemetry()
+        telemetry = Telemetry()
         telemetry.tracer.start_span("observer.poll_pass").end()
         started = time.monotonic()
         assert telemetry.shutdown(0.5) is False
@@ -409,7 +406,7 @@ def test_a_collector_back_after_an_outage_gets_the_spans(
     environ(monkeypatch, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=collector.url + "/v1/traces")
     configure_logging("json", "info")
     with capture_logs() as logs:
-        telemetry = setup_telemetry()
+        telemetry = Telemetry()
         telemetry.tracer.start_span("lost").end()
         telemetry.force_flush(5.0)
         telemetry.tracer.start_span("observer.poll_pass").end()
@@ -462,7 +459,7 @@ def test_the_sdk_sends_the_headers_to_the_endpoint_path(
         OTEL_EXPORTER_OTLP_HEADERS="api-key=secret%20value,x-team=ops",
         OTEL_EXPORTER_OTLP_TRACES_TIMEOUT="3",
     )
-    telemetry = setup_telemetry()
+    telemetry = Telemetry()
     telemetry.tracer.start_span("observer.poll_pass").end()
     assert telemetry.shutdown(5.0)
     (request,) = collector.requests
@@ -493,7 +490,7 @@ def test_gzip_and_the_resource_reach_the_collector(
         OTEL_SERVICE_NAME="observer-eu",
         OTEL_RESOURCE_ATTRIBUTES="deployment.environment.name=prod",
     )
-    telemetry = setup_telemetry()
+    telemetry = Telemetry()
     telemetry.tracer.start_span("observer.poll_pass").end()
     assert telemetry.force_flush(5.0)
     (span,) = collector.spans_named("observer.poll_pass")
@@ -511,7 +508,7 @@ def test_grpc_when_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
             OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
             OTEL_EXPORTER_OTLP_HEADERS="x-team=ops",
         )
-        telemetry = setup_telemetry()
+        telemetry = Telemetry()
         telemetry.tracer.start_span("observer.poll_pass").end()
         assert telemetry.shutdown(5.0)
         (span,) = receiver.spans_named("observer.poll_pass")
@@ -525,7 +522,7 @@ def test_a_second_setup_in_one_process_exports_too(
 ) -> None:
     environ(monkeypatch, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=collector.url + "/v1/traces")
     for round_ in range(2):
-        telemetry = setup_telemetry()
+        telemetry = Telemetry()
         telemetry.tracer.start_span(f"round-{round_}").end()
         assert telemetry.shutdown(5.0)
     assert [s.name for s in collector.spans] == ["round-0", "round-1"]

@@ -18,9 +18,6 @@ and writes them in one transaction. `rows` is the history as a family reads it:
 `History` (under the state file's lock) or the evaluator's own `HistoryReader`.
 """
 
-from observer.alerts.families.family import (
-    Family,
-    Rows,
-)
+from observer.alerts.families.family import Family, Options, Rows
 
-__all__ = ["Family", "Rows"]
+__all__ = ["Family", "Options", "Rows"]

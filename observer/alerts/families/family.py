@@ -1,16 +1,30 @@
-"""What a rule family is, and the history rows it reads."""
+"""What a rule family is, the options the families share, and the history rows it reads."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Collection
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, TypeVar
 
+from observer.alerts.incidents import DEFAULT_WINDOW_S
 from observer.state.rows import Outgoing, Row
 
 R_contra = TypeVar("R_contra", contravariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The Langfuse base URL for trace links, groups per rule, days of history kept, the
+    evaluation step, and the correlation window of incidents (0: correlation off)."""
+
+    base_url: str = ""
+    max_groups: int = 50
+    history_days: float = 8.0
+    step_s: float = 60.0
+    correlation_window_s: float = DEFAULT_WINDOW_S
 
 
 class Rows(Protocol):

@@ -22,7 +22,7 @@ import structlog
 
 from observer.alerts.announce import Message
 from observer.alerts.engine import Example
-from observer.alerts.families import Rows
+from observer.alerts.families import Options, Rows
 from observer.alerts.messages import digest_notification, trace_notification
 from observer.alerts.rules import JUDGE_SIGNALS, TraceRule
 from observer.alerts.sender import Sender
@@ -64,8 +64,8 @@ class TraceRules:
         rules: Sequence[TraceRule],
         sender: Sender,
         metrics: Metrics,
+        options: Options,
         *,
-        base_url: str,
         judge_unhealthy: Callable[[], bool] = lambda: False,
         shared: SharedTraceRules | None = None,
     ) -> None:
@@ -75,7 +75,7 @@ class TraceRules:
         self.rules = tuple(rules)
         self.sender = sender
         self.metrics = metrics
-        self.base_url = base_url
+        self.options = options
         self.judge_unhealthy = judge_unhealthy
         self.shared = shared
         for rule in self.rules:
@@ -111,7 +111,7 @@ class TraceRules:
         cap = rule.max_per_hour
         example = Example(row.trace_id, row.project_id, 1.0)
         names = self.sender.routing.targets(rule.notify)
-        message = Message(names, trace_notification(rule, row, self.base_url, now))
+        message = Message(names, trace_notification(rule, row, self.options.base_url, now))
         claimed = False  # a fleet's claim on this trace, taken last before the commit
         if self.shared is not None:
             shared = self.shared.admit(rule.name, row.trace_id, hour, cap)
@@ -146,12 +146,12 @@ class Digests:
     name = "digests"
 
     def __init__(
-        self, rules: Sequence[TraceRule], state: State, sender: Sender, *, base_url: str
+        self, rules: Sequence[TraceRule], state: State, sender: Sender, options: Options
     ) -> None:
         self.rules = {r.name: r for r in rules}
         self.state = state
         self.sender = sender
-        self.base_url = base_url
+        self.options = options
 
     def step(self, now: datetime, rows: Rows | None = None) -> list[Outgoing]:
         out: list[Outgoing] = []
@@ -161,7 +161,12 @@ class Digests:
             if rule is not None:
                 log.warning("trace_alert_digest", rule=rule.name, traces=digest.suppressed)
                 notification = digest_notification(
-                    rule, digest.hour, digest.suppressed, digest.examples, self.base_url, now
+                    rule,
+                    digest.hour,
+                    digest.suppressed,
+                    digest.examples,
+                    self.options.base_url,
+                    now,
                 )
                 names = self.sender.routing.targets(rule.notify)
                 outgoing = self.sender.outgoing(Message(names, notification))

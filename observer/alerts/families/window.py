@@ -27,7 +27,7 @@ import structlog
 
 from observer.alerts.announce import Desk, Message, announce, refreshed, released
 from observer.alerts.engine import AlertEvent, AlertState, Evaluation, GroupKey, evaluation_points
-from observer.alerts.families import Rows
+from observer.alerts.families import Options, Rows
 from observer.alerts.rules import JUDGE_HEALTH_RULES, WindowRule, row_keys
 from observer.alerts.sender import Sender
 from observer.alerts.triage import QUANTILES, lookback_s, query, triage, triage_of
@@ -119,19 +119,15 @@ class WindowRules:
         state: State,
         sender: Sender,
         metrics: Metrics,
+        options: Options,
         *,
-        base_url: str,
-        step_s: float = 60.0,
-        max_groups: int = 50,
         judge_unhealthy: Callable[[], bool] = lambda: False,
     ) -> None:
         self.rules = tuple(rules)
         self.state = state
         self.sender = sender
         self.metrics = metrics
-        self.base_url = base_url
-        self.step_s = step_s
-        self.max_groups = max_groups
+        self.options = options
         self.judge_unhealthy = judge_unhealthy
         self.progress = Progress()
         # The last triage of each firing group: Alertmanager's re-posts carry it too.
@@ -165,7 +161,7 @@ class WindowRules:
             target = self._target(rule, now, watermark)
             if target is None:
                 continue
-            found = plan(rule, states, last, target, self.step_s, max_points)
+            found = plan(rule, states, last, target, self.options.step_s, max_points)
             if found is not None:
                 plans.append(found)
         return plans
@@ -186,7 +182,7 @@ class WindowRules:
                             loaded,
                             each.states,
                             each.points,
-                            self.max_groups,
+                            self.options.max_groups,
                             ordered=True,
                         ),
                     )
@@ -209,7 +205,7 @@ class WindowRules:
         done = left = 0
         reached: list[float] = []
         skipped = {id(p) for p in plans}
-        desk = Desk(self.sender.routing, self.base_url, now, self.judge_unhealthy())
+        desk = Desk(self.sender.routing, self.options.base_url, now, self.judge_unhealthy())
         for each, result in self.slid(plans, rows) if plans else ():
             if should_stop is not None and should_stop():
                 break
