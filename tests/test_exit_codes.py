@@ -159,6 +159,10 @@ def fail(failure: str, monkeypatch: pytest.MonkeyPatch, fake: FakeLangfuse, tmp_
         return fake.url
     if failure == "judge_unreachable":
         monkeypatch.setenv("OBSERVER_JUDGE_BASE_URL", f"http://127.0.0.1:{a_closed_port()}/v1")
+        # `run --once` then succeeds: its last flush delivers every score, however busy
+        # the machine (the grace and a request's timeout bound only a failing Langfuse).
+        monkeypatch.setenv("OBSERVER_RUN__SHUTDOWN_GRACE_S", "60")
+        monkeypatch.setenv("OBSERVER_SOURCE__REQUEST_TIMEOUT_S", "30")
         return "http://127.0.0.1:"
     if failure == "redis_unreachable":
         config = tmp_path / "observer.toml"
