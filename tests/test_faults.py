@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.app.test_shutdown import daemon_env
 from tests.daemon_helpers import demo_counts, packed_traces
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.servers import free_port
-from tests.test_shutdown import daemon_env
 from tests.waiting import wait_until
 
 

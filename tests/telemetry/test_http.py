@@ -18,9 +18,9 @@ import pytest
 from observer.health import Health
 from observer.telemetry.http import HttpServer
 from observer.telemetry.metrics import Metrics
+from tests.app.test_shutdown import daemon_env
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.servers import free_port
-from tests.test_shutdown import daemon_env
 
 
 class Clock:

@@ -541,7 +541,7 @@ def test_the_command_exports_before_it_exits(
     import subprocess
     import sys
 
-    from tests.test_shutdown import daemon_env
+    from tests.app.test_shutdown import daemon_env
 
     env = {k: v for k, v in daemon_env(langfuse).items() if not k.startswith("OTEL_")}
     env["OTEL_EXPORTER_OTLP_ENDPOINT"] = collector.url

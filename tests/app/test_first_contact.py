@@ -19,7 +19,7 @@ from observer.cli import main
 from tests.daemon_helpers import configure, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "state"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "state"
 
 
 @pytest.fixture

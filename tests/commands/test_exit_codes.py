@@ -11,7 +11,7 @@ credentials), and no output may hold a traceback.
 A command meets only the failures of what it talks to: `score` talks to nothing but its
 file, so only a bad configuration can fail it. The daemon (`run`) waits for Langfuse
 rather than exiting (docs/daemon.md), so it meets only a bad configuration and its
-fleet's Redis here; tests/test_shutdown.py drives its signals.
+fleet's Redis here; tests/app/test_shutdown.py drives its signals.
 """
 
 from __future__ import annotations

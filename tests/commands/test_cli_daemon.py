@@ -420,7 +420,7 @@ def test_check_with_wrong_keys_exits_4(fake: FakeLangfuse, monkeypatch: pytest.M
 def test_judge_command_adds_the_judges_findings_in_input_order(
     judge_stub: OpenAIStub, tmp_path: Path
 ) -> None:
-    lines = (Path(__file__).parent.parent / "examples" / "records.jsonl").read_text()
+    lines = (ROOT / "examples" / "records.jsonl").read_text()
     source = tmp_path / "in.jsonl"
     source.write_text(lines + "not a record\n")
     result = run(["judge", str(source)])
@@ -460,7 +460,7 @@ def test_judge_command_with_a_resolver_applies_the_funnel(
 ) -> None:
     from tests.resolver import hooks
 
-    lines = (Path(__file__).parent.parent / "examples" / "records.jsonl").read_text()
+    lines = (ROOT / "examples" / "records.jsonl").read_text()
     hooks.seed_from_examples()
     deleted = "admin-badge#c2"
     del hooks.STORE[deleted]
@@ -486,7 +486,7 @@ def test_judge_command_with_a_resolver_applies_the_funnel(
 def test_judge_command_says_what_it_judged_on_stderr(
     judge_stub: OpenAIStub, tmp_path: Path
 ) -> None:
-    lines = (Path(__file__).parent.parent / "examples" / "records.jsonl").read_text()
+    lines = (ROOT / "examples" / "records.jsonl").read_text()
     source = tmp_path / "in.jsonl"
     source.write_text("\n".join(lines.splitlines()[:5]) + "\nnot a record\n")
     result = run(["judge", str(source)])
@@ -510,7 +510,7 @@ def test_a_record_whose_signals_fail_is_skipped_with_its_line_and_the_rest_go_on
             raise ZeroDivisionError("division by zero")
         return compute(record, params)
 
-    lines = (Path(__file__).parent.parent / "examples" / "records.jsonl").read_text()
+    lines = (ROOT / "examples" / "records.jsonl").read_text()
     first_three = lines.splitlines()[:3]
     second = json.loads(first_three[1])["trace_id"]
     monkeypatch.setattr(observer.app.score_file, "compute", failing_on_the_second)
@@ -536,7 +536,7 @@ def test_judge_command_against_an_unreachable_endpoint_exits_3_and_says_so(
     monkeypatch.setenv("OBSERVER_JUDGE_BASE_URL", f"http://127.0.0.1:{port}/v1")
     monkeypatch.setenv("OBSERVER_JUDGE_MODEL", "stub-judge")
     monkeypatch.setenv("OBSERVER_JUDGE__MAX_RETRIES", "0")
-    lines = (Path(__file__).parent.parent / "examples" / "records.jsonl").read_text()
+    lines = (ROOT / "examples" / "records.jsonl").read_text()
     source = tmp_path / "in.jsonl"
     source.write_text("\n".join(lines.splitlines()[:3]) + "\n")
     for args in (["judge", str(source)], ["judge", "--strict", str(source)]):

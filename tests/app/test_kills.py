@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from tests.app.test_shutdown import daemon_env
 from tests.daemon_helpers import ROOT, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
-from tests.test_shutdown import daemon_env
 
 KILLS = 20
 SCORES_PATH = "/api/public/scores"

@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 
 from observer.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "records.jsonl"
 
 
