@@ -180,12 +180,13 @@ def _clean(record: RagRecord) -> RagRecord:
     def clean(value: Any) -> Any:
         return clean_text(value) if isinstance(value, str) else value
 
-    texts = [record.question, record.answer, record.trace_id, record.environment, record.context]
+    held: list[Any] = [record.question, record.answer, record.trace_id, record.environment]
+    held.append(record.context)
     for source in record.sources:
-        texts += (source.text, source.chunk_id, source.doc_id, source.title)
+        held += (source.text, source.chunk_id, source.doc_id, source.title)
     # An ASCII string holds no surrogate (`isascii` reads a flag): most records are scanned
     # no further.
-    texts = [t for t in texts if isinstance(t, str)]
+    texts: list[str] = [t for t in held if isinstance(t, str)]
     if all(t.isascii() for t in texts) or not _SURROGATE.search("".join(texts)):
         return record  # the usual case: nothing to clean
     if any(dirty(getattr(record, f.name)) for f in fields(record)):
