@@ -180,12 +180,14 @@ def _clean(record: RagRecord) -> RagRecord:
     def clean(value: Any) -> Any:
         return clean_text(value) if isinstance(value, str) else value
 
-    texts = [record.question, record.answer, *(s.text for s in record.sources)]
-    if (
-        not _SURROGATE.search("".join(texts))
-        and not any(dirty(v) for v in (record.trace_id, record.environment, record.context))
-        and not any(dirty(v) for s in record.sources for v in (s.chunk_id, s.doc_id, s.title))
-    ):
+    held: list[Any] = [record.question, record.answer, record.trace_id, record.environment]
+    held.append(record.context)
+    for source in record.sources:
+        held += (source.text, source.chunk_id, source.doc_id, source.title)
+    # An ASCII string holds no surrogate (`isascii` reads a flag): most records are scanned
+    # no further.
+    texts: list[str] = [t for t in held if isinstance(t, str)]
+    if all(t.isascii() for t in texts) or not _SURROGATE.search("".join(texts)):
         return record  # the usual case: nothing to clean
     if any(dirty(getattr(record, f.name)) for f in fields(record)):
         record = replace(
@@ -369,13 +371,16 @@ def _map(
     record = _record(
         trace_id, root, generation, environment, rules, trail, question, answer, sources, trace_name
     )
-    provenance = replace(
-        provenance,
+    return record, Provenance(  # built whole: `replace` reads every field back, slowly
         question=f"{name_of(asked)}: {where}",
+        answer=provenance.answer,
+        answer_check=answer_check,
+        sources=found.where,
+        sources_check=found.check,
+        trace_name=trace_name,
         question_check=question_check,
         scores=scores_verdict(record),
     )
-    return record, provenance
 
 
 def _absent(view: TraceView, answered: Answered, answer: str, rules: MappingRules) -> Skip | None:

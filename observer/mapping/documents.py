@@ -87,9 +87,11 @@ class _Item:
 
 def _index(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The object's values by folded key; of keys that fold alike, the first."""
-    return {
-        _fold(k): v for k, v in reversed(list(obj.items())) if v is not None and isinstance(k, str)
-    }
+    index: dict[str, Any] = {}
+    for key, value in obj.items():
+        if value is not None and isinstance(key, str):
+            index.setdefault(_fold(key), value)
+    return index
 
 
 def is_document(item: Any, rules: MappingRules) -> bool:

@@ -54,11 +54,11 @@ def strings_in(value: Any, depth: int = 0) -> Iterator[str]:
             yield from strings_in(inner, depth + 1)  # JSON in a string: a tool's result
         else:
             yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from strings_in(item, depth + 1)
     elif isinstance(value, list):
         for item in value:
+            yield from strings_in(item, depth + 1)
+    elif isinstance(value, dict | Mapping):  # a dict is told without the ABC's check
+        for item in value.values():
             yield from strings_in(item, depth + 1)
 
 
