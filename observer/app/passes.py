@@ -85,12 +85,14 @@ class Passes:
         self.health.beat()
         moment = now
         try:
+            # Deleted or replaced: StateError, no pass. Asked first: a local fault that
+            # needs a restart is said as such whatever Langfuse answers, or how slowly.
+            self.pipeline.state.check_identity()
             if moment is None:
                 moment = (clock or self.clock)()
             if self.first_start is None:
                 self.first_start = moment - self.pipeline.lookback
             self.check()
-            self.pipeline.state.check_identity()  # deleted or replaced: StateError, no pass
             result = self.pipeline.poll(moment)
         except Exception as error:
             moment = moment or datetime.now(UTC)  # Langfuse's clock unread: this host's
