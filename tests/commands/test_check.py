@@ -17,6 +17,7 @@ from click.testing import CliRunner, Result
 from observer.cli import main
 from tests.daemon_helpers import configure, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
+from tests.fakes.old_redis import OldRedis
 from tests.servers import free_port
 
 
@@ -59,6 +60,10 @@ def fleet_unreachable(tmp_path: Path, mp: pytest.MonkeyPatch, fake: FakeLangfuse
     mp.setenv("FLEET_REDIS", f"redis://:hunter2@127.0.0.1:{free_port()}/0")
 
 
+def fleet_redis_too_old(tmp_path: Path, mp: pytest.MonkeyPatch, fake: FakeLangfuse) -> None:
+    config(tmp_path, mp, '[fleet]\nsecret_env = "OLD_REDIS"\n')  # tests.fakes.old_redis
+
+
 def keys_swapped(tmp_path: Path, mp: pytest.MonkeyPatch, fake: FakeLangfuse) -> None:
     mp.setenv("LANGFUSE_PUBLIC_KEY", fake.secret_key)
     mp.setenv("LANGFUSE_SECRET_KEY", fake.public_key)
@@ -73,12 +78,19 @@ def state_not_a_database(tmp_path: Path, mp: pytest.MonkeyPatch, fake: FakeLangf
     (tmp_path / "s.sqlite").write_bytes(b"not a database" * 100)
 
 
+@pytest.fixture(scope="module")
+def old_redis() -> Iterator[OldRedis]:
+    with OldRedis() as server:
+        yield server
+
+
 Setup = Callable[[Path, pytest.MonkeyPatch, FakeLangfuse], None]
 CASES: list[tuple[Setup, str, int]] = [
     (nothing, "run --once", 0),
     (notifier_secret_unset, "run --once", 2),
     (fleet_variable_unset, "run", 2),
     (fleet_unreachable, "run", 3),
+    (fleet_redis_too_old, "run", 2),
     (keys_swapped, "run --once", 2),
     (state_of_another_project, "run --once", 2),
     (state_not_a_database, "run --once", 2),
@@ -93,7 +105,9 @@ def test_check_fails_exactly_where_run_refuses_and_with_its_words(
     setup: Setup,
     runs: str,
     code: int,
+    old_redis: OldRedis,
 ) -> None:
+    monkeypatch.setenv("OLD_REDIS", f"redis://:hunter2@127.0.0.1:{old_redis.port}/0")
     setup(tmp_path, monkeypatch, fake)
     state = ("--state", str(tmp_path / "s.sqlite"))
     checked = run("check", *state)
