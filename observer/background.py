@@ -123,6 +123,10 @@ class Schedule:
             next_run_time=datetime.now(UTC) if at_once else undefined,
             max_instances=1,
             coalesce=True,
+            # However late (a busy machine, a long pause): the job still runs, once.
+            # apscheduler's default of 1 s skipped it, and a fleet keeper skipped in a
+            # row lets its lease lapse.
+            misfire_grace_time=None,
             id=name,
         )
 
