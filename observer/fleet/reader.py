@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from observer.fleet.connect import LeaseLost
 from observer.fleet.entry import Entry
 from observer.fleet.lease import Lease
+from observer.fleet.metrics import FleetMetrics
 from observer.fleet.stream import TraceStream
 from observer.pipeline import Publication, PublishKind
 from observer.pipeline.traces import last_activity
@@ -133,7 +134,7 @@ class StreamPublisher:
                 else:
                     published += 1
             self._room -= published
-            self.metrics.fleet.entries.labels(event="published").inc(published)
+            FleetMetrics.of(self.metrics).entries.labels(event="published").inc(published)
         return kinds
 
     def _wait_for_room(self) -> int:

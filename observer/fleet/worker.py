@@ -35,6 +35,7 @@ from dataclasses import KW_ONLY, dataclass, field
 import structlog
 
 from observer.fleet.entry import BadEntry, Entry, decode
+from observer.fleet.metrics import FleetMetrics
 from observer.fleet.stream import Message, TraceStream
 from observer.pipeline import Lookup
 from observer.pipeline.traces import Prepared, TraceRecorder, look_up
@@ -116,7 +117,7 @@ class EntryWorker:
         messages = self._next(block_ms, result)
         if messages:
             result.read = len(messages)
-            self.metrics.fleet.entries.labels(event="read").inc(len(messages))
+            FleetMetrics.of(self.metrics).entries.labels(event="read").inc(len(messages))
             self._handle(_Batch(messages), result)
             self.settle(result)
         return result
@@ -140,7 +141,7 @@ class EntryWorker:
             )
             result.claimed = len(messages)
             if messages:
-                self.metrics.fleet.entries.labels(event="claimed").inc(len(messages))
+                FleetMetrics.of(self.metrics).entries.labels(event="claimed").inc(len(messages))
                 log.info("entries_claimed", count=len(messages), member=self.member)
                 return messages
         return self.stream.read(self.member, self.batch, block_ms=block_ms)
@@ -166,11 +167,11 @@ class EntryWorker:
         if done:
             self.stream.ack(done)  # raises on a Redis error: kept, acknowledged next time
             now = self.clock()
-            wait = self.metrics.fleet.delivery_wait
+            wait = FleetMetrics.of(self.metrics).delivery_wait
             for entry_id in done:
                 del self.awaiting[entry_id]
                 wait.observe(max(0.0, now - self._recorded_at.pop(entry_id, now)))
-            self.metrics.fleet.entries.labels(event="acknowledged").inc(len(done))
+            FleetMetrics.of(self.metrics).entries.labels(event="acknowledged").inc(len(done))
             if result is not None:
                 result.acknowledged += len(done)
         now = self.clock()
@@ -262,7 +263,7 @@ class EntryWorker:
         entry = batch.entries[entry_id]
         deliveries = batch.deliveries.get(entry_id, 1)
         result.failed += 1
-        self.metrics.fleet.entries.labels(event="failed").inc()
+        FleetMetrics.of(self.metrics).entries.labels(event="failed").inc()
         log.error(
             "entry_failed",
             trace_id=entry.trace_id,
@@ -287,7 +288,7 @@ class EntryWorker:
     ) -> None:
         dead_id = self.stream.bury(self.member, message, reason, deliveries)
         result.dead += 1
-        self.metrics.fleet.entries.labels(event="dead").inc()
+        FleetMetrics.of(self.metrics).entries.labels(event="dead").inc()
         log.error(
             "entry_dead",
             trace_id=trace_id,

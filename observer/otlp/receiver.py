@@ -31,6 +31,7 @@ import structlog
 
 from observer.background import Deadline, Worker
 from observer.otlp.assembly import Assembly, Dropped, Handed, Limits, SpanIn
+from observer.otlp.metrics import OtlpMetrics
 from observer.otlp.server import ExportAnswer, Result
 from observer.otlp.spans import origin, span_observation
 from observer.otlp.values import attributes_of
@@ -94,7 +95,7 @@ class Receiver:
         self.recorder = recorder
         self.state = state
         self.metrics = metrics
-        self.otlp = metrics.otlp
+        self.otlp = OtlpMetrics.of(metrics)
         self.assembly = Assembly(limits)
         self.project_id = project_id
         self.lookup = lookup

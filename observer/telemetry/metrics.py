@@ -22,8 +22,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from functools import cached_property
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, Self, TypeVar, cast, overload
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -100,6 +99,14 @@ class Declarations:
             if isinstance(declared, Declared):
                 self.__dict__[declared.attribute] = declared.make(registry)
 
+    @classmethod
+    def of(cls, metrics: Metrics) -> Self:
+        """These metrics in `metrics`' registry, registered once (`Metrics.part`)."""
+        return metrics.part(cls)
+
+
+D = TypeVar("D", bound=Declarations)
+
 
 def counter(
     name: str, doc: str, labels: Sequence[str] = (), *, zero: str | Iterable[str] = ()
@@ -122,51 +129,6 @@ def histogram(
 def ratio(name: str, doc: str) -> Declared[Histogram]:
     """A quality ratio in [0, 1], per environment and query type."""
     return histogram(name, doc, Q, buckets=RATIO_BUCKETS)
-
-
-class FleetMetrics(Declarations):
-    """A fleet member's own (docs/operating.md#running-a-fleet), summed across members in
-    Prometheus. Registered when the daemon joins a fleet (`Metrics.fleet`), so a single
-    daemon's /metrics is as it always was."""
-
-    # fmt: off
-    reader = gauge("observer_fleet_reader", "1 while this member holds the reader's lease")
-    entries = counter("observer_fleet_entries_total",
-        "Stream entries by event ({zero})", ("event",),
-        zero="published read acknowledged claimed failed dead")
-    pending = gauge("observer_fleet_pending_entries",
-        "Entries delivered to this member and not yet acknowledged")
-    lease_changes = counter("observer_fleet_lease_changes_total",
-        "Times this member gained or lost the reader's lease")
-    redis_up = gauge("observer_fleet_redis_up", "1 while the fleet's Redis answers this member")
-    delivery_wait = histogram("observer_fleet_delivery_wait_seconds",
-        "From an entry's trace recorded in this member's outbox to the entry acknowledged (its "
-        "scores delivered to Langfuse)", buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300))
-    redis_resets = counter("observer_fleet_redis_resets_total",
-        "Times this member found the fleet's Redis had lost its data (recreated)")
-    # fmt: on
-
-
-class OtlpMetrics(Declarations):
-    """The OTLP receiver's (docs/daemon.md#the-event-path), registered when it runs."""
-
-    # fmt: off
-    requests = counter("observer_otlp_requests_total",
-        "Trace export requests by result (throttled: 429, unavailable: 503; the sender retries "
-        "both after Retry-After)", ("result",),
-        zero="accepted throttled unavailable unauthorized bad_request too_large unsupported")
-    spans = counter("observer_otlp_spans_total", "Spans received (a span sent again counts once)")
-    handed = counter("observer_otlp_traces_settled_total",
-        "Traces handed to scoring by reason (whole: root in, every parent in, quiet for "
-        "root_grace_s; settled: quiet for settle_s; max_traces, max_bytes: settled early, "
-        "the assembly was full)",
-        ("reason",), zero="settled max_traces max_bytes")
-    dropped = counter("observer_otlp_traces_dropped_total",
-        "Traces not scored from here by reason (no_root; late_forgotten, partial: left to the "
-        "poller's backstop)", ("reason",), zero="no_root late_forgotten partial")
-    held_traces = gauge("observer_otlp_assembly_traces", "Traces held: assembling, due or kept")
-    held_bytes = gauge("observer_otlp_assembly_bytes", "Span bytes held (protobuf size)")
-    # fmt: on
 
 
 # Releases (and models) with series of their own at once: the most recently seen.
@@ -354,6 +316,7 @@ class Metrics(Declarations):
         self._recent = {"release": OrderedDict[str, None](), "model": OrderedDict[str, None]()}
         self._release_series: set[tuple[str, str, str]] = set()
         self._shown: dict[tuple[Gauge, str], set[tuple[str, ...]]] = {}  # see `_show`
+        self._parts: dict[type[Declarations], Declarations] = {}  # see `part`
         self._watermark: float | None = None
         self._clock: Callable[[], float] = time.time
         super().__init__(self.registry)
@@ -365,15 +328,13 @@ class Metrics(Declarations):
         self.info.labels(version=__version__).set(1)
         self.watermark_lag.set_function(self._lag)
 
-    @cached_property
-    def fleet(self) -> FleetMetrics:
-        """The fleet member's metrics, registered on first use."""
-        return FleetMetrics(self.registry)
-
-    @cached_property
-    def otlp(self) -> OtlpMetrics:
-        """The OTLP receiver's metrics, registered on first use."""
-        return OtlpMetrics(self.registry)
+    def part(self, kind: type[D]) -> D:
+        """A room's own metrics, declared beside what they measure (the fleet's, the
+        receiver's), registered here on first use: a daemon that never uses them shows none."""
+        with self._labels_lock:
+            if kind not in self._parts:
+                self._parts[kind] = kind(self.registry)
+            return cast(D, self._parts[kind])
 
     def notifiers_known(self, names: Iterable[str]) -> None:
         """Each configured notifier's notification counters, at 0 from the start."""

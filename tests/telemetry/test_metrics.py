@@ -7,6 +7,7 @@ import re
 
 from prometheus_client import generate_latest
 
+from observer.fleet.metrics import FleetMetrics
 from observer.telemetry.metrics import Metrics
 from tests.daemon_helpers import ROOT
 
@@ -14,7 +15,7 @@ from tests.daemon_helpers import ROOT
 def member() -> Metrics:
     """A fleet member's metrics: every family a daemon can export."""
     metrics = Metrics()
-    assert metrics.fleet.reader is not None  # registered when a daemon joins a fleet
+    assert FleetMetrics.of(metrics).reader is not None  # registered when a daemon joins a fleet
     return metrics
 
 
