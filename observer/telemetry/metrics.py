@@ -331,10 +331,13 @@ class Metrics(Declarations):
     def part(self, kind: type[D]) -> D:
         """A room's own metrics, declared beside what they measure (the fleet's, the
         receiver's), registered here on first use: a daemon that never uses them shows none."""
-        with self._labels_lock:
-            if kind not in self._parts:
-                self._parts[kind] = kind(self.registry)
-            return cast(D, self._parts[kind])
+        made = self._parts.get(kind)  # the fleet asks on every entry: no lock once made
+        if made is None:
+            with self._labels_lock:
+                if kind not in self._parts:
+                    self._parts[kind] = kind(self.registry)
+                made = self._parts[kind]
+        return cast(D, made)
 
     def notifiers_known(self, names: Iterable[str]) -> None:
         """Each configured notifier's notification counters, at 0 from the start."""
