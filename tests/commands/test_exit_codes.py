@@ -159,10 +159,6 @@ def fail(failure: str, monkeypatch: pytest.MonkeyPatch, fake: FakeLangfuse, tmp_
         return fake.url
     if failure == "judge_unreachable":
         monkeypatch.setenv("OBSERVER_JUDGE_BASE_URL", f"http://127.0.0.1:{a_closed_port()}/v1")
-        # `run --once` then succeeds: its last flush delivers every score, however busy
-        # the machine (the grace and a request's timeout bound only a failing Langfuse).
-        monkeypatch.setenv("OBSERVER_RUN__SHUTDOWN_GRACE_S", "60")
-        monkeypatch.setenv("OBSERVER_SOURCE__REQUEST_TIMEOUT_S", "30")
         return "http://127.0.0.1:"
     if failure == "redis_unreachable":
         config = tmp_path / "observer.toml"
@@ -190,6 +186,11 @@ def test_every_command_keeps_the_exit_code_contract(
     tmp_path: Path,
 ) -> None:
     environment(monkeypatch, fake, servers[1], tmp_path)
+    if (command, failure) in NOT_FAILED:
+        # A cell that must succeed delivers every score in its last flush, however busy
+        # the machine: the short grace and timeout are for a failing Langfuse.
+        monkeypatch.setenv("OBSERVER_RUN__SHUTDOWN_GRACE_S", "60")
+        monkeypatch.setenv("OBSERVER_SOURCE__REQUEST_TIMEOUT_S", "30")
     named = fail(failure, monkeypatch, fake, tmp_path)
     args, _ = COMMANDS[command]
     result = invoke(args, tmp_path)
