@@ -67,6 +67,8 @@ BEGIN UPDATE counters SET value = value - 1 WHERE name = 'outbox'; END;
 """
 
 Op = Literal["upsert", "delete"]
+# Ids a statement names at most (under SQLite's bound on variables).
+_CHUNK = 500
 
 
 class OutboxFull(Exception):
@@ -514,30 +516,50 @@ class State:
         score set, however many batches carried it (none for deletions and for the
         judge's scores, which carry no activity).
         """
-        rows = [(score.id, _payload(score), op) for score in scores]
+        sent = {score.id: _payload(score) for score in scores}
+        ids = list(sent)
         with self._transaction() as db:
             ended: dict[str, float] = {}
-            for row in rows:
-                found = db.execute(
-                    "DELETE FROM outbox WHERE score_id = ? AND payload = ? AND op = ? "
-                    "RETURNING trace_id, activity",
-                    row,
-                ).fetchone()
-                if found is None:
-                    continue  # re-queued since, or acknowledged already
-                if found[1] is not None:
-                    trace_id, moment = str(found[0]), float(found[1])
-                    ended[trace_id] = max(moment, ended.get(trace_id, moment))
-            done = [
-                (trace_id, moment)
-                for trace_id, moment in ended.items()
-                if db.execute(
-                    "SELECT 1 FROM outbox WHERE trace_id = ? AND activity IS NOT NULL LIMIT 1",
-                    (trace_id,),
-                ).fetchone()
-                is None
-            ]
-        return done
+            for start in range(0, len(ids), _CHUNK):  # a statement or two per chunk
+                chunk = ids[start : start + _CHUNK]
+                marks = ",".join("?" * len(chunk))
+                # What is queued under these ids now; only the rows still holding what was
+                # sent go (the others were re-queued since, or acknowledged already).
+                gone = [
+                    (rowid, trace_id, moment)
+                    for rowid, score_id, payload, row_op, trace_id, moment in db.execute(
+                        "SELECT rowid, score_id, payload, op, trace_id, activity FROM outbox "
+                        f"WHERE score_id IN ({marks})",
+                        chunk,
+                    )
+                    if row_op == op and bytes(payload) == sent[score_id]
+                ]
+                if not gone:
+                    continue
+                db.execute(
+                    f"DELETE FROM outbox WHERE rowid IN ({','.join('?' * len(gone))})",
+                    [rowid for rowid, *_ in gone],
+                )
+                for _, trace_id, moment in gone:
+                    if moment is not None:
+                        ended[trace_id] = max(float(moment), ended.get(trace_id, float(moment)))
+            awaiting = self._awaiting(db, list(ended))
+        return [(trace_id, moment) for trace_id, moment in ended.items() if trace_id not in awaiting]
+
+    def _awaiting(self, db: sqlite3.Connection, trace_ids: list[str]) -> set[str]:
+        """Those of `trace_ids` with scores a pass queued still in the outbox."""
+        found: set[str] = set()
+        for start in range(0, len(trace_ids), _CHUNK):
+            chunk = trace_ids[start : start + _CHUNK]
+            found.update(
+                str(row[0])
+                for row in db.execute(
+                    "SELECT DISTINCT trace_id FROM outbox WHERE trace_id IN "
+                    f"({','.join('?' * len(chunk))}) AND activity IS NOT NULL",
+                    chunk,
+                )
+            )
+        return found
 
     def retry_later(self, scores: Sequence[ScoreEvent], at_ts: float, error: str) -> None:
         with self._transaction() as db:
