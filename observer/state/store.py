@@ -60,10 +60,6 @@ CREATE TABLE IF NOT EXISTS trace_scores (
     PRIMARY KEY (trace_id, name)
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TRIGGER IF NOT EXISTS outbox_added AFTER INSERT ON outbox
-BEGIN UPDATE counters SET value = value + 1 WHERE name = 'outbox'; END;
-CREATE TRIGGER IF NOT EXISTS outbox_removed AFTER DELETE ON outbox
-BEGIN UPDATE counters SET value = value - 1 WHERE name = 'outbox'; END;
 """
 
 Op = Literal["upsert", "delete"]
@@ -136,9 +132,9 @@ class State:
                 # Backoffs belong to the process that failed: a new one tries every queued
                 # score at once, so a restart after an outage delivers what the outbox holds.
                 db.execute("UPDATE outbox SET next_attempt = 0, attempts = 0")
-                # The size is kept by triggers in the file itself, so every process that
-                # writes it (a daemon and a `backfill --state` beside it) sees the same
-                # number; recounted at open for files of older versions.
+                # The size is kept in the file itself, counted by the transaction that
+                # queues or removes a score, so every process that writes it (a daemon and
+                # a `backfill --state` beside it) sees the same number; recounted at open.
                 db.execute(
                     "INSERT INTO counters (name, value) VALUES ('outbox', "
                     "(SELECT COUNT(*) FROM outbox)) ON CONFLICT(name) DO UPDATE "
@@ -399,11 +395,24 @@ class State:
         """
         if not scores:
             return
-        last = db.execute(
-            "UPDATE counters SET value = value + ? WHERE name = 'outbox_seq' RETURNING value",
-            (len(scores),),
-        ).fetchone()
-        seq = int(last[0]) - len(scores)
+        ids = list({score.id for score in scores})
+        queued = 0  # of these ids, already in the outbox: replaced, not added
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            (found,) = db.execute(
+                f"SELECT COUNT(*) FROM outbox WHERE score_id IN ({marks})", chunk
+            ).fetchone()
+            queued += int(found)
+        # Both counters in one statement: the outbox's size and the last position handed out.
+        last = dict(
+            db.execute(
+                "UPDATE counters SET value = value + CASE name WHEN 'outbox' THEN ? ELSE ? END "
+                "WHERE name IN ('outbox', 'outbox_seq') RETURNING name, value",
+                (len(ids) - queued, len(scores)),
+            ).fetchall()
+        )
+        seq = int(last["outbox_seq"]) - len(scores)
         moment = None if activity is None else activity.timestamp()
         db.executemany(
             "INSERT INTO outbox (score_id, seq, trace_id, payload, op, activity) "
@@ -540,11 +549,14 @@ class State:
                     f"DELETE FROM outbox WHERE rowid IN ({','.join('?' * len(gone))})",
                     [rowid for rowid, *_ in gone],
                 )
+                db.execute(
+                    "UPDATE counters SET value = value - ? WHERE name = 'outbox'", (len(gone),)
+                )
                 for _, trace_id, moment in gone:
                     if moment is not None:
                         ended[trace_id] = max(float(moment), ended.get(trace_id, float(moment)))
             awaiting = self._awaiting(db, list(ended))
-        return [(trace_id, moment) for trace_id, moment in ended.items() if trace_id not in awaiting]
+        return [(trace, moment) for trace, moment in ended.items() if trace not in awaiting]
 
     def _awaiting(self, db: sqlite3.Connection, trace_ids: list[str]) -> set[str]:
         """Those of `trace_ids` with scores a pass queued still in the outbox."""
