@@ -58,6 +58,10 @@ ScoredHook = Callable[[RagRecord, Signals, Row], None]
 SignalsHook = Callable[[RagRecord, Signals], None]
 
 
+# The skip of a trace past its work budget (limits.max_trace_cpu_s).
+TOO_COSTLY = "too_costly"
+
+
 class JudgeGate(Protocol):
     """The judge as a pass sees it: a sample decided, written with the trace, queued after."""
 
@@ -229,9 +233,11 @@ class TraceRecorder:
         last = last_activity(observations, now)
         if last is not None and now - last < self.settle:
             return Prepared(unsettled=True)
-        costly = self._too_costly(observations)
-        if known is not None and known == skip_fingerprint(costly):
-            return self._skipped(costly, observations, last)  # not worked on again
+        # The skip's detail digests every observation: made only when it can be used.
+        if known is not None and known.startswith(f"skip:{TOO_COSTLY}:"):
+            costly = self._too_costly(observations)
+            if known == skip_fingerprint(costly):
+                return self._skipped(costly, observations, last)  # not worked on again
         began = time.thread_time()
         read = read_trace(trace_id, observations, self.rules)
         mapped, provenance = read.result, read.provenance
@@ -248,7 +254,8 @@ class TraceRecorder:
             signals = compute(mapped, self.params)
             work_s = time.thread_time() - began
         if work_s > self.max_cpu_s:
-            return replace(self._skipped(costly, observations, last), work_s=work_s)
+            skipped = self._skipped(self._too_costly(observations), observations, last)
+            return replace(skipped, work_s=work_s)
         fingerprint = hashlib.sha256(
             orjson.dumps(mapped) + self._params_digest.encode()
         ).hexdigest()
@@ -276,7 +283,7 @@ class TraceRecorder:
         )
         digest = hashlib.sha256("\n".join(keys).encode("utf-8", "replace")).hexdigest()[:16]
         return Skip(
-            "too_costly",
+            TOO_COSTLY,
             f"its mapping and signals took more than limits.max_trace_cpu_s "
             f"({self.max_cpu_s:g} s of CPU); observations {digest}",
         )

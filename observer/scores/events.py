@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 from observer.model import CragResult, RagRecord, ScoreEvent, Signals
@@ -13,6 +14,7 @@ from observer.signals.params import SignalParams
 
 # Fixed forever: changing it would change every score id and duplicate scores.
 SCORE_ID_NAMESPACE = uuid.UUID("6f1c3d2e-8a4b-5c6d-9e0f-1a2b3c4d5e6f")
+_NAMESPACE = SCORE_ID_NAMESPACE.bytes
 SIGNAL_SCORE_NAMES = catalogue.names_of(Producer.SIGNALS)
 _COMMENT_MAX = 500
 
@@ -22,7 +24,13 @@ def score_id(trace_id: str, name: str) -> str:
     trace's whole life (docs/scores.md#ids-and-timestamps). A late generation or a
     second root updates the trace's scores; an id from the generation would give the
     trace a second set."""
-    return str(uuid.uuid5(SCORE_ID_NAMESPACE, f"{trace_id}\x1f\x1f{name}"))
+    # uuid.uuid5(SCORE_ID_NAMESPACE, ...) as RFC 4122 makes it, without the UUID object
+    # (a third of the cost of a trace's score set): the same text, tested against it.
+    digest = bytearray(hashlib.sha1(_NAMESPACE + f"{trace_id}\x1f\x1f{name}".encode()).digest())
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    h = digest[:16].hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def score_events_of(

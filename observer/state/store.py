@@ -60,13 +60,11 @@ CREATE TABLE IF NOT EXISTS trace_scores (
     PRIMARY KEY (trace_id, name)
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TRIGGER IF NOT EXISTS outbox_added AFTER INSERT ON outbox
-BEGIN UPDATE counters SET value = value + 1 WHERE name = 'outbox'; END;
-CREATE TRIGGER IF NOT EXISTS outbox_removed AFTER DELETE ON outbox
-BEGIN UPDATE counters SET value = value - 1 WHERE name = 'outbox'; END;
 """
 
 Op = Literal["upsert", "delete"]
+# Ids a statement names at most (under SQLite's bound on variables).
+_CHUNK = 500
 
 
 class OutboxFull(Exception):
@@ -134,9 +132,9 @@ class State:
                 # Backoffs belong to the process that failed: a new one tries every queued
                 # score at once, so a restart after an outage delivers what the outbox holds.
                 db.execute("UPDATE outbox SET next_attempt = 0, attempts = 0")
-                # The size is kept by triggers in the file itself, so every process that
-                # writes it (a daemon and a `backfill --state` beside it) sees the same
-                # number; recounted at open for files of older versions.
+                # The size is kept in the file itself, counted by the transaction that
+                # queues or removes a score, so every process that writes it (a daemon and
+                # a `backfill --state` beside it) sees the same number; recounted at open.
                 db.execute(
                     "INSERT INTO counters (name, value) VALUES ('outbox', "
                     "(SELECT COUNT(*) FROM outbox)) ON CONFLICT(name) DO UPDATE "
@@ -397,11 +395,24 @@ class State:
         """
         if not scores:
             return
-        last = db.execute(
-            "UPDATE counters SET value = value + ? WHERE name = 'outbox_seq' RETURNING value",
-            (len(scores),),
-        ).fetchone()
-        seq = int(last[0]) - len(scores)
+        ids = list({score.id for score in scores})
+        queued = 0  # of these ids, already in the outbox: replaced, not added
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            (found,) = db.execute(
+                f"SELECT COUNT(*) FROM outbox WHERE score_id IN ({marks})", chunk
+            ).fetchone()
+            queued += int(found)
+        # Both counters in one statement: the outbox's size and the last position handed out.
+        last = dict(
+            db.execute(
+                "UPDATE counters SET value = value + CASE name WHEN 'outbox' THEN ? ELSE ? END "
+                "WHERE name IN ('outbox', 'outbox_seq') RETURNING name, value",
+                (len(ids) - queued, len(scores)),
+            ).fetchall()
+        )
+        seq = int(last["outbox_seq"]) - len(scores)
         moment = None if activity is None else activity.timestamp()
         db.executemany(
             "INSERT INTO outbox (score_id, seq, trace_id, payload, op, activity) "
@@ -514,30 +525,53 @@ class State:
         score set, however many batches carried it (none for deletions and for the
         judge's scores, which carry no activity).
         """
-        rows = [(score.id, _payload(score), op) for score in scores]
+        sent = {score.id: _payload(score) for score in scores}
+        ids = list(sent)
         with self._transaction() as db:
             ended: dict[str, float] = {}
-            for row in rows:
-                found = db.execute(
-                    "DELETE FROM outbox WHERE score_id = ? AND payload = ? AND op = ? "
-                    "RETURNING trace_id, activity",
-                    row,
-                ).fetchone()
-                if found is None:
-                    continue  # re-queued since, or acknowledged already
-                if found[1] is not None:
-                    trace_id, moment = str(found[0]), float(found[1])
-                    ended[trace_id] = max(moment, ended.get(trace_id, moment))
-            done = [
-                (trace_id, moment)
-                for trace_id, moment in ended.items()
-                if db.execute(
-                    "SELECT 1 FROM outbox WHERE trace_id = ? AND activity IS NOT NULL LIMIT 1",
-                    (trace_id,),
-                ).fetchone()
-                is None
-            ]
-        return done
+            for start in range(0, len(ids), _CHUNK):  # a statement or two per chunk
+                chunk = ids[start : start + _CHUNK]
+                marks = ",".join("?" * len(chunk))
+                # What is queued under these ids now; only the rows still holding what was
+                # sent go (the others were re-queued since, or acknowledged already).
+                gone = [
+                    (rowid, trace_id, moment)
+                    for rowid, score_id, payload, row_op, trace_id, moment in db.execute(
+                        "SELECT rowid, score_id, payload, op, trace_id, activity FROM outbox "
+                        f"WHERE score_id IN ({marks})",
+                        chunk,
+                    )
+                    if row_op == op and bytes(payload) == sent[score_id]
+                ]
+                if not gone:
+                    continue
+                db.execute(
+                    f"DELETE FROM outbox WHERE rowid IN ({','.join('?' * len(gone))})",
+                    [rowid for rowid, *_ in gone],
+                )
+                db.execute(
+                    "UPDATE counters SET value = value - ? WHERE name = 'outbox'", (len(gone),)
+                )
+                for _, trace_id, moment in gone:
+                    if moment is not None:
+                        ended[trace_id] = max(float(moment), ended.get(trace_id, float(moment)))
+            awaiting = self._awaiting(db, list(ended))
+        return [(trace, moment) for trace, moment in ended.items() if trace not in awaiting]
+
+    def _awaiting(self, db: sqlite3.Connection, trace_ids: list[str]) -> set[str]:
+        """Those of `trace_ids` with scores a pass queued still in the outbox."""
+        found: set[str] = set()
+        for start in range(0, len(trace_ids), _CHUNK):
+            chunk = trace_ids[start : start + _CHUNK]
+            found.update(
+                str(row[0])
+                for row in db.execute(
+                    "SELECT DISTINCT trace_id FROM outbox WHERE trace_id IN "
+                    f"({','.join('?' * len(chunk))}) AND activity IS NOT NULL",
+                    chunk,
+                )
+            )
+        return found
 
     def retry_later(self, scores: Sequence[ScoreEvent], at_ts: float, error: str) -> None:
         with self._transaction() as db:

@@ -54,6 +54,36 @@ BY_RELEASE = ("environment", "release", "model")
 M = TypeVar("M", Counter, Gauge, Histogram)
 
 
+class _Series:
+    """`labels()` of a series that exists already as one dict read: prometheus_client's
+    checks its arguments and takes a lock every call (~10 us), and a scored trace asks for
+    dozens. A series it does not hold (new, removed, or values not text) goes the long way."""
+
+    def labels(self, *values: Any, **named: Any) -> Any:
+        held: dict[tuple[Any, ...], Any] | None = getattr(self, "_metrics", None)  # a parent's
+        if held is not None:
+            names: tuple[str, ...] = getattr(self, "_labelnames", ())
+            found = held.get(values if values else tuple(named.get(n) for n in names))
+            if found is not None and (values or len(named) == len(names)):
+                return found
+        return super().labels(*values, **named)  # type: ignore[misc]
+
+
+class _Counter(_Series, Counter):
+    pass
+
+
+class _Gauge(_Series, Gauge):
+    pass
+
+
+class _Histogram(_Series, Histogram):
+    pass
+
+
+_FAST: dict[type, type] = {Counter: _Counter, Gauge: _Gauge, Histogram: _Histogram}
+
+
 class Declared(Generic[M]):
     """One metric declared on a class (its attribute, name, help, labels): made in the
     registry of each instance by `Declarations`, its `zero` label values at 0 from the
@@ -84,7 +114,8 @@ class Declared(Generic[M]):
         return made
 
     def make(self, registry: CollectorRegistry) -> M:
-        made: M = self.kind(self.name, self.doc, self.labels, registry=registry, **self.options)
+        kind = _FAST[self.kind]
+        made: M = kind(self.name, self.doc, self.labels, registry=registry, **self.options)
         for value in self.zero if len(self.labels) == 1 else ():  # a quality one's: per pair
             made.labels(value)
         return made

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
+
+from hypothesis import given
+from hypothesis import strategies as st
+
 from observer.model import RagRecord, ScoreEvent, Source
-from observer.scores import score_events, score_id
+from observer.scores import SCORE_ID_NAMESPACE, score_events, score_id
 from observer.signals import SignalParams, compute
 
 PARAMS = SignalParams()
@@ -161,3 +166,10 @@ def test_over_citation_counts_and_says_the_limit() -> None:
     assert one.comment == "1 sentence cites more than 3 sources"
     none = events(record("One fact here [1].", scores=(0.9,)))["over_citation"]
     assert (none.value, none.comment) == (0.0, "no sentence cites more than 3 sources")
+
+
+@given(st.text(), st.text())
+def test_a_score_id_is_the_uuid5_of_its_trace_and_name(trace_id: str, name: str) -> None:
+    """Score ids are idempotence keys across versions: exactly uuid5's, whatever the text."""
+    expected = uuid.uuid5(SCORE_ID_NAMESPACE, f"{trace_id}\x1f\x1f{name}")
+    assert score_id(trace_id, name) == str(expected)

@@ -10,6 +10,9 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sqlite3
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from structlog.testing import capture_logs
 
 from observer import __version__
 from observer.cli import main
+from observer.model import ScoreEvent
 from observer.state import State, StateError
 from observer.state.migrations import SCHEMA_VERSION
 
@@ -140,3 +144,43 @@ def test_the_commands_exit_2_on_a_newer_file(tmp_path: Path) -> None:
     shown = CliRunner().invoke(main, ["alerts", "status", "--state", str(path)])
     assert shown.exit_code == 2
     assert "was written by observer 9.1.0" in shown.output
+
+
+def test_a_schema_3_file_delivers_what_its_outbox_holds_counted_without_triggers(
+    tmp_path: Path,
+) -> None:
+    """Schema 3 counted the outbox with triggers; schema 4 counts in its statements. A
+    schema 3 file with scores queued opens with them counted, delivers them, and its
+    counts stay true with the triggers gone (they would count every row twice)."""
+    path = tmp_path / "three.sqlite"
+    state = State(path)
+    scores = [
+        ScoreEvent(f"t1-{n}", "t1", "g", n, 0.5, "NUMERIC", "c", "2026-11-20T08:30:01Z", None)
+        for n in "abc"
+    ]
+    state.record_trace("t1", "fp", datetime(2026, 11, 20, tzinfo=UTC), scores, datetime.now(UTC))
+    state.close()
+    with sqlite3.connect(path) as db:  # as schema 3 left it
+        db.executescript(
+            "CREATE TRIGGER outbox_added AFTER INSERT ON outbox BEGIN UPDATE counters "
+            "SET value = value + 1 WHERE name = 'outbox'; END;"
+            "CREATE TRIGGER outbox_removed AFTER DELETE ON outbox BEGIN UPDATE counters "
+            "SET value = value - 1 WHERE name = 'outbox'; END;"
+            "UPDATE meta SET value = '3' WHERE key = 'schema_version';"
+        )
+    db.close()
+    with capture_logs() as logs:
+        state = State(path)
+    try:
+        (migrated,) = [e for e in logs if e["event"] == "state_migrated"]
+        assert (migrated["from_schema"], migrated["to_schema"]) == (3, SCHEMA_VERSION)
+        assert not state._scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger'")
+        assert state.outbox_size() == 3
+        due = [p.score for p in state.due(time.time(), 100)]
+        assert sorted(s.id for s in due) == ["t1-a", "t1-b", "t1-c"]
+        state.acknowledge(due[:2])
+        assert state.outbox_size() == 1
+        state.enqueue([replace(scores[0], value=0.9)])
+        assert state.outbox_size() == 2 == state._scalar("SELECT COUNT(*) FROM outbox")
+    finally:
+        state.close()

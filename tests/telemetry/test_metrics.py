@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import pytest
 from prometheus_client import generate_latest
 
 from observer.fleet.metrics import FleetMetrics
@@ -72,3 +73,29 @@ def test_release_series_follow_the_most_recent_releases() -> None:
         'observer_answers_flagged_by_release_total{environment="default",flag="unsupported_numbers",'
         f'model="m",release="r{MAX_RELEASES + 1}"}} 1.0'
     ) in text
+
+
+def enqueued_total(metrics: Metrics) -> float | None:
+    return metrics.registry.get_sample_value(
+        "observer_scores_enqueued_total", {"name": "confidence"}
+    )
+
+
+def test_a_series_asked_for_again_is_the_same_and_a_removed_one_comes_back_at_zero() -> None:
+    """labels() reads a series it holds without prometheus_client's checks: the same
+    series, the same errors for wrong labels, a removed series made again from zero."""
+    metrics = Metrics()
+    enqueued = metrics.scores_enqueued
+    enqueued.labels(name="confidence").inc()
+    enqueued.labels("confidence").inc(2)
+    assert enqueued_total(metrics) == 3
+    for wrong in ({"nme": "confidence"}, {"name": "confidence", "other": "x"}):
+        with pytest.raises(ValueError, match="Incorrect label names"):
+            enqueued.labels(**wrong)
+    with pytest.raises(ValueError, match="Incorrect label count"):
+        enqueued.labels("confidence", "x")
+    with pytest.raises(ValueError, match="No label names"):
+        metrics.scores_pushed.labels("x")
+    enqueued.remove("confidence")
+    enqueued.labels(name="confidence").inc()
+    assert enqueued_total(metrics) == 1
