@@ -14,15 +14,16 @@ zero") is no sample. Pure SQL building; the queries run on the caller's connecti
 
 from __future__ import annotations
 
+import math
 import re
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
-from observer.state.rows import NO_LABEL, Example
+from observer.state.rows import NO_LABEL, Example, Value
 
 _NAME: Final = re.compile(r"^[a-z_][a-z0-9_]*$")
 _OPS: Final = frozenset({">", ">=", "<", "<=", "==", "!="})
@@ -122,10 +123,16 @@ def _bad_sql(query: Query) -> str:
     return f"(v {_sql_op(query.bad_op)} :line)"
 
 
-# The fields that place a bad sample, read in one parse of the row's JSON (a JSON array).
-_PLACE_FIELDS = (
-    "json_extract(CAST(signals AS TEXT), '$.missing_chunks', '$.stale_citations', "
-    "'$.abstained', '$.crag_grade', '$.over_refusal')"
+# The fields that place a bad sample (`alerts.triage.place`), read in one parse of its JSON.
+PLACE_FIELDS: Final = (
+    "missing_chunks",
+    "stale_citations",
+    "abstained",
+    "crag_grade",
+    "over_refusal",
+)
+_FIELDS = (
+    "json_extract(CAST(signals AS TEXT), " + ", ".join(f"'$.{name}'" for name in PLACE_FIELDS) + ")"
 )
 # A bad sample's layer, or why it has none (alerts.triage.place), from those fields:
 # f's items are missing_chunks, stale_citations, abstained, crag_grade, over_refusal.
@@ -147,7 +154,7 @@ def _placed(samples: str) -> str:
     """`samples` with each bad sample's place (its JSON parsed once more, only if bad)."""
     return (
         f"SELECT *, CASE WHEN bad THEN {_PLACE} ELSE '' END AS place FROM ("
-        f"SELECT *, CASE WHEN bad THEN {_PLACE_FIELDS} END AS f FROM ({samples}) "
+        f"SELECT *, CASE WHEN bad THEN {_FIELDS} END AS f FROM ({samples}) "
         "LIMIT -1 OFFSET 0)"
     )
 
@@ -193,19 +200,51 @@ def _labels(
     return found
 
 
-def cells(db: sqlite3.Connection, query: Query, start: float, end: float) -> list[Cell]:
-    """The scope's samples in (start, end], grouped by labels, badness and place."""
+Placer = Callable[[Mapping[str, Value]], str]
+
+
+def window(
+    db: sqlite3.Connection,
+    query: Query,
+    placer: Placer,
+    size: float,
+    start: float,
+    end: float,
+) -> tuple[list[Cell], list[Bucket]]:
+    """The scope's samples in (start, end] grouped by labels, badness and place (`Cell`),
+    and by stretch of `size` seconds back from `end` (`Bucket`), in one read: a page's
+    window is the first span its onset reads. SQLite groups by the labels, the stretch
+    and a bad sample's place fields; `placer` places each distinct set of fields once."""
     samples, parameters = _samples(query)
     sql = (
-        "SELECT environment, query_type, dims, bad, place, COUNT(*), TOTAL(v), MIN(v), MAX(v) "
-        f"FROM ({_placed(samples)}) GROUP BY environment, query_type, dims, bad, place"
+        "SELECT CAST((:end - at) / :size AS INTEGER) AS b, environment, query_type, dims, "
+        f"bad, CASE WHEN bad THEN {_FIELDS} END AS f, COUNT(*), TOTAL(v), MIN(v), MAX(v), "
+        f"MIN(at) FROM ({samples}) GROUP BY b, environment, query_type, dims, bad, f"
     )
+    parameters.update(size=size, start=start, end=end)
     seen: dict[Any, Any] = {}
+    placed: dict[str | None, str] = {None: ""}
+    cells: dict[tuple[Any, ...], list[Any]] = {}
+    buckets: dict[int, list[Any]] = {}
+    for b, e, q, d, bad, f, n, total, low, high, first in db.execute(sql, parameters):
+        if f not in placed:
+            placed[f] = placer(dict(zip(PLACE_FIELDS, orjson.loads(f), strict=True)))
+        cell = cells.setdefault((e, q, d, bad, placed[f]), [0, [], low, high])
+        cell[0] += n
+        cell[1].append(total)
+        cell[2], cell[3] = min(cell[2], low), max(cell[3], high)
+        bucket = buckets.setdefault(b, [0, 0, [], low, high, first])
+        bucket[0] += n
+        bucket[1] += n if bad else 0
+        bucket[2].append(total)
+        bucket[3], bucket[4] = min(bucket[3], low), max(bucket[4], high)
+        bucket[5] = min(bucket[5], first)
     return [
-        Cell(_labels(e, q, d, seen), bool(b), str(p), int(n), float(t), float(lo), float(hi))
-        for e, q, d, b, p, n, t, lo, hi in db.execute(
-            sql, {**parameters, "start": start, "end": end}
-        )
+        Cell(_labels(e, q, d, seen), bool(bad), p, n, math.fsum(t), float(lo), float(hi))
+        for (e, q, d, bad, p), (n, t, lo, hi) in cells.items()
+    ], [
+        Bucket(int(b), n, k, math.fsum(t), float(lo), float(hi), float(first))
+        for b, (n, k, t, lo, hi, first) in buckets.items()
     ]
 
 
@@ -264,15 +303,32 @@ class StoredSlices:
     """`alerts.triage.Slices` over the stored history, on the caller's connection (the
     evaluator's own reader, or the state file's under its lock)."""
 
-    def __init__(self, db: sqlite3.Connection, query: Query, examples: int = 5) -> None:
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        query: Query,
+        placer: Placer,
+        size: float,
+        examples: int = 5,
+    ) -> None:
         self.db = db
         self.query = query
+        self.placer = placer
+        self.size = size  # the onset's stretch of time (`alerts.triage.bucket_of`)
         self.examples = examples
+        # The window's buckets, read with its cells: (size, anchor, start, end) -> buckets.
+        self._read: dict[tuple[float, float, float, float], list[Bucket]] = {}
 
     def cells(self, start: float, end: float) -> list[Cell]:
-        return cells(self.db, self.query, start, end)
+        found, self._read[(self.size, end, start, end)] = window(
+            self.db, self.query, self.placer, self.size, start, end
+        )
+        return found
 
     def buckets(self, size: float, anchor: float, start: float, end: float) -> list[Bucket]:
+        read = self._read.pop((size, anchor, start, end), None)
+        if read is not None:
+            return read
         return buckets(self.db, self.query, size, anchor, start, end)
 
     def worst(

@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 
 from observer.alerts.rules import WindowRule, parse_expression
-from observer.alerts.triage import query, triage, triage_of
+from observer.alerts.triage import stored_slices, triage, triage_of
 from observer.state import State
 from observer.state.rows import GroupKey, Row, Triage
-from observer.state.slices import StoredSlices
 from tests.alerts.test_triage import PROD, TYPES, T, grounding_rule, planted, release_scenario
 
 
@@ -115,7 +114,7 @@ def test_sqlite_counts_give_the_triage_rows_give(
     try:
         state.history.put_many(rows)
         with state.history.connection() as db:
-            stored = triage_of(rule, group, StoredSlices(db, query(rule, group)), T)
+            stored = triage_of(rule, group, stored_slices(rule, group, db), T)
     finally:
         state.close()
     expected = triage(rule, group, rows, T)
