@@ -168,7 +168,7 @@ def answers(draw: st.DrawFn) -> tuple[list[Row], list[Row]]:
         query_type = draw(st.sampled_from(TYPES))
         return Row(at, values, f"t{i}", "p1", environment, query_type, dims)  # type: ignore[arg-type]
 
-    first = [row(i) for i in range(draw(st.integers(0, 60)))]
+    first = [row(i) for i in range(draw(st.integers(0, 40)))]
     again = [row(i) for i in draw(st.sets(st.integers(0, max(0, len(first) - 1))))][: len(first)]
     return first, again
 
@@ -189,7 +189,7 @@ def _close(mine: list[tuple[object, ...]], theirs: list[tuple[object, ...]]) -> 
     assert [m[-1] for m in mine] == pytest.approx([t[-1] for t in theirs], abs=1e-9)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     history=answers(),
     rule=st.sampled_from(
