@@ -159,8 +159,13 @@ def _placed(samples: str) -> str:
     )
 
 
-def _samples(query: Query, extra: str = "") -> tuple[str, dict[str, Any]]:
-    """The rows of the scope in (:start, :end] with their value `v` and badness `bad`."""
+# The columns of a sample a read may use; the onset's buckets need only its time.
+_ROW: Final = "trace_id, project_id, at, environment, query_type, dims, signals"
+
+
+def _samples(query: Query, extra: str = "", columns: str = _ROW) -> tuple[str, dict[str, Any]]:
+    """The rows of the scope in (:start, :end] with `columns`, their value `v` and
+    badness `bad`."""
     value, parameters = _value_sql(query)
     conditions = ["at > :start", "at <= :end"]
     for i, (key, wanted) in enumerate(query.scope):
@@ -172,14 +177,10 @@ def _samples(query: Query, extra: str = "") -> tuple[str, dict[str, Any]]:
     # LIMIT -1 keeps SQLite from flattening the query into the ones around it, which
     # would extract the signal once for every mention of `v` (four times the cost).
     inner = (
-        f"SELECT trace_id, project_id, at, environment, query_type, dims, signals, "
-        f"{_field(query.signal)} AS raw FROM history WHERE {' AND '.join(conditions)} "
-        "LIMIT -1 OFFSET 0"
+        f"SELECT {columns}, {_field(query.signal)} AS raw FROM history "
+        f"WHERE {' AND '.join(conditions)} LIMIT -1 OFFSET 0"
     )
-    valued = (
-        f"SELECT trace_id, project_id, at, environment, query_type, dims, signals, "
-        f"{value} AS v FROM ({inner})"
-    )
+    valued = f"SELECT {columns}, {value} AS v FROM ({inner})"
     return (
         f"SELECT *, {_bad_sql(query)} AS bad FROM ({valued}) WHERE v IS NOT NULL",
         parameters,
@@ -252,7 +253,7 @@ def buckets(
     db: sqlite3.Connection, query: Query, size: float, anchor: float, start: float, end: float
 ) -> list[Bucket]:
     """The scope's samples in (start, end] by stretch of `size` seconds back from `anchor`."""
-    samples, parameters = _samples(query)
+    samples, parameters = _samples(query, columns="at")
     sql = (
         "SELECT CAST((:anchor - at) / :size AS INTEGER) AS b, COUNT(*), SUM(bad), TOTAL(v), "
         f"MIN(v), MAX(v), MIN(at) FROM ({samples}) GROUP BY b"
