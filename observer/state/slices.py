@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -60,6 +60,18 @@ class Bucket:
     high: float
     first: float  # the earliest sample's event time
     values: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """The samples of one stretch of a window that share their labels and badness."""
+
+    index: int
+    labels: Mapping[str, str]
+    bad: bool
+    n: int
+    low: float
+    high: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,11 +223,12 @@ def window(
     size: float,
     start: float,
     end: float,
-) -> tuple[list[Cell], list[Bucket]]:
+) -> tuple[list[Cell], list[Bucket], list[Part]]:
     """The scope's samples in (start, end] grouped by labels, badness and place (`Cell`),
-    and by stretch of `size` seconds back from `end` (`Bucket`), in one read: a page's
-    window is the first span its onset reads. SQLite groups by the labels, the stretch
-    and a bad sample's place fields; `placer` places each distinct set of fields once."""
+    by stretch of `size` seconds back from `end` (`Bucket`), and by both (`Part`, where
+    the worst samples lie), in one read: a page's window is the first span its onset
+    reads. SQLite groups by the labels, the stretch and a bad sample's place fields;
+    `placer` places each distinct set of fields once."""
     samples, parameters = _samples(query)
     sql = (
         "SELECT CAST((:end - at) / :size AS INTEGER) AS b, environment, query_type, dims, "
@@ -227,7 +240,9 @@ def window(
     placed: dict[str | None, str] = {None: ""}
     cells: dict[tuple[Any, ...], list[Any]] = {}
     buckets: dict[int, list[Any]] = {}
+    parts: list[Part] = []
     for b, e, q, d, bad, f, n, total, low, high, first in db.execute(sql, parameters):
+        parts.append(Part(int(b), _labels(e, q, d, seen), bool(bad), n, low, high))
         if f not in placed:
             placed[f] = placer(dict(zip(PLACE_FIELDS, orjson.loads(f), strict=True)))
         cell = cells.setdefault((e, q, d, bad, placed[f]), [0, [], low, high])
@@ -240,13 +255,43 @@ def window(
         bucket[2].append(total)
         bucket[3], bucket[4] = min(bucket[3], low), max(bucket[4], high)
         bucket[5] = min(bucket[5], first)
-    return [
-        Cell(_labels(e, q, d, seen), bool(bad), p, n, math.fsum(t), float(lo), float(hi))
-        for (e, q, d, bad, p), (n, t, lo, hi) in cells.items()
-    ], [
-        Bucket(int(b), n, k, math.fsum(t), float(lo), float(hi), float(first))
-        for b, (n, k, t, lo, hi, first) in buckets.items()
-    ]
+    return (
+        [
+            Cell(_labels(e, q, d, seen), bool(bad), p, n, math.fsum(t), float(lo), float(hi))
+            for (e, q, d, bad, p), (n, t, lo, hi) in cells.items()
+        ],
+        [
+            Bucket(int(b), n, k, math.fsum(t), float(lo), float(hi), float(first))
+            for b, (n, k, t, lo, hi, first) in buckets.items()
+        ],
+        parts,
+    )
+
+
+def nearest(
+    query: Query, parts: Sequence[Part], where: Sequence[tuple[str, str]], limit: int
+) -> set[int] | None:
+    """The stretches of a window (`Part.index`) that hold its `limit` worst samples inside
+    `where` in `worst`'s order; None when its parts cannot tell. For a flag: the newest
+    stretches with that many true samples. Else: the `limit`-th lowest of the parts'
+    lowest values bounds the worst (that many samples are at or below it), and only
+    parts reaching it can hold them (the highest, for a rule on the highest)."""
+    inside = [p for p in parts if all(p.labels.get(k, NO_LABEL) == v for k, v in where)]
+    if query.bad_op is None:
+        bad = sorted((p for p in inside if p.bad), key=lambda p: p.index)
+        seen = 0
+        for part in bad:
+            seen += part.n
+            if seen >= limit:
+                return {p.index for p in bad if p.index <= part.index}
+        return {p.index for p in bad}
+    if len(inside) < limit:
+        return None
+    if query.highest:
+        line = sorted((p.high for p in inside), reverse=True)[limit - 1]
+        return {p.index for p in inside if p.high >= line}
+    line = sorted(p.low for p in inside)[limit - 1]
+    return {p.index for p in inside if p.low <= line}
 
 
 def buckets(
@@ -272,12 +317,27 @@ def worst(
     start: float,
     end: float,
     limit: int,
+    within: tuple[float, Collection[int]] | None = None,
 ) -> tuple[Example, ...]:
     """The `limit` worst samples inside `where` in (start, end], as `engine.worst` orders
     them: for a flag the most recent true ones, else by value (the highest first when
-    `query.highest`, else the lowest), the most recent first among equals."""
+    `query.highest`, else the lowest), the most recent first among equals. `within`:
+    (size, indexes) the stretches of `size` seconds back from `end` that hold them
+    (`nearest`): only those are read."""
     conditions = [f"{label_sql(k)} = :where{i}" for i, (k, _) in enumerate(where)]
-    samples, parameters = _samples(query, " AND ".join(conditions))
+    parameters: dict[str, Any] = {"anchor": end}
+    if within is not None:
+        size, indexes = within
+        if not indexes:
+            return ()
+        listed = ", ".join(str(int(i)) for i in sorted(indexes))
+        conditions.append(f"CAST((:anchor - at) / :size AS INTEGER) IN ({listed})")
+        # A stretch wider on each side: the condition above says which rows are in.
+        start = max(start, end - (max(indexes) + 2) * size)
+        end = min(end, end - (min(indexes) - 1) * size)
+        parameters["size"] = size
+    samples, found = _samples(query, " AND ".join(conditions))
+    parameters.update(found)
     parameters.update({f"where{i}": v for i, (_, v) in enumerate(where)})
     if query.bad_op is None:
         order = "WHERE v = 1.0 ORDER BY at DESC"
@@ -315,13 +375,14 @@ class StoredSlices:
         self.db = db
         self.query = query
         self.placer = placer
-        self.size = size  # the onset's stretch of time (`alerts.triage.bucket_of`)
+        self.size = size  # the onset's stretch of time (`alerts.triage.bucket_size`)
         self.examples = examples
         # The window's buckets, read with its cells: (size, anchor, start, end) -> buckets.
         self._read: dict[tuple[float, float, float, float], list[Bucket]] = {}
+        self._parts: dict[tuple[float, float], list[Part]] = {}  # (start, end) -> its parts
 
     def cells(self, start: float, end: float) -> list[Cell]:
-        found, self._read[(self.size, end, start, end)] = window(
+        found, self._read[(self.size, end, start, end)], self._parts[(start, end)] = window(
             self.db, self.query, self.placer, self.size, start, end
         )
         return found
@@ -335,4 +396,7 @@ class StoredSlices:
     def worst(
         self, where: Sequence[tuple[str, str]], start: float, end: float
     ) -> tuple[Example, ...]:
-        return worst(self.db, self.query, where, start, end, self.examples)
+        parts = self._parts.get((start, end))
+        near = None if parts is None else nearest(self.query, parts, where, self.examples)
+        within = None if near is None else (self.size, near)
+        return worst(self.db, self.query, where, start, end, self.examples, within)

@@ -5,7 +5,8 @@ rows in Python. Over planted histories and a table of rules (flags and numbers, 
 warning line or none, each aggregate kind, a `where`, a group by query type, samples
 missing the signal), the two give the same segments, onset, layer and examples; and over
 random histories with re-scored traces, the window read (the cells and the onset's first
-buckets in one query) counts what rows count.
+buckets in one query) counts what rows count and the examples read where it says are the
+worst rows have.
 """
 
 from __future__ import annotations
@@ -212,7 +213,14 @@ def test_the_window_read_counts_what_rows_count(
     start, size = T - rule.window_s, bucket_size(rule.window_s, step_of(rule))
     stored = stored_slices(rule, PROD, db)
     rows = RowSlices(rule, PROD, final.values())
+    wheres = [(), (("model", "gpt-x"),), (("query_type", "pricing"), ("release", "r2"))]
+    # The examples, read before the window (the whole of it) and after (only the stretches
+    # its parts say hold them).
+    for where in wheres:
+        assert stored.worst(where, start, T) == rows.worst(where, start, T)
     _close(_cells(stored.cells(start, T)), _cells(rows.cells(start, T)))
+    for where in wheres:
+        assert stored.worst(where, start, T) == rows.worst(where, start, T)
     # The onset's first read is the window's, read with its cells; the query of every
     # later read counts the same.
     _close(_buckets(stored.buckets(size, T, start, T)), _buckets(rows.buckets(size, T, start, T)))
