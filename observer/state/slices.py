@@ -230,10 +230,14 @@ def window(
     reads. SQLite groups by the labels, the stretch and a bad sample's place fields;
     `placer` places each distinct set of fields once."""
     samples, parameters = _samples(query)
+    # A label the scope fixes is the same on every sample: grouping by it costs, and
+    # changes nothing.
+    fixed = {k for k, _ in query.scope}
+    keys = ", ".join(["b", *(c for c in _COLUMNS if c not in fixed), "dims, bad, f"])
     sql = (
         "SELECT CAST((:end - at) / :size AS INTEGER) AS b, environment, query_type, dims, "
         f"bad, CASE WHEN bad THEN {_FIELDS} END AS f, COUNT(*), TOTAL(v), MIN(v), MAX(v), "
-        f"MIN(at) FROM ({samples}) GROUP BY b, environment, query_type, dims, bad, f"
+        f"MIN(at) FROM ({samples}) GROUP BY {keys}"
     )
     parameters.update(size=size, start=start, end=end)
     seen: dict[Any, Any] = {}
