@@ -82,12 +82,12 @@ class Asked:
 
 
 def _what(sql: str) -> str:
-    if "CAST((:anchor - at)" in sql:
-        return "buckets (onset)"
     if "LIMIT :limit" in sql:
         return "worst (examples)"
-    if "GROUP BY environment" in sql:
-        return "cells (segments, layer)"
+    if "CAST((:end - at)" in sql:
+        return "window (segments, layer, onset)"
+    if "CAST((:anchor - at)" in sql:
+        return "buckets (onset)"
     return sql[:40]
 
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, Protocol
@@ -53,7 +54,7 @@ from typing import Final, Protocol
 from observer.alerts.engine import MAX_EXAMPLES, group_of, in_scope, quantile, worst
 from observer.alerts.rules import DIMENSIONS, LAYERS, WindowRule
 from observer.state.rows import Example, GroupKey, Row, Segment, Triage, Value
-from observer.state.slices import Bucket, Cell, Query
+from observer.state.slices import Bucket, Cell, Query, StoredSlices
 
 # A segment leads only when its bad share is this many standard errors above the rest's.
 Z_FLOOR: Final = 3.0
@@ -439,6 +440,18 @@ def crossed(rule: WindowRule, parts: Sequence[Bucket]) -> bool:
     return value is not None and rule.breaches(value, first_line(rule))
 
 
+def step_of(rule: WindowRule) -> float:
+    """How far apart the windows of the onset's scan back are."""
+    return max(60.0, rule.window_s / 10)
+
+
+def stored_slices(rule: WindowRule, group: GroupKey, db: sqlite3.Connection) -> StoredSlices:
+    """`Slices` of `rule`'s `group` counted by SQLite on `db`: the window's cells and its
+    onset buckets in one read."""
+    size = bucket_size(rule.window_s, step_of(rule))
+    return StoredSlices(db, query(rule, group), place, size)
+
+
 def bucket_size(window_s: float, step_s: float) -> float:
     """Seconds a bucket spans: divides both the step and the window (in whole milliseconds),
     about a thirtieth of the step, at least a millisecond."""
@@ -507,7 +520,7 @@ def onset(rule: WindowRule, slices: Slices, at: float) -> tuple[float | None, bo
     whether the run reached back to where the history read starts (the window before it
     held too few samples to say, or the lookback ended): then the change began then or
     earlier."""
-    step = max(60.0, rule.window_s / 10)
+    step = step_of(rule)
     size = bucket_size(rule.window_s, step)
     per_window = round(rule.window_s / size)
     per_step = round(step / size)

@@ -14,15 +14,16 @@ zero") is no sample. Pure SQL building; the queries run on the caller's connecti
 
 from __future__ import annotations
 
+import math
 import re
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
-from observer.state.rows import NO_LABEL, Example
+from observer.state.rows import NO_LABEL, Example, Value
 
 _NAME: Final = re.compile(r"^[a-z_][a-z0-9_]*$")
 _OPS: Final = frozenset({">", ">=", "<", "<=", "==", "!="})
@@ -59,6 +60,18 @@ class Bucket:
     high: float
     first: float  # the earliest sample's event time
     values: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """The samples of one stretch of a window that share their labels and badness."""
+
+    index: int
+    labels: Mapping[str, str]
+    bad: bool
+    n: int
+    low: float
+    high: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +135,16 @@ def _bad_sql(query: Query) -> str:
     return f"(v {_sql_op(query.bad_op)} :line)"
 
 
-# The fields that place a bad sample, read in one parse of the row's JSON (a JSON array).
-_PLACE_FIELDS = (
-    "json_extract(CAST(signals AS TEXT), '$.missing_chunks', '$.stale_citations', "
-    "'$.abstained', '$.crag_grade', '$.over_refusal')"
+# The fields that place a bad sample (`alerts.triage.place`), read in one parse of its JSON.
+PLACE_FIELDS: Final = (
+    "missing_chunks",
+    "stale_citations",
+    "abstained",
+    "crag_grade",
+    "over_refusal",
+)
+_FIELDS = (
+    "json_extract(CAST(signals AS TEXT), " + ", ".join(f"'$.{name}'" for name in PLACE_FIELDS) + ")"
 )
 # A bad sample's layer, or why it has none (alerts.triage.place), from those fields:
 # f's items are missing_chunks, stale_citations, abstained, crag_grade, over_refusal.
@@ -147,13 +166,18 @@ def _placed(samples: str) -> str:
     """`samples` with each bad sample's place (its JSON parsed once more, only if bad)."""
     return (
         f"SELECT *, CASE WHEN bad THEN {_PLACE} ELSE '' END AS place FROM ("
-        f"SELECT *, CASE WHEN bad THEN {_PLACE_FIELDS} END AS f FROM ({samples}) "
+        f"SELECT *, CASE WHEN bad THEN {_FIELDS} END AS f FROM ({samples}) "
         "LIMIT -1 OFFSET 0)"
     )
 
 
-def _samples(query: Query, extra: str = "") -> tuple[str, dict[str, Any]]:
-    """The rows of the scope in (:start, :end] with their value `v` and badness `bad`."""
+# The columns of a sample a read may use; the onset's buckets need only its time.
+_ROW: Final = "trace_id, project_id, at, environment, query_type, dims, signals"
+
+
+def _samples(query: Query, extra: str = "", columns: str = _ROW) -> tuple[str, dict[str, Any]]:
+    """The rows of the scope in (:start, :end] with `columns`, their value `v` and
+    badness `bad`."""
     value, parameters = _value_sql(query)
     conditions = ["at > :start", "at <= :end"]
     for i, (key, wanted) in enumerate(query.scope):
@@ -165,14 +189,10 @@ def _samples(query: Query, extra: str = "") -> tuple[str, dict[str, Any]]:
     # LIMIT -1 keeps SQLite from flattening the query into the ones around it, which
     # would extract the signal once for every mention of `v` (four times the cost).
     inner = (
-        f"SELECT trace_id, project_id, at, environment, query_type, dims, signals, "
-        f"{_field(query.signal)} AS raw FROM history WHERE {' AND '.join(conditions)} "
-        "LIMIT -1 OFFSET 0"
+        f"SELECT {columns}, {_field(query.signal)} AS raw FROM history "
+        f"WHERE {' AND '.join(conditions)} LIMIT -1 OFFSET 0"
     )
-    valued = (
-        f"SELECT trace_id, project_id, at, environment, query_type, dims, signals, "
-        f"{value} AS v FROM ({inner})"
-    )
+    valued = f"SELECT {columns}, {value} AS v FROM ({inner})"
     return (
         f"SELECT *, {_bad_sql(query)} AS bad FROM ({valued}) WHERE v IS NOT NULL",
         parameters,
@@ -193,27 +213,96 @@ def _labels(
     return found
 
 
-def cells(db: sqlite3.Connection, query: Query, start: float, end: float) -> list[Cell]:
-    """The scope's samples in (start, end], grouped by labels, badness and place."""
+Placer = Callable[[Mapping[str, Value]], str]
+
+
+def window(
+    db: sqlite3.Connection,
+    query: Query,
+    placer: Placer,
+    size: float,
+    start: float,
+    end: float,
+) -> tuple[list[Cell], list[Bucket], list[Part]]:
+    """The scope's samples in (start, end] grouped by labels, badness and place (`Cell`),
+    by stretch of `size` seconds back from `end` (`Bucket`), and by both (`Part`, where
+    the worst samples lie), in one read: a page's window is the first span its onset
+    reads. SQLite groups by the labels, the stretch and a bad sample's place fields;
+    `placer` places each distinct set of fields once."""
     samples, parameters = _samples(query)
+    # A label the scope fixes is the same on every sample: grouping by it costs, and
+    # changes nothing.
+    fixed = {k for k, _ in query.scope}
+    keys = ", ".join(["b", *(c for c in _COLUMNS if c not in fixed), "dims, bad, f"])
     sql = (
-        "SELECT environment, query_type, dims, bad, place, COUNT(*), TOTAL(v), MIN(v), MAX(v) "
-        f"FROM ({_placed(samples)}) GROUP BY environment, query_type, dims, bad, place"
+        "SELECT CAST((:end - at) / :size AS INTEGER) AS b, environment, query_type, dims, "
+        f"bad, CASE WHEN bad THEN {_FIELDS} END AS f, COUNT(*), TOTAL(v), MIN(v), MAX(v), "
+        f"MIN(at) FROM ({samples}) GROUP BY {keys}"
     )
+    parameters.update(size=size, start=start, end=end)
     seen: dict[Any, Any] = {}
-    return [
-        Cell(_labels(e, q, d, seen), bool(b), str(p), int(n), float(t), float(lo), float(hi))
-        for e, q, d, b, p, n, t, lo, hi in db.execute(
-            sql, {**parameters, "start": start, "end": end}
-        )
-    ]
+    placed: dict[str | None, str] = {None: ""}
+    cells: dict[tuple[Any, ...], list[Any]] = {}
+    buckets: dict[int, list[Any]] = {}
+    parts: list[Part] = []
+    for b, e, q, d, bad, f, n, total, low, high, first in db.execute(sql, parameters):
+        parts.append(Part(int(b), _labels(e, q, d, seen), bool(bad), n, low, high))
+        if f not in placed:
+            placed[f] = placer(dict(zip(PLACE_FIELDS, orjson.loads(f), strict=True)))
+        cell = cells.setdefault((e, q, d, bad, placed[f]), [0, [], low, high])
+        cell[0] += n
+        cell[1].append(total)
+        cell[2], cell[3] = min(cell[2], low), max(cell[3], high)
+        bucket = buckets.setdefault(b, [0, 0, [], low, high, first])
+        bucket[0] += n
+        bucket[1] += n if bad else 0
+        bucket[2].append(total)
+        bucket[3], bucket[4] = min(bucket[3], low), max(bucket[4], high)
+        bucket[5] = min(bucket[5], first)
+    return (
+        [
+            Cell(_labels(e, q, d, seen), bool(bad), p, n, math.fsum(t), float(lo), float(hi))
+            for (e, q, d, bad, p), (n, t, lo, hi) in cells.items()
+        ],
+        [
+            Bucket(int(b), n, k, math.fsum(t), float(lo), float(hi), float(first))
+            for b, (n, k, t, lo, hi, first) in buckets.items()
+        ],
+        parts,
+    )
+
+
+def nearest(
+    query: Query, parts: Sequence[Part], where: Sequence[tuple[str, str]], limit: int
+) -> set[int] | None:
+    """The stretches of a window (`Part.index`) that hold its `limit` worst samples inside
+    `where` in `worst`'s order; None when its parts cannot tell. For a flag: the newest
+    stretches with that many true samples. Else: the `limit`-th lowest of the parts'
+    lowest values bounds the worst (that many samples are at or below it), and only
+    parts reaching it can hold them (the highest, for a rule on the highest)."""
+    inside = [p for p in parts if all(p.labels.get(k, NO_LABEL) == v for k, v in where)]
+    if query.bad_op is None:
+        bad = sorted((p for p in inside if p.bad), key=lambda p: p.index)
+        seen = 0
+        for part in bad:
+            seen += part.n
+            if seen >= limit:
+                return {p.index for p in bad if p.index <= part.index}
+        return {p.index for p in bad}
+    if len(inside) < limit:
+        return None
+    if query.highest:
+        line = sorted((p.high for p in inside), reverse=True)[limit - 1]
+        return {p.index for p in inside if p.high >= line}
+    line = sorted(p.low for p in inside)[limit - 1]
+    return {p.index for p in inside if p.low <= line}
 
 
 def buckets(
     db: sqlite3.Connection, query: Query, size: float, anchor: float, start: float, end: float
 ) -> list[Bucket]:
     """The scope's samples in (start, end] by stretch of `size` seconds back from `anchor`."""
-    samples, parameters = _samples(query)
+    samples, parameters = _samples(query, columns="at")
     sql = (
         "SELECT CAST((:anchor - at) / :size AS INTEGER) AS b, COUNT(*), SUM(bad), TOTAL(v), "
         f"MIN(v), MAX(v), MIN(at) FROM ({samples}) GROUP BY b"
@@ -232,12 +321,27 @@ def worst(
     start: float,
     end: float,
     limit: int,
+    within: tuple[float, Collection[int]] | None = None,
 ) -> tuple[Example, ...]:
     """The `limit` worst samples inside `where` in (start, end], as `engine.worst` orders
     them: for a flag the most recent true ones, else by value (the highest first when
-    `query.highest`, else the lowest), the most recent first among equals."""
+    `query.highest`, else the lowest), the most recent first among equals. `within`:
+    (size, indexes) the stretches of `size` seconds back from `end` that hold them
+    (`nearest`): only those are read."""
     conditions = [f"{label_sql(k)} = :where{i}" for i, (k, _) in enumerate(where)]
-    samples, parameters = _samples(query, " AND ".join(conditions))
+    parameters: dict[str, Any] = {"anchor": end}
+    if within is not None:
+        size, indexes = within
+        if not indexes:
+            return ()
+        listed = ", ".join(str(int(i)) for i in sorted(indexes))
+        conditions.append(f"CAST((:anchor - at) / :size AS INTEGER) IN ({listed})")
+        # A stretch wider on each side: the condition above says which rows are in.
+        start = max(start, end - (max(indexes) + 2) * size)
+        end = min(end, end - (min(indexes) - 1) * size)
+        parameters["size"] = size
+    samples, found = _samples(query, " AND ".join(conditions))
+    parameters.update(found)
     parameters.update({f"where{i}": v for i, (_, v) in enumerate(where)})
     if query.bad_op is None:
         order = "WHERE v = 1.0 ORDER BY at DESC"
@@ -264,18 +368,39 @@ class StoredSlices:
     """`alerts.triage.Slices` over the stored history, on the caller's connection (the
     evaluator's own reader, or the state file's under its lock)."""
 
-    def __init__(self, db: sqlite3.Connection, query: Query, examples: int = 5) -> None:
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        query: Query,
+        placer: Placer,
+        size: float,
+        examples: int = 5,
+    ) -> None:
         self.db = db
         self.query = query
+        self.placer = placer
+        self.size = size  # the onset's stretch of time (`alerts.triage.bucket_size`)
         self.examples = examples
+        # The window's buckets, read with its cells: (size, anchor, start, end) -> buckets.
+        self._read: dict[tuple[float, float, float, float], list[Bucket]] = {}
+        self._parts: dict[tuple[float, float], list[Part]] = {}  # (start, end) -> its parts
 
     def cells(self, start: float, end: float) -> list[Cell]:
-        return cells(self.db, self.query, start, end)
+        found, self._read[(self.size, end, start, end)], self._parts[(start, end)] = window(
+            self.db, self.query, self.placer, self.size, start, end
+        )
+        return found
 
     def buckets(self, size: float, anchor: float, start: float, end: float) -> list[Bucket]:
+        read = self._read.pop((size, anchor, start, end), None)
+        if read is not None:
+            return read
         return buckets(self.db, self.query, size, anchor, start, end)
 
     def worst(
         self, where: Sequence[tuple[str, str]], start: float, end: float
     ) -> tuple[Example, ...]:
-        return worst(self.db, self.query, where, start, end, self.examples)
+        parts = self._parts.get((start, end))
+        near = None if parts is None else nearest(self.query, parts, where, self.examples)
+        within = None if near is None else (self.size, near)
+        return worst(self.db, self.query, where, start, end, self.examples, within)

@@ -3,23 +3,37 @@
 The daemon and `alerts status` ask SQLite; `alerts backtest` and the pure tests count
 rows in Python. Over planted histories and a table of rules (flags and numbers, a
 warning line or none, each aggregate kind, a `where`, a group by query type, samples
-missing the signal), the two give the same segments, onset, layer and examples.
+missing the signal), the two give the same segments, onset, layer and examples; and over
+random histories with re-scored traces, the window read (the cells and the onset's first
+buckets in one query) counts what rows count and the examples read where it says are the
+worst rows have.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from observer.alerts.rules import WindowRule, parse_expression
-from observer.alerts.triage import query, triage, triage_of
+from observer.alerts.rules import DIMENSIONS, WindowRule, parse_expression
+from observer.alerts.triage import (
+    RowSlices,
+    bucket_size,
+    step_of,
+    stored_slices,
+    triage,
+    triage_of,
+)
 from observer.state import State
+from observer.state.history import HISTORY_SCHEMA, write_row
 from observer.state.rows import GroupKey, Row, Triage
-from observer.state.slices import StoredSlices
+from observer.state.slices import Bucket, Cell
 from tests.alerts.test_triage import PROD, TYPES, T, grounding_rule, planted, release_scenario
 
 
@@ -115,9 +129,99 @@ def test_sqlite_counts_give_the_triage_rows_give(
     try:
         state.history.put_many(rows)
         with state.history.connection() as db:
-            stored = triage_of(rule, group, StoredSlices(db, query(rule, group)), T)
+            stored = triage_of(rule, group, stored_slices(rule, group, db), T)
     finally:
         state.close()
     expected = triage(rule, group, rows, T)
     same(stored, expected)
     assert expected.samples > 0
+
+
+# -- the window read (cells and the onset's first buckets in one query) against rows --------
+
+LABELS = [{}, {"model": "gpt-x"}, {"model": "gpt-y", "release": "r2"}]
+GRADES = ("HIGH", "LOW", "AMBIGUOUS", None)
+
+
+@st.composite
+def answers(draw: st.DrawFn) -> tuple[list[Row], list[Row]]:
+    """Rows on half-second steps of the last 11 minutes before T (some on the window's
+    edges), with or without the signal and each field that places a bad sample; and the
+    re-scores of some of them (the same trace, new values and labels)."""
+
+    def row(i: int) -> Row:
+        values: dict[str, object] = {}
+        if draw(st.booleans()):
+            values["numeric_grounding"] = draw(st.sampled_from((0.3, 0.5, 0.95, 1.0)))
+        if draw(st.booleans()):
+            values["ungrounded"] = draw(st.booleans())
+        grade = draw(st.sampled_from(GRADES))
+        if grade is not None:
+            values["crag_grade"] = grade
+        for name in ("abstained", "over_refusal"):
+            if draw(st.integers(0, 3)) == 0:
+                values[name] = draw(st.booleans())
+        if draw(st.integers(0, 4)) == 0:
+            values["missing_chunks"] = draw(st.integers(0, 2))
+        at = T - draw(st.integers(0, 1320)) / 2
+        environment = draw(st.sampled_from(("production", "production", "staging")))
+        dims = draw(st.sampled_from(LABELS))
+        query_type = draw(st.sampled_from(TYPES))
+        return Row(at, values, f"t{i}", "p1", environment, query_type, dims)  # type: ignore[arg-type]
+
+    first = [row(i) for i in range(draw(st.integers(0, 40)))]
+    again = [row(i) for i in draw(st.sets(st.integers(0, max(0, len(first) - 1))))][: len(first)]
+    return first, again
+
+
+def _cells(found: list[Cell]) -> list[tuple[object, ...]]:
+    return sorted(
+        (tuple(c.label(d) for d in DIMENSIONS), c.bad, c.place, c.n, c.low, c.high, c.total)
+        for c in found
+    )
+
+
+def _buckets(found: list[Bucket]) -> list[tuple[object, ...]]:
+    return sorted((b.index, b.n, b.bad, b.low, b.high, b.first, b.total) for b in found)
+
+
+def _close(mine: list[tuple[object, ...]], theirs: list[tuple[object, ...]]) -> None:
+    assert [m[:-1] for m in mine] == [t[:-1] for t in theirs]
+    assert [m[-1] for m in mine] == pytest.approx([t[-1] for t in theirs], abs=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    history=answers(),
+    rule=st.sampled_from(
+        [
+            grounding_rule(window_s=600.0),
+            grounding_rule(window_s=600.0, warn_threshold=None, op=">", threshold=0.4),
+            ungrounded(window_s=600.0),
+        ]
+    ),
+)
+def test_the_window_read_counts_what_rows_count(
+    history: tuple[list[Row], list[Row]], rule: WindowRule
+) -> None:
+    first, again = history
+    final = {r.trace_id: r for r in [*first, *again]}  # a re-score replaces the trace's row
+    db = sqlite3.connect(":memory:")
+    db.executescript(HISTORY_SCHEMA)
+    for each in [*first, *again]:
+        write_row(db, each)
+    start, size = T - rule.window_s, bucket_size(rule.window_s, step_of(rule))
+    stored = stored_slices(rule, PROD, db)
+    rows = RowSlices(rule, PROD, final.values())
+    wheres = [(), (("model", "gpt-x"),), (("query_type", "pricing"), ("release", "r2"))]
+    # The examples, read before the window (the whole of it) and after (only the stretches
+    # its parts say hold them).
+    for where in wheres:
+        assert stored.worst(where, start, T) == rows.worst(where, start, T)
+    _close(_cells(stored.cells(start, T)), _cells(rows.cells(start, T)))
+    for where in wheres:
+        assert stored.worst(where, start, T) == rows.worst(where, start, T)
+    # The onset's first read is the window's, read with its cells; the query of every
+    # later read counts the same.
+    _close(_buckets(stored.buckets(size, T, start, T)), _buckets(rows.buckets(size, T, start, T)))
+    _close(_buckets(stored.buckets(size, T, start, T)), _buckets(rows.buckets(size, T, start, T)))

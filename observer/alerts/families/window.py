@@ -30,12 +30,11 @@ from observer.alerts.engine import AlertEvent, AlertState, Evaluation, GroupKey,
 from observer.alerts.families import Options, Rows
 from observer.alerts.rules import JUDGE_HEALTH_RULES, WindowRule, row_keys
 from observer.alerts.sender import Sender
-from observer.alerts.triage import QUANTILES, lookback_s, query, triage, triage_of
+from observer.alerts.triage import QUANTILES, lookback_s, stored_slices, triage, triage_of
 from observer.alerts.triage import keys as triage_keys
 from observer.alerts.windows import slide
 from observer.state import State
 from observer.state.rows import Outgoing, Triage
-from observer.state.slices import StoredSlices
 from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.alerts")
@@ -107,7 +106,7 @@ def triage_at(rule: WindowRule, group: GroupKey, at: float, rows: Rows) -> Triag
         read = rows.rows(at - lookback_s(rule), at, keys, traces=True, samples=False)
         return triage(rule, group, read, at)
     with rows.connection() as db:
-        return triage_of(rule, group, StoredSlices(db, query(rule, group)), at)
+        return triage_of(rule, group, stored_slices(rule, group, db), at)
 
 
 class WindowRules:
