@@ -123,6 +123,14 @@ def buckets(now: datetime) -> tuple[str, str]:
     return moment.strftime("%Y-%m-%dT%H"), moment.strftime("%Y-%m-%d")
 
 
+def judge_used(metrics: Metrics, result: JudgeResult) -> None:
+    """What judging one answer cost: a trace's or a canary case's, counted alike."""
+    metrics.judge_calls.inc(result.calls)
+    metrics.judge_tokens.labels(kind="prompt").inc(result.prompt_tokens)
+    metrics.judge_tokens.labels(kind="completion").inc(result.completion_tokens)
+    metrics.judge_cost.inc(result.cost_usd)
+
+
 class JudgeCounts:
     """Traces judged (an abstention is judged), judge errors, judge scores queued: counted
     as the workers go (several at once), read by a run's report."""
@@ -391,9 +399,7 @@ class JudgeService:
             except Exception as error:  # the fleet's count must not cost the trace its scores
                 # The reservation stays counted in its place: the day's tokens over, never under.
                 log.warning("judge_spend_not_shared", trace_id=record.trace_id, error=str(error))
-        self.metrics.judge_used(
-            result.calls, result.prompt_tokens, result.completion_tokens, result.cost_usd
-        )
+        judge_used(self.metrics, result)
         self.metrics.judge_funnel_claims.inc(len(result.decided))
         if self.on_judged is not None:
             try:
@@ -437,17 +443,26 @@ class JudgeService:
             calls=result.calls,
             tokens=result.tokens,
         )
-        self.metrics.observe_judgement(
-            record, result.faithfulness, result.citation_accuracy, result.critical_unsupported
-        )
+        self._observe(record, result)
+        return result
+
+    def _observe(self, record: RagRecord, result: JudgeResult) -> None:
+        """A judged answer's figures into the quality metrics."""
+        labels = self.metrics.quality_labels(record.environment, record.query_type)
+        for ratio, value in (
+            (self.metrics.faithfulness, result.faithfulness),
+            (self.metrics.citation_accuracy, result.citation_accuracy),
+        ):
+            if value is not None:
+                ratio.labels(*labels).observe(value)
         if result.critical_unsupported:
+            self.metrics.critical_unsupported.labels(*labels).inc()
             log.warning(
                 "critical_unsupported_detected",
                 trace_id=record.trace_id,
                 observation_id=record.observation_id,
                 claims=len(result.critical_claims()),
             )
-        return result
 
     # -- lifecycle --------------------------------------------------------------
 
