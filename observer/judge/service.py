@@ -1,8 +1,9 @@
 """The judge in the daemon: sampled, budgeted, asynchronous, bounded.
 
-`offer()` is called by the pipeline after a trace's deterministic scores are
-safely in the outbox; it decides (pure sampler), reserves budget and puts the
-trace on a bounded queue without ever blocking: a full queue is counted
+`reservation()` is asked by the pipeline for a trace being recorded, its sample
+written in the trace's own transaction beside its deterministic scores, then
+`queued()`: it decides (pure sampler), reserves budget and puts the trace on a
+bounded queue without ever blocking: a full queue is counted
 (`queue_full`) and the trace is simply not judged. The reservation (one trace
 for the hourly cap, its expected tokens for the daily cap) and the sample
 itself are written to the state file: queued samples cannot overshoot a cap,
@@ -39,7 +40,7 @@ from observer.judge.identity import judge_of
 from observer.judge.outcome import JudgeResult, judge_score_events
 from observer.judge.sampler import SamplerParams, decide
 from observer.judge.workers import Workers
-from observer.model import RagRecord, Signals, answer_basis
+from observer.model import RagRecord, Signals
 from observer.records import RecordError, record_from_obj
 from observer.resolver.core import ResolverFindings
 from observer.signals import SignalParams, compute
@@ -189,27 +190,6 @@ class JudgeService:
         self.shared = shared
 
     # -- intake -----------------------------------------------------------------
-
-    def offer(
-        self, record: RagRecord, signals: Signals, findings: ResolverFindings | None = None
-    ) -> bool:
-        """Decide and, when sampled, queue a trace outside a pass; never blocks.
-
-        True when a sample was queued. `findings`: what the resolver found of the
-        trace's cited chunks (missing or stale ones make the trace risky, and the
-        funnel uses them when judging)."""
-        reservation = self.reservation(record, signals, findings, answer_basis(record))
-        if reservation is None:
-            return False
-        written = False
-        try:
-            self.state.judge.write(reservation.write)
-            written = True
-        finally:
-            if not written:
-                self.release(reservation)
-        self.queued(reservation)
-        return True
 
     def reservation(
         self,
