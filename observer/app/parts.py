@@ -38,7 +38,7 @@ from observer.app.builders import (
     now_utc,
 )
 from observer.app.contact import ready
-from observer.app.event_path import EventPath
+from observer.app.event_path import EventPath, ProjectId
 from observer.app.fleet_parts import (
     FleetParts,
     connect_fleet,
@@ -56,6 +56,8 @@ from observer.judge.client import JudgeClient
 from observer.judge.service import JudgedHook, JudgeService
 from observer.mapping.rules import MappingRules
 from observer.model import RagRecord, Signals
+from observer.otlp.assembly import Limits
+from observer.otlp.receiver import Receiver
 from observer.pipeline import Pipeline
 from observer.resolver.daemon import ResolverLookup
 from observer.signals.summary import Summary
@@ -342,19 +344,7 @@ class _Wiring:
             check_server=self._server_check(),
             **_pass_report(self.state, fleet),
         )
-        receiver = event_path.build_event_path(
-            self.mode == "solo",
-            settings,
-            pipeline.traces,
-            self.state,
-            self.metrics,
-            api=self.api,
-            limiter=self.limiter,
-            stop=self.stop,
-            lookup=self.resolver,
-            notify=self.dispatcher.notify,
-            clock=clock,
-        )
+        receiver = self._receiver(pipeline, clock) if self.mode == "solo" else None
         member = None
         if fleet is not None and self.fleet_alerts is not None and evaluation is not None:
             member = fleet_member(
@@ -405,6 +395,23 @@ class _Wiring:
             judge_checks=checks,
             receiver=receiver,
         )
+
+    def _receiver(self, pipeline: Pipeline, clock: Callable[[], datetime]) -> EventPath | None:
+        """The receiver of a daemon with `[otlp]` on (a one-shot run and a fleet have none)."""
+        o = self.settings.otlp
+        if not o.on:
+            return None
+        receiver = Receiver(
+            pipeline.traces.settled_elsewhere(),
+            self.state,
+            self.metrics,
+            Limits(o.settle_s, o.keep_s, o.max_traces, o.max_bytes, o.root_grace_s),
+            project_id=ProjectId(self.api, self.limiter, self.stop),
+            lookup=self.resolver,
+            notify=self.dispatcher.notify,
+            clock=clock,
+        )
+        return EventPath(self.settings, receiver)
 
     def _pipeline(self, rules: MappingRules, summary: Summary) -> Pipeline:
         settings, metrics, judge = self.settings, self.metrics, self.judge
