@@ -153,4 +153,3 @@ class EventPath:
     @property
     def url(self) -> str | None:
         return None if self.server is None else self.server.url
-

@@ -39,18 +39,14 @@ from observer.app.builders import (
 )
 from observer.app.contact import ready
 from observer.app.event_path import EventPath, ProjectId
-from observer.app.fleet_parts import (
-    FleetParts,
-    connect_fleet,
-    fleet_member,
-    reader_wiring,
-)
+from observer.app.fleet_parts import FleetParts, connect_fleet, reader_wiring
 from observer.app.judge_checks import judge_checks
 from observer.app.passes import Passes
 from observer.background import Deadline, Periodic, Schedule
 from observer.config import Settings
 from observer.fleet.alerts import FleetAlerts, FleetEvaluation
 from observer.fleet.member import Member
+from observer.fleet.worker import EntryWorker
 from observer.health import Health
 from observer.judge.client import JudgeClient
 from observer.judge.service import JudgedHook, JudgeService
@@ -347,20 +343,7 @@ class _Wiring:
         receiver = self._receiver(pipeline, clock) if self.mode == "solo" else None
         member = None
         if fleet is not None and self.fleet_alerts is not None and evaluation is not None:
-            member = fleet_member(
-                settings,
-                fleet,
-                self.fleet_alerts,
-                evaluation,
-                pipeline,
-                passes,
-                self.resolver,
-                self.dispatcher,
-                self.state,
-                self.metrics,
-                self.health,
-                self.stop,
-            )
+            member = self._member(fleet, self.fleet_alerts, evaluation, pipeline, passes)
         checks = judge_checks(
             settings,
             self.mode != "once",
@@ -394,6 +377,55 @@ class _Wiring:
             budget=self.limiter,
             judge_checks=checks,
             receiver=receiver,
+        )
+
+    def _member(
+        self,
+        fleet: FleetParts,
+        fleet_alerts: FleetAlerts,
+        evaluation: FleetEvaluation,
+        pipeline: Pipeline,
+        passes: Passes,
+    ) -> Member:
+        """This process's part of the fleet: its worker scores with the pipeline's recorder."""
+        settings, state = self.settings, self.state
+        assert settings.fleet is not None
+        worker = EntryWorker(
+            fleet.stream,
+            fleet.name,
+            pipeline.traces,
+            state,
+            self.metrics,
+            max_outbox=settings.sink.max_outbox,
+            claim_idle_s=settings.fleet.claim_idle_s,
+            max_deliveries=settings.fleet.max_deliveries,
+            lookup=self.resolver,
+            notify=self.dispatcher.notify,
+        )
+        return Member(
+            name=fleet.name,
+            client=fleet.client,
+            keys=fleet.keys,
+            lease=fleet.lease,
+            stream=fleet.stream,
+            alerts=fleet_alerts,
+            evaluation=evaluation,
+            worker=worker,
+            pipeline=pipeline,
+            read=passes.tick,
+            state=state,
+            metrics=self.metrics,
+            health=self.health,
+            stop=self.stop,
+            lease_s=settings.fleet.lease_s,
+            poll_interval_s=settings.source.poll_interval_s,
+            restorers={
+                "judge": lambda epoch: fleet.budget.restore(state, epoch, fleet.name, now_utc()),
+                "trace_rules": lambda epoch: fleet_alerts.restore(
+                    state, epoch, fleet.name, now_utc()
+                ),
+                "alert_state": evaluation.give_back,
+            },
         )
 
     def _receiver(self, pipeline: Pipeline, clock: Callable[[], datetime]) -> EventPath | None:
