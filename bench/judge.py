@@ -40,7 +40,7 @@ from observer.judge.client import JudgeClient  # noqa: E402
 from observer.judge.protocol import CLAIMS_SYSTEM, VERDICTS_SYSTEM, context_of  # noqa: E402
 from observer.judge.sampler import SamplerParams, hash_fraction  # noqa: E402
 from observer.judge.service import JudgeService  # noqa: E402
-from observer.model import RagRecord, Signals  # noqa: E402
+from observer.model import RagRecord, Signals, answer_basis  # noqa: E402
 from observer.records import parse_record  # noqa: E402
 from observer.resolver import (  # noqa: E402
     ResolverFindings,
@@ -215,7 +215,12 @@ def throughput(
         began = time.perf_counter()
         for i in range(count):
             record, signals = pairs[i % len(pairs)]
-            service.offer(dataclasses.replace(record, trace_id=f"{record.trace_id}-{i}"), signals)
+            record = dataclasses.replace(record, trace_id=f"{record.trace_id}-{i}")
+            # As a pass does it: the sample decided, written, then queued for the pool.
+            taken = service.reservation(record, signals, None, answer_basis(record))
+            if taken is not None:
+                state.judge.write(taken.write)
+                service.queued(taken)
         service.drain(Deadline.within(600))
         elapsed = time.perf_counter() - began
         service.shutdown(Deadline.within(5))

@@ -71,6 +71,8 @@ class DaemonThreads(Executor):
 
 
 class _DaemonThreadExecutor(BasePoolExecutor):  # type: ignore[misc]
+    """apscheduler's pool executor over `DaemonThreads` (its __init__ is abstract)."""
+
     def __init__(self, threads: DaemonThreads) -> None:
         super().__init__(threads)
 
@@ -176,12 +178,6 @@ class Deadline:
 STOP_MOMENT_S = 0.05
 
 
-def next_wait(more: bool, interval_s: float) -> float:
-    """How long a worker waits before its next step: none while work is ready (a step
-    said so), else the interval, cut short by a `wake()`."""
-    return 0.0 if more else interval_s
-
-
 class Worker:
     """One daemon thread that runs `step` whenever woken, or every `interval_s`.
 
@@ -241,9 +237,8 @@ class Worker:
     def _run(self) -> None:
         more = False
         while not self.stopping.is_set():
-            wait = next_wait(more, self.interval_s)
-            if wait > 0:
-                self.wake_event.wait(wait)
+            if not more:  # no wait while a step said more is ready; a `wake()` cuts it short
+                self.wake_event.wait(self.interval_s)
                 self.wake_event.clear()
             if self.stopping.is_set():
                 break

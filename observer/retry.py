@@ -43,8 +43,6 @@ from tenacity import (
 
 T = TypeVar("T")
 
-__all__ = ["backoff_s", "call_with_retries", "parse_retry_after"]
-
 
 class _Stopped(Exception):
     """Raised inside the retry loop when `should_stop()` turned true during a wait."""

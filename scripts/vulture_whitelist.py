@@ -10,10 +10,7 @@ finds unused in observer/ is dead and goes (tests/test_repo_habits.py checks it)
 
 from observer.alerts.triage import layer_of
 from observer.background import DaemonThreads
-from observer.judge.identity import current_judge
-from observer.judge.service import JudgeService
 from observer.otlp.assembly import Assembly
-from observer.sources.replay import ReplaySource
 from observer.state.rows import DIMS
 from observer.state.store import State
 
@@ -36,13 +33,9 @@ _.handlers
 _.max_request_body_size
 _.on_broken_pipe
 
-# Module APIs the tests drive table by table: one layer of a sample, the judge the
-# configuration runs, a sample offered outside a pass, when the next trace is due, a
-# replay file, one trace recorded, the dimensions a row may hold.
+# Module APIs the tests drive table by table: one layer of a sample, when the next trace
+# is due, one trace recorded, the dimensions a row may hold.
 layer_of
-current_judge
-JudgeService.offer
 Assembly.next_due_in
-ReplaySource.from_file
 State.record_trace
 DIMS

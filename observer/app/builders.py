@@ -76,7 +76,7 @@ def build_openai(settings: Settings) -> openai.OpenAI:
     j = settings.judge
     if not j.model:
         raise ConfigError("set the judge model: OBSERVER_JUDGE_MODEL or judge.model")
-    key = j.api_key.get_secret_value() if j.api_key is not None else None
+    key = _judge_key(settings)
     if key is None:
         if not j.base_url:
             raise ConfigError(
@@ -116,6 +116,7 @@ def build_notifiers(settings: Settings, only: str | None = None) -> dict[str, No
     """Every configured notifier (or only the one named), its secret from the variable it
     names (ConfigError if unset): a notifier not built needs no secret."""
     from observer.alerts.notifiers.alertmanager import AlertmanagerNotifier
+    from observer.alerts.notifiers.pagerduty import DEFAULT_URL as PAGERDUTY_EVENTS_URL
     from observer.alerts.notifiers.pagerduty import PagerDutyNotifier
     from observer.alerts.notifiers.slack import SlackNotifier
     from observer.alerts.notifiers.webhook import WebhookNotifier
@@ -131,10 +132,8 @@ def build_notifiers(settings: Settings, only: str | None = None) -> dict[str, No
                 notifier = AlertmanagerNotifier(n.name, n.url, secret=secret, timeout_s=n.timeout_s)
             elif n.kind == "pagerduty":
                 assert secret is not None
-                if n.url:
-                    notifier = PagerDutyNotifier(n.name, secret, url=n.url, timeout_s=n.timeout_s)
-                else:
-                    notifier = PagerDutyNotifier(n.name, secret, timeout_s=n.timeout_s)
+                url = n.url or PAGERDUTY_EVENTS_URL
+                notifier = PagerDutyNotifier(n.name, secret, url=url, timeout_s=n.timeout_s)
             elif n.kind == "slack":
                 assert secret is not None
                 notifier = SlackNotifier(

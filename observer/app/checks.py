@@ -147,9 +147,18 @@ def recent_answers(settings: Settings, source: LangfuseSource) -> list[tuple[Rag
 
 @dataclass
 class CheckResult:
-    rows: list[tuple[str, str]]
-    exit_code: int
+    """`check`'s rows, and the exit code of the first that failed."""
+
+    rows: list[tuple[str, str]] = field(default_factory=list)
+    exit_code: int = EXIT_OK
     reachable: bool = False  # Langfuse answered and accepted the keys
+
+    def add(self, key: str, value: str) -> None:
+        self.rows.append((key, value))
+
+    def fail(self, key: str, value: str, code: int) -> None:
+        self.rows.append((key, value))
+        self.exit_code = self.exit_code or code
 
 
 def check(settings: Settings, state_path: Path) -> CheckResult:
@@ -157,7 +166,7 @@ def check(settings: Settings, state_path: Path) -> CheckResult:
     the state file, the chunk store, the fleet's Redis, the notifiers' secrets, Langfuse
     (reachable within source.first_contact_s, its version, the keys, the state file's
     project) and the judge's endpoint. The first failure's exit code is the result's."""
-    found = _Found()
+    found = CheckResult()
     try:
         found.add("state", f"{state_path}: {check_state(state_path)}")
         usable: Path | None = state_path
@@ -186,27 +195,11 @@ def check(settings: Settings, state_path: Path) -> CheckResult:
         _check_langfuse(settings, usable, source, found)
     if settings.judge.enabled:
         _check_judge(settings, found)
-    return CheckResult(found.rows, found.code, found.reachable)
-
-
-@dataclass
-class _Found:
-    """`check`'s rows so far, and the exit code of the first that failed."""
-
-    rows: list[tuple[str, str]] = field(default_factory=list)
-    code: int = EXIT_OK
-    reachable: bool = False
-
-    def add(self, key: str, value: str) -> None:
-        self.rows.append((key, value))
-
-    def fail(self, key: str, value: str, code: int) -> None:
-        self.rows.append((key, value))
-        self.code = self.code or code
+    return found
 
 
 def _check_langfuse(
-    settings: Settings, state_path: Path | None, source: LangfuseSource, found: _Found
+    settings: Settings, state_path: Path | None, source: LangfuseSource, found: CheckResult
 ) -> None:
     """Reachable within source.first_contact_s, its version, the project (against the
     usable state file's, not recorded: `check` writes nothing), the keys proven by a read."""
@@ -238,7 +231,7 @@ def _check_langfuse(
     found.add("ingestion", ingestion_row(settings, source))
 
 
-def _check_judge(settings: Settings, found: _Found) -> None:
+def _check_judge(settings: Settings, found: CheckResult) -> None:
     """The judge's endpoint: its model and key as `run` builds them (exit 2 when `run`
     would refuse them); an endpoint that does not answer or refuses the key is shown, not
     failed: `run` starts without it (each sampled trace a judge error, which pages
@@ -255,7 +248,7 @@ def _check_judge(settings: Settings, found: _Found) -> None:
         )
 
 
-def _check_fleet(settings: Settings, found: _Found) -> None:
+def _check_fleet(settings: Settings, found: CheckResult) -> None:
     """The fleet's Redis, as `run` connects to it: reachable, new enough, AOF, no eviction."""
     if settings.fleet is None:
         return
@@ -275,7 +268,7 @@ def _check_fleet(settings: Settings, found: _Found) -> None:
         found.add("fleet", fitness.describe())
 
 
-def _check_notifiers(settings: Settings, found: _Found) -> None:
+def _check_notifiers(settings: Settings, found: CheckResult) -> None:
     """Every notifier built as `run` builds it: its secret present (nothing is sent)."""
     notifiers = settings.alerts.notifiers
     if not notifiers:

@@ -10,8 +10,6 @@ worker, started and stopped by the daemon: intake first, scoring next, within th
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from datetime import datetime
 
 import structlog
 from langfuse.api.client import LangfuseAPI
@@ -20,15 +18,10 @@ from observer.background import Deadline
 from observer.config import ConfigError, Settings
 from observer.config.otlp import is_loopback
 from observer.langfuse_api import NO_RETRIES
-from observer.otlp.assembly import Limits
 from observer.otlp.receiver import Receiver
 from observer.otlp.server import Credentials, OtlpApp, OtlpServer
-from observer.pipeline import Lookup
-from observer.pipeline.traces import TraceRecorder
 from observer.sources.langfuse import budgeted_read
 from observer.sources.ratelimit import RateLimiter
-from observer.state import State
-from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.otlp")
 
@@ -160,34 +153,3 @@ class EventPath:
     @property
     def url(self) -> str | None:
         return None if self.server is None else self.server.url
-
-
-def build_event_path(
-    daemon: bool,
-    settings: Settings,
-    recorder: TraceRecorder,
-    state: State,
-    metrics: Metrics,
-    *,
-    api: LangfuseAPI | None,
-    limiter: RateLimiter | None,
-    stop: threading.Event,
-    lookup: Lookup | None,
-    notify: Callable[[], None],
-    clock: Callable[[], datetime],
-) -> EventPath | None:
-    """The receiver of a daemon with `[otlp]` on (a one-shot run and a fleet have none)."""
-    o = settings.otlp
-    if not (daemon and o.on):
-        return None
-    receiver = Receiver(
-        recorder.settled_elsewhere(),
-        state,
-        metrics,
-        Limits(o.settle_s, o.keep_s, o.max_traces, o.max_bytes, o.root_grace_s),
-        project_id=ProjectId(api, limiter, stop),
-        lookup=lookup,
-        notify=notify,
-        clock=clock,
-    )
-    return EventPath(settings, receiver)

@@ -1,6 +1,7 @@
-"""A fleet member's parts, wired (docs/operating.md#running-a-fleet): Redis connected
-before the state file, the reader's marks and publisher in the stream, the worker
-scoring with the pipeline's recorder, the shared alerts and judge budget.
+"""A fleet member's parts (docs/operating.md#running-a-fleet): Redis connected before
+the state file, the reader's marks and publisher in the stream, the shared alerts and
+judge budget. The member itself, its worker scoring with the pipeline's recorder, is
+wired by observer.app.parts.
 """
 
 from __future__ import annotations
@@ -10,25 +11,20 @@ import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import redis
 
-from observer.app.passes import Passes
 from observer.config import ConfigError, Settings
-from observer.fleet.alerts import FleetAlerts, FleetEvaluation, publish_row
+from observer.fleet.alerts import FleetAlerts, publish_row
 from observer.fleet.budget import FleetBudget, provisional_s
 from observer.fleet.keys import Keys
 from observer.fleet.lease import Lease
-from observer.fleet.member import Member
 from observer.fleet.reader import FleetMarks, StreamPublisher
 from observer.fleet.stream import TraceStream
-from observer.fleet.worker import EntryWorker
 from observer.health import Health
-from observer.pipeline import Marks, Pipeline
-from observer.resolver.daemon import ResolverLookup
-from observer.sinks.dispatcher import Dispatcher
+from observer.pipeline import Marks
 from observer.state import State
 from observer.state.rows import Row
 from observer.telemetry.metrics import Metrics
@@ -120,63 +116,6 @@ def reader_wiring(
     )
     marks = FleetMarks(fleet.stream, fleet.lease, local)
     return marks, publisher, _reading_while_held(health, stop, fleet.lease)
-
-
-def fleet_member(
-    settings: Settings,
-    fleet: FleetParts,
-    fleet_alerts: FleetAlerts,
-    evaluation: FleetEvaluation,
-    pipeline: Pipeline,
-    passes: Passes,
-    resolver: ResolverLookup | None,
-    dispatcher: Dispatcher,
-    state: State,
-    metrics: Metrics,
-    health: Health,
-    stop: threading.Event,
-) -> Member:
-    """This process's part of the fleet: its worker scores with the pipeline's recorder."""
-    assert settings.fleet is not None
-    worker = EntryWorker(
-        fleet.stream,
-        fleet.name,
-        pipeline.traces,
-        state,
-        metrics,
-        max_outbox=settings.sink.max_outbox,
-        claim_idle_s=settings.fleet.claim_idle_s,
-        max_deliveries=settings.fleet.max_deliveries,
-        lookup=resolver,
-        notify=dispatcher.notify,
-    )
-    return Member(
-        name=fleet.name,
-        client=fleet.client,
-        keys=fleet.keys,
-        lease=fleet.lease,
-        stream=fleet.stream,
-        alerts=fleet_alerts,
-        evaluation=evaluation,
-        worker=worker,
-        pipeline=pipeline,
-        read=passes.tick,
-        state=state,
-        metrics=metrics,
-        health=health,
-        stop=stop,
-        lease_s=settings.fleet.lease_s,
-        poll_interval_s=settings.source.poll_interval_s,
-        restorers={
-            "judge": lambda epoch: fleet.budget.restore(state, epoch, fleet.name, _now()),
-            "trace_rules": lambda epoch: fleet_alerts.restore(state, epoch, fleet.name, _now()),
-            "alert_state": evaluation.give_back,
-        },
-    )
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _reading_while_held(health: Health, stop: threading.Event, lease: Lease) -> Callable[[], bool]:

@@ -38,24 +38,22 @@ from observer.app.builders import (
     now_utc,
 )
 from observer.app.contact import ready
-from observer.app.event_path import EventPath
-from observer.app.fleet_parts import (
-    FleetParts,
-    connect_fleet,
-    fleet_member,
-    reader_wiring,
-)
+from observer.app.event_path import EventPath, ProjectId
+from observer.app.fleet_parts import FleetParts, connect_fleet, reader_wiring
 from observer.app.judge_checks import judge_checks
 from observer.app.passes import Passes
 from observer.background import Deadline, Periodic, Schedule
 from observer.config import Settings
 from observer.fleet.alerts import FleetAlerts, FleetEvaluation
 from observer.fleet.member import Member
+from observer.fleet.worker import EntryWorker
 from observer.health import Health
 from observer.judge.client import JudgeClient
 from observer.judge.service import JudgedHook, JudgeService
 from observer.mapping.rules import MappingRules
 from observer.model import RagRecord, Signals
+from observer.otlp.assembly import Limits
+from observer.otlp.receiver import Receiver
 from observer.pipeline import Pipeline
 from observer.resolver.daemon import ResolverLookup
 from observer.signals.summary import Summary
@@ -342,35 +340,10 @@ class _Wiring:
             check_server=self._server_check(),
             **_pass_report(self.state, fleet),
         )
-        receiver = event_path.build_event_path(
-            self.mode == "solo",
-            settings,
-            pipeline.traces,
-            self.state,
-            self.metrics,
-            api=self.api,
-            limiter=self.limiter,
-            stop=self.stop,
-            lookup=self.resolver,
-            notify=self.dispatcher.notify,
-            clock=clock,
-        )
+        receiver = self._receiver(pipeline, clock) if self.mode == "solo" else None
         member = None
         if fleet is not None and self.fleet_alerts is not None and evaluation is not None:
-            member = fleet_member(
-                settings,
-                fleet,
-                self.fleet_alerts,
-                evaluation,
-                pipeline,
-                passes,
-                self.resolver,
-                self.dispatcher,
-                self.state,
-                self.metrics,
-                self.health,
-                self.stop,
-            )
+            member = self._member(fleet, self.fleet_alerts, evaluation, pipeline, passes)
         checks = judge_checks(
             settings,
             self.mode != "once",
@@ -405,6 +378,72 @@ class _Wiring:
             judge_checks=checks,
             receiver=receiver,
         )
+
+    def _member(
+        self,
+        fleet: FleetParts,
+        fleet_alerts: FleetAlerts,
+        evaluation: FleetEvaluation,
+        pipeline: Pipeline,
+        passes: Passes,
+    ) -> Member:
+        """This process's part of the fleet: its worker scores with the pipeline's recorder."""
+        settings, state = self.settings, self.state
+        assert settings.fleet is not None
+        worker = EntryWorker(
+            fleet.stream,
+            fleet.name,
+            pipeline.traces,
+            state,
+            self.metrics,
+            max_outbox=settings.sink.max_outbox,
+            claim_idle_s=settings.fleet.claim_idle_s,
+            max_deliveries=settings.fleet.max_deliveries,
+            lookup=self.resolver,
+            notify=self.dispatcher.notify,
+        )
+        return Member(
+            name=fleet.name,
+            client=fleet.client,
+            keys=fleet.keys,
+            lease=fleet.lease,
+            stream=fleet.stream,
+            alerts=fleet_alerts,
+            evaluation=evaluation,
+            worker=worker,
+            pipeline=pipeline,
+            read=passes.tick,
+            state=state,
+            metrics=self.metrics,
+            health=self.health,
+            stop=self.stop,
+            lease_s=settings.fleet.lease_s,
+            poll_interval_s=settings.source.poll_interval_s,
+            restorers={
+                "judge": lambda epoch: fleet.budget.restore(state, epoch, fleet.name, now_utc()),
+                "trace_rules": lambda epoch: fleet_alerts.restore(
+                    state, epoch, fleet.name, now_utc()
+                ),
+                "alert_state": evaluation.give_back,
+            },
+        )
+
+    def _receiver(self, pipeline: Pipeline, clock: Callable[[], datetime]) -> EventPath | None:
+        """The receiver of a daemon with `[otlp]` on (a one-shot run and a fleet have none)."""
+        o = self.settings.otlp
+        if not o.on:
+            return None
+        receiver = Receiver(
+            pipeline.traces.settled_elsewhere(),
+            self.state,
+            self.metrics,
+            Limits(o.settle_s, o.keep_s, o.max_traces, o.max_bytes, o.root_grace_s),
+            project_id=ProjectId(self.api, self.limiter, self.stop),
+            lookup=self.resolver,
+            notify=self.dispatcher.notify,
+            clock=clock,
+        )
+        return EventPath(self.settings, receiver)
 
     def _pipeline(self, rules: MappingRules, summary: Summary) -> Pipeline:
         settings, metrics, judge = self.settings, self.metrics, self.judge

@@ -38,32 +38,13 @@ if TYPE_CHECKING:  # the names, for type checkers; loaded when first asked for
     from observer.config.settings import Settings as Settings
     from observer.config.settings import load_settings as load_settings
     from observer.config.settings import masked as masked
-    from observer.config.signals import BandSettings as BandSettings
-    from observer.config.signals import CragSettings as CragSettings
-    from observer.config.signals import SignalsSettings as SignalsSettings
-    from observer.config.sources import CONFIG_ENV as CONFIG_ENV
-    from observer.config.sources import SECRET_KEYS as SECRET_KEYS
-    from observer.config.sources import SECRET_VARIABLES as SECRET_VARIABLES
-    from observer.config.sources import read_secret_file as read_secret_file
 
 _MODULES = {
-    "observer.config.alerts": ("AlertsSettings", "NotifierSettings"),
-    "observer.config.sections": (
-        "FleetSettings",
-        "JudgeSettings",
-        "MappingSettings",
-        "SourceSettings",
-    ),
-    "observer.config.settings": ("Settings", "load_settings", "masked"),
-    "observer.config.signals": ("BandSettings", "CragSettings", "SignalsSettings"),
-    "observer.config.sources": (
-        "CONFIG_ENV",
-        "SECRET_KEYS",
-        "SECRET_VARIABLES",
-        "read_secret_file",
-    ),
+    "observer.config.alerts": "AlertsSettings NotifierSettings",
+    "observer.config.sections": "FleetSettings JudgeSettings MappingSettings SourceSettings",
+    "observer.config.settings": "Settings load_settings masked",
 }
-_HOMES = {name: module for module, names in _MODULES.items() for name in names}
+_HOMES = {name: module for module, names in _MODULES.items() for name in names.split()}
 
 
 def __getattr__(name: str) -> Any:

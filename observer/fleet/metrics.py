@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from observer.telemetry.metrics import Declarations, counter, gauge, histogram
 
-__all__ = ["FleetMetrics"]
-
 
 class FleetMetrics(Declarations):
     """A fleet member's own (docs/operating.md#running-a-fleet), summed across members in

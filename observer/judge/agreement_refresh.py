@@ -23,7 +23,7 @@ import structlog
 from observer.errors import RemoteError
 from observer.judge.agreement import Agreement
 from observer.sources.langfuse import Stopped
-from observer.telemetry.metrics import Metrics
+from observer.telemetry.metrics import Metrics, set_measures
 
 log = structlog.get_logger("observer.judge.agreement")
 
@@ -70,7 +70,11 @@ class AgreementRefresh:
             log.warning("judge_agreement_unread", error=str(error))
             return False
         self.found = found
-        self._metrics.set_judge_agreement(found.kappa, found.precision, found.recall, found.pairs)
+        set_measures(
+            self._metrics.judge_agreement,
+            kappa=found.kappa, precision=found.precision, recall=found.recall,
+        )  # fmt: skip
+        self._metrics.judge_pairs.set(found.pairs)
         samples: dict[str, float] = {"judge_pairs": float(found.pairs)}
         if found.pairs >= self.min_pairs and found.kappa is not None:
             samples["judge_kappa"] = found.kappa

@@ -16,7 +16,7 @@ with nothing to compute it from is None, never 0 or 1. No I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 import orjson
@@ -107,11 +107,7 @@ class Figures:
             return {"trace_id": key, "label": label, "why": None if case is None else case.why}
 
         return {
-            "cases": self.cases,
-            "judged": self.judged,
-            "agreement": self.agreement,
-            "kappa": self.kappa,
-            "flip_rate": self.flip_rate,
+            **asdict(self),  # its fields, in their order
             "disagreements": [disagreement(k) for k in self.disagreements],
             "flips": list(self.flips),
         }

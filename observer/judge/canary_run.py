@@ -36,10 +36,10 @@ from observer.errors import ConfigError
 from observer.judge.agreement import Judge
 from observer.judge.canary import CanaryError, Case, Figures, figures, read_cases
 from observer.judge.outcome import JudgeResult
-from observer.judge.service import buckets
+from observer.judge.service import buckets, judge_used
 from observer.model import RagRecord
 from observer.state.judge import JudgeStore
-from observer.telemetry.metrics import Metrics
+from observer.telemetry.metrics import Metrics, set_measures
 from observer.times import iso, parse_time
 
 log = structlog.get_logger("observer.judge.canary")
@@ -275,15 +275,17 @@ class CanaryRun:
         )
 
     def _spent(self, case: Case, result: JudgeResult) -> None:
-        self._metrics.judge_used(
-            result.calls, result.prompt_tokens, result.completion_tokens, result.cost_usd
-        )
+        judge_used(self._metrics, result)
         if result.error:
             log.warning("judge_canary_case_failed", case=case.key, error=result.error[:300])
 
     def _show(self, run: Run) -> None:
         found = run.figures
-        self._metrics.set_judge_canary(
-            found.agreement, found.kappa, found.flip_rate, found.judged, found.no_verdict
-        )
+        metrics = self._metrics
+        set_measures(
+            metrics.judge_canary,
+            agreement=found.agreement, kappa=found.kappa, flip_rate=found.flip_rate,
+        )  # fmt: skip
+        metrics.judge_canary_cases.labels(verdict="judged").set(found.judged)
+        metrics.judge_canary_cases.labels(verdict="none").set(found.no_verdict)
         self._metrics.judge_canary_last_run.set(run.at.timestamp())

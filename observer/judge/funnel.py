@@ -17,8 +17,6 @@ from observer.judge.protocol import Claim, Verdict
 from observer.model import RagRecord
 from observer.resolver.core import ResolverFindings
 
-__all__ = ["ClaimDecision", "FunnelRoute", "claim_needs_llm", "fresh_sources", "route"]
-
 _SHOWN = 10
 
 

@@ -19,20 +19,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Final, Protocol
+from typing import Final
 
 from observer import __version__
 from observer.judge.agreement import Judge
 from observer.judge.protocol import CLAIMS_SCHEMA, CLAIMS_SYSTEM, VERDICTS_SCHEMA, VERDICTS_SYSTEM
-
-
-class JudgeNaming(Protocol):
-    """What of `judge.*` names the judge (observer.config.JudgeSettings; the judge's
-    modules do not import the configuration, which imports them)."""
-
-    @property
-    def model(self) -> str: ...
-
 
 PROMPT_HASH_CHARS: Final = 12
 PROMPT_TEMPLATES: Final[tuple[str, ...]] = (
@@ -61,12 +52,6 @@ def prompt_hash(templates: Sequence[str] = PROMPT_TEMPLATES) -> str:
 def judge_of(model: str, templates: Sequence[str] = PROMPT_TEMPLATES) -> Judge:
     """The judge of `model` with these templates, in this observer."""
     return Judge(model=model, prompt_hash=prompt_hash(templates), version=__version__)
-
-
-def current_judge(settings: JudgeNaming) -> Judge:
-    """The judge the current configuration runs: `judge.model` with this observer's
-    templates and version."""
-    return judge_of(settings.model)
 
 
 def judge_metadata(judge: Judge) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """The judge in the daemon: sampled, budgeted, asynchronous, bounded.
 
-`offer()` is called by the pipeline after a trace's deterministic scores are
-safely in the outbox; it decides (pure sampler), reserves budget and puts the
-trace on a bounded queue without ever blocking: a full queue is counted
+`reservation()` is asked by the pipeline for a trace being recorded, its sample
+written in the trace's own transaction beside its deterministic scores, then
+`queued()`: it decides (pure sampler), reserves budget and puts the trace on a
+bounded queue without ever blocking: a full queue is counted
 (`queue_full`) and the trace is simply not judged. The reservation (one trace
 for the hourly cap, its expected tokens for the daily cap) and the sample
 itself are written to the state file: queued samples cannot overshoot a cap,
@@ -39,7 +40,7 @@ from observer.judge.identity import judge_of
 from observer.judge.outcome import JudgeResult, judge_score_events
 from observer.judge.sampler import SamplerParams, decide
 from observer.judge.workers import Workers
-from observer.model import RagRecord, Signals, answer_basis
+from observer.model import RagRecord, Signals
 from observer.records import RecordError, record_from_obj
 from observer.resolver.core import ResolverFindings
 from observer.signals import SignalParams, compute
@@ -123,6 +124,14 @@ def buckets(now: datetime) -> tuple[str, str]:
     return moment.strftime("%Y-%m-%dT%H"), moment.strftime("%Y-%m-%d")
 
 
+def judge_used(metrics: Metrics, result: JudgeResult) -> None:
+    """What judging one answer cost: a trace's or a canary case's, counted alike."""
+    metrics.judge_calls.inc(result.calls)
+    metrics.judge_tokens.labels(kind="prompt").inc(result.prompt_tokens)
+    metrics.judge_tokens.labels(kind="completion").inc(result.completion_tokens)
+    metrics.judge_cost.inc(result.cost_usd)
+
+
 class JudgeCounts:
     """Traces judged (an abstention is judged), judge errors, judge scores queued: counted
     as the workers go (several at once), read by a run's report."""
@@ -181,27 +190,6 @@ class JudgeService:
         self.shared = shared
 
     # -- intake -----------------------------------------------------------------
-
-    def offer(
-        self, record: RagRecord, signals: Signals, findings: ResolverFindings | None = None
-    ) -> bool:
-        """Decide and, when sampled, queue a trace outside a pass; never blocks.
-
-        True when a sample was queued. `findings`: what the resolver found of the
-        trace's cited chunks (missing or stale ones make the trace risky, and the
-        funnel uses them when judging)."""
-        reservation = self.reservation(record, signals, findings, answer_basis(record))
-        if reservation is None:
-            return False
-        written = False
-        try:
-            self.state.judge.write(reservation.write)
-            written = True
-        finally:
-            if not written:
-                self.release(reservation)
-        self.queued(reservation)
-        return True
 
     def reservation(
         self,
@@ -391,9 +379,7 @@ class JudgeService:
             except Exception as error:  # the fleet's count must not cost the trace its scores
                 # The reservation stays counted in its place: the day's tokens over, never under.
                 log.warning("judge_spend_not_shared", trace_id=record.trace_id, error=str(error))
-        self.metrics.judge_used(
-            result.calls, result.prompt_tokens, result.completion_tokens, result.cost_usd
-        )
+        judge_used(self.metrics, result)
         self.metrics.judge_funnel_claims.inc(len(result.decided))
         if self.on_judged is not None:
             try:
@@ -437,17 +423,26 @@ class JudgeService:
             calls=result.calls,
             tokens=result.tokens,
         )
-        self.metrics.observe_judgement(
-            record, result.faithfulness, result.citation_accuracy, result.critical_unsupported
-        )
+        self._observe(record, result)
+        return result
+
+    def _observe(self, record: RagRecord, result: JudgeResult) -> None:
+        """A judged answer's figures into the quality metrics."""
+        labels = self.metrics.quality_labels(record.environment, record.query_type)
+        for ratio, value in (
+            (self.metrics.faithfulness, result.faithfulness),
+            (self.metrics.citation_accuracy, result.citation_accuracy),
+        ):
+            if value is not None:
+                ratio.labels(*labels).observe(value)
         if result.critical_unsupported:
+            self.metrics.critical_unsupported.labels(*labels).inc()
             log.warning(
                 "critical_unsupported_detected",
                 trace_id=record.trace_id,
                 observation_id=record.observation_id,
                 claims=len(result.critical_claims()),
             )
-        return result
 
     # -- lifecycle --------------------------------------------------------------
 

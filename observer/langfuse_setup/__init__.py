@@ -27,9 +27,6 @@ from observer.langfuse_setup.diff import (
 from observer.langfuse_setup.remote import init_langfuse, list_score_configs
 from observer.langfuse_setup.report import (
     EXIT_ATTENTION,
-    EXIT_AUTH,
-    EXIT_OK,
-    EXIT_UNREACHABLE,
     Kind,
     SetupItem,
     SetupOutcome,
@@ -42,28 +39,21 @@ from observer.langfuse_setup.specs import (
     SCORE_NAMES,
     WIDGETS,
     Category,
-    ScoreConfigSpec,
-    WidgetSpec,
     placements,
 )
 
 __all__ = [
     "DASHBOARD_NAME",
     "EXIT_ATTENTION",
-    "EXIT_AUTH",
-    "EXIT_OK",
-    "EXIT_UNREACHABLE",
     "SCORE_CONFIGS",
     "SCORE_NAMES",
     "WIDGETS",
     "Category",
     "ExistingConfig",
     "Kind",
-    "ScoreConfigSpec",
     "SetupItem",
     "SetupOutcome",
     "SetupReport",
-    "WidgetSpec",
     "config_difference",
     "decide_config",
     "decide_widget",

@@ -23,15 +23,6 @@ from observer.langfuse_setup.specs import Category, ScoreConfigSpec, WidgetSpec,
 if TYPE_CHECKING:
     from langfuse.api.commons.types.score_config import ScoreConfig
 
-__all__ = [
-    "ExistingConfig",
-    "config_difference",
-    "decide_config",
-    "decide_widget",
-    "placed_widget_ids",
-    "widget_difference",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class ExistingConfig:

@@ -50,8 +50,6 @@ from observer.langfuse_setup.specs import (
 )
 from observer.retry import call_with_retries
 
-__all__ = ["init_langfuse", "list_score_configs"]
-
 _SCORE_CONFIGS_LIST: Final = "listing score configs"
 _DASHBOARDS: Final = "api/public/unstable/dashboards"
 _WIDGETS: Final = "api/public/unstable/dashboard-widgets"

@@ -18,18 +18,6 @@ from typing import Final, Literal
 
 from observer.errors import AuthRejected, RateLimited, RemoteError, UsageSuspended
 
-__all__ = [
-    "EXIT_ATTENTION",
-    "EXIT_AUTH",
-    "EXIT_OK",
-    "EXIT_UNREACHABLE",
-    "Kind",
-    "SetupItem",
-    "SetupOutcome",
-    "SetupReport",
-    "run_report",
-]
-
 
 class SetupOutcome(StrEnum):
     CREATED = "created"

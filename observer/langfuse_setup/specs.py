@@ -18,19 +18,6 @@ from typing import Any, Final
 from observer.model import ScoreDataType
 from observer.scores.catalogue import CATALOGUE, ScoreSpec, spec_of
 
-__all__ = [
-    "DASHBOARD_DESCRIPTION",
-    "DASHBOARD_NAME",
-    "SCORE_CONFIGS",
-    "SCORE_NAMES",
-    "WIDGETS",
-    "Category",
-    "ScoreConfigSpec",
-    "WidgetSpec",
-    "placements",
-    "shape",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class Category:

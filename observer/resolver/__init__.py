@@ -20,23 +20,20 @@ from observer.resolver.core import (
     cited_chunks,
     findings,
 )
-from observer.resolver.front import Resolution, Resolver, ResolverStats
+from observer.resolver.front import Resolution, Resolver
 from observer.resolver.scores import RESOLVER_SCORE_NAMES, resolver_score_events
-from observer.resolver.store import REASONS, ChunkStore, Fields, Reason, ResolverError
+from observer.resolver.store import ChunkStore, Fields, ResolverError
 
 __all__ = [
-    "REASONS",
     "RESOLVER_SCORE_NAMES",
     "ChunkStore",
     "CitedChunk",
     "CitedChunks",
     "Fields",
-    "Reason",
     "Resolution",
     "Resolver",
     "ResolverError",
     "ResolverFindings",
-    "ResolverStats",
     "StoredChunk",
     "answer_hash",
     "cited_chunks",

@@ -22,18 +22,6 @@ from dataclasses import dataclass
 from observer.model import RagRecord, Signals
 from observer.signals import cited_sources
 
-__all__ = [
-    "CitedChunk",
-    "CitedChunks",
-    "ResolverFindings",
-    "StoredChunk",
-    "answer_hash",
-    "cited_chunks",
-    "findings",
-    "normalise_hash",
-    "sha256_hex",
-]
-
 
 def sha256_hex(text: str) -> str:
     """SHA-256 hex of the UTF-8 text; a lone surrogate (not UTF-8) is hashed, never raised."""

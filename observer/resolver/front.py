@@ -31,8 +31,6 @@ from observer.resolver.core import (
 )
 from observer.resolver.store import REASONS, ChunkStore, Reason, ResolverError
 
-__all__ = ["Resolution", "Resolver", "ResolverStats"]
-
 log = structlog.get_logger("observer.resolver")
 
 

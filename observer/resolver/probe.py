@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from observer.resolver.core import CitedChunks, StoredChunk, findings
 from observer.resolver.store import Fields
 
-__all__ = ["SampleReport", "sample_ids", "sample_report"]
-
 
 def sample_ids(cited: Sequence[CitedChunks], limit: int) -> list[str]:
     """Up to `limit` distinct chunk ids, taking one per trace in turn (not all from one)."""

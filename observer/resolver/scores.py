@@ -11,8 +11,6 @@ from observer.resolver.core import ResolverFindings
 from observer.scores import catalogue, score_events_of
 from observer.scores.catalogue import Producer, ScoreEntry
 
-__all__ = ["RESOLVER_SCORE_NAMES", "resolver_score_events"]
-
 RESOLVER_SCORE_NAMES = catalogue.names_of(Producer.RESOLVER)
 _SHOWN = 10
 

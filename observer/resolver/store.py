@@ -20,8 +20,6 @@ from typing import Literal, Protocol
 
 from observer.resolver.core import StoredChunk
 
-__all__ = ["REASONS", "ChunkStore", "Fields", "Reason", "ResolverError", "StoredChunk"]
-
 Reason = Literal["unreachable", "timeout", "bad_field", "error"]
 REASONS: tuple[Reason, ...] = ("unreachable", "timeout", "bad_field", "error")
 

@@ -27,10 +27,6 @@ class ReplaySource:
             reverse=True,
         )
 
-    @classmethod
-    def from_file(cls, path: str | Path, page_limit: int = 1000) -> ReplaySource:
-        return cls(read_jsonl(path), page_limit)
-
     def time_range(self) -> tuple[datetime, datetime]:
         """Earliest and latest startTime of the observations."""
         times = [parse_time(o["startTime"]) for o in self._observations]

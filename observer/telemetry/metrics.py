@@ -474,33 +474,6 @@ class Metrics(Declarations):
                     self.answers_flagged_by_release.labels(*series, flag)
         return series
 
-    def set_judge_agreement(
-        self, kappa: float | None, precision: float | None, recall: float | None, pairs: int
-    ) -> None:
-        """The agreement's last read; a figure with nothing to compute it from is NaN."""
-        _measures(self.judge_agreement, kappa=kappa, precision=precision, recall=recall)
-        self.judge_pairs.set(pairs)
-
-    def judge_used(self, calls: int, prompt: int, completion: int, cost_usd: float) -> None:
-        """What judging one answer cost: a trace's or a canary case's, counted alike."""
-        self.judge_calls.inc(calls)
-        self.judge_tokens.labels(kind="prompt").inc(prompt)
-        self.judge_tokens.labels(kind="completion").inc(completion)
-        self.judge_cost.inc(cost_usd)
-
-    def set_judge_canary(
-        self,
-        agreement: float | None,
-        kappa: float | None,
-        flip_rate: float | None,
-        judged: int,
-        no_verdict: int,
-    ) -> None:
-        """The canary's last run; a figure with nothing to compute it from is NaN."""
-        _measures(self.judge_canary, agreement=agreement, kappa=kappa, flip_rate=flip_rate)
-        self.judge_canary_cases.labels(verdict="judged").set(judged)
-        self.judge_canary_cases.labels(verdict="none").set(no_verdict)
-
     def observe_answer(self, record: RagRecord, signals: Signals) -> None:
         """One newly scored answer into the quality metrics."""
         series = self._release_labels(record)
@@ -543,22 +516,6 @@ class Metrics(Declarations):
             if value is not None:
                 histogram.labels(**labels).observe(value)
 
-    def observe_judgement(
-        self,
-        record: RagRecord,
-        faithfulness: float | None,
-        citation_accuracy: float | None,
-        critical: bool | None,
-    ) -> None:
-        env, kind = self.quality_labels(record.environment, record.query_type)
-        labels = {"environment": env, "query_type": kind}
-        if faithfulness is not None:
-            self.faithfulness.labels(**labels).observe(faithfulness)
-        if citation_accuracy is not None:
-            self.citation_accuracy.labels(**labels).observe(citation_accuracy)
-        if critical:
-            self.critical_unsupported.labels(**labels).inc()
-
     # -- reading back ---------------------------------------------------------------
 
     def value(self, name: str, **labels: str) -> float:
@@ -576,8 +533,9 @@ class Metrics(Declarations):
         )
 
 
-def _measures(gauge: Gauge, **values: float | None) -> None:
-    """Each measure's figure; one with nothing to compute it from is NaN."""
+def set_measures(gauge: Gauge, **values: float | None) -> None:
+    """Each measure's figure (the judge's agreement, its canary); one with nothing to
+    compute it from is NaN."""
     for measure, value in values.items():
         gauge.labels(measure=measure).set(math.nan if value is None else value)
 

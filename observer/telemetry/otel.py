@@ -22,7 +22,6 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import structlog
@@ -35,6 +34,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Sampler
 
 from observer import USER_AGENT, __version__
 from observer.background import DaemonThreads, Deadline
+from observer.urls import without_credentials
 
 if TYPE_CHECKING:
     from langfuse import Langfuse
@@ -66,13 +66,6 @@ def resource() -> Resource:
     return Resource.create(_OWN).merge(OTELResourceDetector().detect())
 
 
-def _safe_url(url: str) -> str:
-    """A URL for a log line: no user info, no query."""
-    parts = urlsplit(url)
-    netloc = f"{parts.hostname or ''}:{parts.port}" if parts.port else parts.hostname or ""
-    return urlunsplit((parts.scheme, netloc, parts.path, "", "")) if parts.scheme else url
-
-
 class _Part(SpanExporter):
     """A TracerProvider of ours and, wrapped, the exporter its spans go through: shut down
     once (by the provider, or at the deadline); an exception from it is a failed export."""
@@ -81,7 +74,7 @@ class _Part(SpanExporter):
         self, name: str, exporter: SpanExporter, resource: Resource, sampler: Sampler | None = None
     ) -> None:
         self.name = name
-        self.endpoint = _safe_url(str(getattr(exporter, "_endpoint", "")))
+        self.endpoint = without_credentials(str(getattr(exporter, "_endpoint", "")))
         self.provider = TracerProvider(resource=resource, sampler=sampler, shutdown_on_exit=False)
         self.langfuse: Langfuse | None = None  # the judge's client, closed after the provider
         self.down = self._closed = False

@@ -15,7 +15,7 @@ from observer import app
 from observer.app.daemon import Daemon
 from observer.background import Deadline
 from observer.sinks.jsonl import JsonlScoreSink
-from observer.sources.replay import ReplaySource
+from observer.sources.replay import ReplaySource, read_jsonl
 from tests.daemon_helpers import configure, demo_counts
 from tests.fakes.langfuse_server import FakeLangfuse
 
@@ -37,7 +37,7 @@ def replayed(
         OBSERVER_SOURCE__LOOKBACK_S=str(20 * 365 * 86400),
         OBSERVER_HTTP__ENABLED="false",
     )
-    replay = ReplaySource.from_file(app.demo_traces_path())
+    replay = ReplaySource(read_jsonl(app.demo_traces_path()))
     _, latest = replay.time_range()
     now = latest + timedelta(seconds=settings.source.settle_s + 60)
     out = tmp_path / "scores.jsonl"

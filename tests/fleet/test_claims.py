@@ -34,7 +34,7 @@ from observer.judge.client import JudgeClient
 from observer.judge.sampler import SamplerParams
 from observer.judge.service import JudgeService, buckets
 from observer.mapping import MappingRules
-from observer.model import RagRecord, answer_basis
+from observer.model import RagRecord, Signals, answer_basis
 from observer.pipeline.traces import Outcome, TraceRecorder
 from observer.records import record_from_obj
 from observer.signals import SignalParams, compute
@@ -92,6 +92,24 @@ def _records(count: int) -> list[RagRecord]:
     lines = EXAMPLES.read_text().splitlines()
     base = [record_from_obj(json.loads(line)) for line in lines]
     return [dataclasses.replace(base[i % len(base)], trace_id=f"tr-{i:04d}") for i in range(count)]
+
+
+def _offer(service: JudgeService, record: RagRecord, signals: Signals) -> bool:
+    """A sample decided and queued outside a pass, as the pass does it in a trace's own
+    transaction: True when one was queued; a sample that cannot be written gives its claim
+    back."""
+    reservation = service.reservation(record, signals, None, answer_basis(record))
+    if reservation is None:
+        return False
+    written = False
+    try:
+        service.state.judge.write(reservation.write)
+        written = True
+    finally:
+        if not written:
+            service.release(reservation)
+    service.queued(reservation)
+    return True
 
 
 def _judge_keys(client: redis.Redis) -> list[bytes]:
@@ -174,10 +192,10 @@ def test_an_offer_whose_sample_cannot_be_written_gives_its_claim_back(
     (record,) = _records(1)
     _refuse(state, "judge_pending")
     with pytest.raises(StateError):
-        service.offer(record, compute(record, SignalParams()))
+        _offer(service, record, compute(record, SignalParams()))
     assert _judge_keys(rclient) == []
     _accept(state, "judge_pending")
-    assert service.offer(record, compute(record, SignalParams()))
+    assert _offer(service, record, compute(record, SignalParams()))
     assert len(_judge_keys(rclient)) == 1
 
 
@@ -200,7 +218,7 @@ def test_three_members_offered_the_same_traces_at_once_judge_the_cap_and_no_more
     def offer_all(index: int) -> None:
         start.wait()
         for record in records[index * 20 :] + records[: index * 20]:  # its own order
-            services[index].offer(record, compute(record, SignalParams()))
+            _offer(services[index], record, compute(record, SignalParams()))
 
     try:
         threads = [threading.Thread(target=offer_all, args=(i,)) for i in range(3)]
@@ -298,7 +316,7 @@ def test_after_redis_lost_its_data_a_member_gives_its_judge_claims_and_spend_bac
     service = _judge(rclient, state, metrics, base_url=judge_stub.url + "/v1")
     records = _records(5)
     for record in records:
-        assert service.offer(record, compute(record, SignalParams()))
+        assert _offer(service, record, compute(record, SignalParams()))
     for record in records[:3]:  # judged; the other two still wait in the state file
         basis = answer_basis(record)
         state.record_trace(record.trace_id, "f", NOW, (), NOW, basis=basis)  # the pass's
@@ -320,10 +338,10 @@ def test_after_redis_lost_its_data_a_member_gives_its_judge_claims_and_spend_bac
         other_metrics = Metrics()
         other = _judge(rclient, other_state, other_metrics)
         for record in records:  # scored again by another member: none judged twice
-            assert not other.offer(record, compute(record, SignalParams()))
+            assert not _offer(other, record, compute(record, SignalParams()))
         assert other_metrics.value("observer_judge_decisions_total", decision="sampled") == 0
         (fresh,) = [dataclasses.replace(records[0], trace_id="tr-new")]
-        assert other.offer(fresh, compute(fresh, SignalParams()))
+        assert _offer(other, fresh, compute(fresh, SignalParams()))
     finally:
         other_state.close()
     assert budget.counts(HOUR, DAY)[0] == before[0] + 1
@@ -335,7 +353,7 @@ def test_a_restored_claim_lives_what_is_left_of_its_life(
     service = _judge(rclient, state, Metrics(), base_url=judge_stub.url + "/v1")
     (record,) = _records(1)
     signals, basis = compute(record, SignalParams()), answer_basis(record)
-    assert service.offer(record, signals)
+    assert _offer(service, record, signals)
     state.record_trace(record.trace_id, "f", NOW, (), NOW, basis=basis)
     assert service.judge_now(record, signals, DAY, basis=basis).error is None
     rclient.flushall()

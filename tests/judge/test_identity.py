@@ -10,7 +10,6 @@ from observer.judge import protocol
 from observer.judge.agreement import Judge
 from observer.judge.identity import (
     PROMPT_TEMPLATES,
-    current_judge,
     judge_from_metadata,
     judge_metadata,
     judge_of,
@@ -49,7 +48,7 @@ def test_words_moved_between_templates_change_the_hash() -> None:
 
 
 def test_the_current_judge_is_the_configured_model_with_these_templates() -> None:
-    judge = current_judge(JudgeSettings(model="gpt-judge"))
+    judge = judge_of(JudgeSettings(model="gpt-judge").model)
     assert judge == Judge("gpt-judge", prompt_hash(), observer.__version__)
     assert judge_of("other") != judge  # another model: another judge
     assert judge_of("gpt-judge", ("new prompt",)) != judge  # another prompt: another judge

@@ -11,8 +11,7 @@ import pytest
 import observer
 from observer import app
 from observer.background import Deadline
-from observer.config import JudgeSettings
-from observer.judge.identity import current_judge, judge_from_metadata, prompt_hash
+from observer.judge.identity import judge_from_metadata, judge_of, prompt_hash
 from observer.judge.outcome import JUDGE_SCORE_NAMES, JudgeResult
 from observer.model import RagRecord
 from observer.scores import score_id
@@ -452,8 +451,6 @@ def test_every_judge_score_says_which_judge_wrote_it(
     judge_scores = [s for s in langfuse.scores if s["name"] in JUDGE_SCORE_NAMES]
     assert len({s["traceId"] for s in judge_scores}) == SCORED
     assert all(s["metadata"] == expected for s in judge_scores)
-    assert judge_from_metadata(judge_scores[0]["metadata"]) == current_judge(
-        JudgeSettings(model="judge-model-2026")
-    )
+    assert judge_from_metadata(judge_scores[0]["metadata"]) == judge_of("judge-model-2026")
     # The deterministic scores name no judge.
     assert all("metadata" not in s for s in langfuse.scores if s["name"] == "confidence")

@@ -11,11 +11,6 @@
 connects to nothing: each adapter connects on its first lookup.
 """
 
-from observer.resolver.backends._common import DEFAULT_MAX_IDS_PER_QUERY
-from observer.resolver.backends.factory import (
-    KINDS,
-    Kind,
-    build_store,
-)
+from observer.resolver.backends.factory import build_store
 
-__all__ = ["DEFAULT_MAX_IDS_PER_QUERY", "KINDS", "Kind", "build_store"]
+__all__ = ["build_store"]

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from observer.redaction import redact as redact_secrets
 from observer.resolver.core import StoredChunk
 from observer.resolver.store import Fields
 
@@ -66,10 +67,7 @@ def chunk_of(row: Mapping[str, Any], fields: Fields) -> StoredChunk:
 
 def redact(text: str, secrets: Sequence[str | None] = ()) -> str:
     """`text` without the given secrets, URL credentials or `password=...` pairs, shortened."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    text = _URL_CREDENTIALS.sub("***@", text)
+    text = _URL_CREDENTIALS.sub("***@", redact_secrets(text, secrets))
     text = _KEY_VALUES.sub(lambda m: f"{m.group(1)}=***", text)
     text = " ".join(text.split())
     return text[:_MESSAGE_MAX] + ("..." if len(text) > _MESSAGE_MAX else "")

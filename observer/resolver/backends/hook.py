@@ -27,8 +27,6 @@ from observer.resolver.backends._common import (
 from observer.resolver.core import StoredChunk
 from observer.resolver.store import ResolverError
 
-__all__ = ["HOOK_KEYS", "HookStore", "load_hook"]
-
 HOOK_KEYS = frozenset({"text_hash", "text", "doc_id", "updated_at"})
 HookFunction = Callable[[list[str]], Mapping[str, Mapping[str, Any]]]
 

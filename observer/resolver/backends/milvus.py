@@ -32,8 +32,6 @@ from observer.resolver.backends._common import (
 from observer.resolver.core import StoredChunk
 from observer.resolver.store import Fields, ResolverError
 
-__all__ = ["MilvusStore", "in_filter"]
-
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

@@ -32,8 +32,6 @@ from observer.resolver.backends._common import (
 from observer.resolver.core import StoredChunk
 from observer.resolver.store import Fields, ResolverError
 
-__all__ = ["PostgresStore"]
-
 
 class PostgresStore:
     kind = "postgres"

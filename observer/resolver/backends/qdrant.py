@@ -29,8 +29,6 @@ from observer.resolver.backends._common import (
 from observer.resolver.core import StoredChunk
 from observer.resolver.store import Fields, ResolverError
 
-__all__ = ["QdrantStore"]
-
 
 def is_url(uri: str) -> bool:
     return "://" in uri
