@@ -29,8 +29,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Admission", "Assembly", "Dropped", "Handed", "Limits", "SpanIn"]
-
 EarlyReason = Literal["max_traces", "max_bytes"]
 HandedReason = Literal["whole", "settled", "max_traces", "max_bytes"]
 DropReason = Literal["no_root", "forgotten"]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from observer.telemetry.metrics import Declarations, counter, gauge
 
-__all__ = ["OtlpMetrics"]
-
 
 class OtlpMetrics(Declarations):
     """The OTLP receiver's (docs/daemon.md#the-event-path), registered when it runs."""

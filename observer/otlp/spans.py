@@ -134,8 +134,6 @@ from observer.otlp.values import (
     truthy,
 )
 
-__all__ = ["Origin", "convert", "merge_requests", "observation_type", "origin", "span_observation"]
-
 # ---- metadata -------------------------------------------------------------------------------
 
 

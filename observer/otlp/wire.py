@@ -39,20 +39,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-__all__ = [
-    "JSON",
-    "PROTOBUF",
-    "BadBody",
-    "BodyTooLarge",
-    "Decoded",
-    "UnsupportedMedia",
-    "decode",
-    "encode_json",
-    "otlp_json",
-    "reply",
-    "status",
-]
-
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 _ID_KEYS = ("traceId", "spanId", "parentSpanId")

@@ -28,15 +28,6 @@ from typing import Final
 
 from observer.model import Band, Grade, ScoreDataType
 
-__all__ = [
-    "CATALOGUE",
-    "Producer",
-    "ScoreEntry",
-    "ScoreSpec",
-    "names_of",
-    "spec_of",
-]
-
 ScoreEntry = tuple[str, float | str, ScoreDataType, str]  # name, value, data type, comment
 
 
