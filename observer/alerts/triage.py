@@ -46,15 +46,17 @@ from __future__ import annotations
 
 import bisect
 import math
-import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from observer.alerts.engine import MAX_EXAMPLES, group_of, in_scope, quantile, worst
 from observer.alerts.rules import DIMENSIONS, LAYERS, WindowRule
 from observer.state.rows import Example, GroupKey, Row, Segment, Triage, Value
 from observer.state.slices import Bucket, Cell, Query, StoredSlices
+
+if TYPE_CHECKING:  # the connection is the caller's: this module makes no I/O
+    import sqlite3
 
 # A segment leads only when its bad share is this many standard errors above the rest's.
 Z_FLOOR: Final = 3.0
