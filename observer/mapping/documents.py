@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from observer.mapping.decode import as_float, as_str, decode
 from observer.mapping.evidence import normalised_start, passages_in
@@ -71,19 +71,6 @@ class _Item:
                     return value
         return None
 
-    def ranked_folded(self, wanted: tuple[str, ...]) -> tuple[Any, int]:
-        """The first of `wanted` in order of preference wherever it sits, and its rank."""
-        for rank, key in enumerate(wanted):
-            value = self.own.get(key)
-            if value is None:
-                for index in self.inner:
-                    value = index.get(key)
-                    if value is not None:
-                        break
-            if value is not None:
-                return value, rank
-        return None, len(wanted)
-
 
 def _index(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The object's values by folded key; of keys that fold alike, the first."""
@@ -105,9 +92,11 @@ def text_of(item: Mapping[str, Any], rules: MappingRules) -> str | None:
     """A document's text: under a text key as written, else in another case style or in
     its metadata."""
     for key in rules.text_keys:
-        text = as_str(item.get(key))
-        if text is not None:
-            return text
+        value = item.get(key)
+        if value is not None:
+            text = as_str(value)
+            if text is not None:
+                return text
     return as_str(_Item(item).first(rules.text_keys))
 
 
@@ -120,34 +109,61 @@ class Read:
     score_ranks: tuple[int, ...]
 
 
-_DOC_ID, _TITLE, _TEXT_HASH, _ORIGIN = ("docid",), ("title",), ("texthash",), ("origin",)
-
-
-def read_documents(items: Sequence[Mapping[str, Any]], rules: MappingRules) -> Read:
-    """Each document's Source (its fields on it, else in its metadata) and score rank."""
+def read_documents(
+    items: Sequence[Mapping[str, Any]],
+    rules: MappingRules,
+    texts: Sequence[str | None] | None = None,
+) -> Read:
+    """Each document's Source (its fields on it, else in its metadata) and score rank;
+    `texts`, when given, each item's text (`DocumentList.texts`)."""
     ids, scores = _folded(rules.chunk_id_keys), _folded(rules.score_keys)
     sources = []
     ranks = []
-    for raw in items:
-        text = text_of(raw, rules)
+    for at, raw in enumerate(items):
+        text = texts[at] if texts is not None else text_of(raw, rules)
         if text is None:
             continue
-        found = _Item(raw)
-        score, rank = found.ranked_folded(scores)
-        origin = found.first_folded(_ORIGIN)
-        sources.append(
-            Source(
-                text=text,
-                chunk_id=as_str(found.first_folded(ids)),
-                doc_id=as_str(found.first_folded(_DOC_ID)),
-                title=as_str(found.first_folded(_TITLE)),
-                score=as_float(score),
-                text_hash=as_str(found.first_folded(_TEXT_HASH)),
-                origin="web" if origin == "web" else "kb",
-            )
-        )
+        source, rank = _read_one(raw, text, ids, scores)
+        sources.append(source)
         ranks.append(rank)
     return Read(tuple(sources), tuple(ranks))
+
+
+def _read_one(
+    raw: Mapping[str, Any], text: str, ids: tuple[str, ...], scores: tuple[str, ...]
+) -> tuple[Source, int]:
+    """One document's Source and score rank (`_Item`'s lookups, its keys folded once): a
+    field on the document, else in its `metadata`, else its `meta`; of the ids, any on the
+    document before any in its metadata; of the scores, the first key in order of
+    preference wherever it sits."""
+    own = _index(raw)
+    layers = [own]
+    for nested in ("metadata", "meta"):  # LangChain documents, Haystack's
+        value = raw.get(nested)
+        if isinstance(value, dict):
+            layers.append(_index(value))
+    merged = own
+    if len(layers) > 1:
+        merged = {}
+        for layer in reversed(layers):
+            merged.update(layer)
+    chunk_id = next((v for layer in layers for k in ids if (v := layer.get(k)) is not None), None)
+    rank, score = len(scores), None
+    for at, key in enumerate(scores):
+        score = merged.get(key)
+        if score is not None:
+            rank = at
+            break
+    source = Source(
+        text=text,
+        chunk_id=as_str(chunk_id),
+        doc_id=as_str(merged.get("docid")),
+        title=as_str(merged.get("title")),
+        score=as_float(score),
+        text_hash=as_str(merged.get("texthash")),
+        origin="web" if merged.get("origin") == "web" else "kb",
+    )
+    return source, rank
 
 
 def to_sources(items: Sequence[Mapping[str, Any]], rules: MappingRules) -> tuple[Source, ...]:
@@ -161,8 +177,31 @@ _ID_COLUMNS = ("pids", "ids", "chunk_ids", "doc_ids")
 _SCORE_COLUMNS = ("rerank_scores", "relevance_scores", "scores")
 
 
-def _columns(value: dict[str, Any], rules: MappingRules) -> tuple[list[Any], str] | None:
-    """Documents held as parallel columns: ([{"text", "id", "score"}, ...], the text key)."""
+class DocumentList(NamedTuple):
+    """A non-empty list of documents a value holds, where it sits, and each one's text
+    (None: a row of columns without one, not read)."""
+
+    items: list[Any]
+    where: str
+    texts: tuple[str | None, ...]
+
+
+def document_texts(items: list[Any], rules: MappingRules) -> tuple[str | None, ...] | None:
+    """Each item's text when every item is a document (`is_document`), else None."""
+    texts: list[str | None] = []
+    for item in items:
+        if not isinstance(item, dict) or "role" in item:
+            return None
+        text = text_of(item, rules)
+        if text is None:
+            return None
+        texts.append(text)
+    return tuple(texts)
+
+
+def _columns(value: dict[str, Any], rules: MappingRules) -> DocumentList | None:
+    """Documents held as parallel columns: [{"text", "id", "score"}, ...] under the text
+    key."""
     for key in _TEXT_COLUMNS:
         texts = value.get(key)
         if not isinstance(texts, list) or not texts:
@@ -177,17 +216,15 @@ def _columns(value: dict[str, Any], rules: MappingRules) -> tuple[list[Any], str
                     for row, item in zip(rows, column, strict=True):
                         row[field_name] = item
                     break
-        return rows, key
+        return DocumentList(rows, key, tuple(text_of(row, rules) for row in rows))
     return None
 
 
-def document_lists(
-    value: Any, rules: MappingRules, where: str = "output"
-) -> list[tuple[list[Any], str]]:
+def document_lists(value: Any, rules: MappingRules, where: str = "output") -> list[DocumentList]:
     """Every non-empty list of documents a decoded value holds, and where: the value itself,
     its sources keys first, then any key (a graph state's `context`, `docs`, `results` ...);
     a JSON string inside it (a tool's result) is read too."""
-    found: list[tuple[list[Any], str]] = []
+    found: list[DocumentList] = []
 
     def visit(value: Any, where: str, depth: int) -> None:
         if isinstance(value, str):
@@ -197,14 +234,15 @@ def document_lists(
                     visit(inner, where, depth + 1)
             return
         if isinstance(value, list):
-            if value and all(is_document(item, rules) for item in value):
-                found.append((value, where))
+            texts = document_texts(value, rules) if value else None
+            if texts is not None:
+                found.append(DocumentList(value, where, texts))
             return
         if not isinstance(value, dict) or depth >= LIST_DEPTH:
             return
         columns = _columns(value, rules)
         if columns is not None:
-            found.append((columns[0], f"{where}.{columns[1]}"))
+            found.append(columns._replace(where=f"{where}.{columns.where}"))
         keys = [k for k in rules.sources_keys if k in value]
         keys += [k for k in value if isinstance(k, str) and k not in rules.sources_keys]
         for key in keys:
@@ -332,8 +370,8 @@ def payload_documents(payload: Any, rules: MappingRules) -> tuple[Read, str] | N
     if isinstance(value, dict | list):
         lists = document_lists(value, rules, "result")
         if lists:
-            items, where = lists[0]
-            return read_documents(items, rules), f"documents as JSON ({where})"
+            items, where, texts = lists[0]
+            return read_documents(items, rules, texts), f"documents as JSON ({where})"
         return None
     if not isinstance(value, str) or not value.strip():
         return None
@@ -341,8 +379,8 @@ def payload_documents(payload: Any, rules: MappingRules) -> tuple[Read, str] | N
     if embedded is not None:
         lists = document_lists(embedded, rules, "result")
         if lists:
-            items, where = lists[0]
-            return read_documents(items, rules), f"documents in a text ({where})"
+            items, where, texts = lists[0]
+            return read_documents(items, rules, texts), f"documents in a text ({where})"
     numbered = passages_in(value)
     if numbered:
         items = [{rules.text_keys[0]: p} for p in numbered]

@@ -22,6 +22,7 @@ from typing import Any
 from observer.mapping.decode import as_str, decode
 from observer.mapping.documents import (
     LIST_DEPTH,
+    DocumentList,
     Read,
     document_lists,
     merge_copies,
@@ -30,7 +31,6 @@ from observer.mapping.documents import (
     read_documents,
     sources_of,
     text_key,
-    text_of,
     unwrapped_text,
 )
 from observer.mapping.evidence import normalised, positions, prompt_passages, prompt_text
@@ -62,20 +62,21 @@ class TraceView:
         self.rules = rules
         self._outputs: dict[int, Any] = {}
         self._metadata: dict[int, Mapping[str, Any]] = {}
-        self._lists: dict[int, list[tuple[list[Any], str]]] = {}
+        self._lists: dict[int, list[DocumentList]] = {}
         self._reads: dict[int, Read] = {}
 
-    def lists(self, index: int) -> list[tuple[list[Any], str]]:
+    def lists(self, index: int) -> list[DocumentList]:
         """The lists of documents an observation's output holds (`document_lists`)."""
         if index not in self._lists:
             self._lists[index] = document_lists(self.output(index), self.rules)
         return self._lists[index]
 
-    def read(self, items: list[Any]) -> Read:
+    def read(self, documents: DocumentList) -> Read:
         """A list of documents read into Sources, once per trace whoever asks."""
-        found = self._reads.get(id(items))
+        found = self._reads.get(id(documents.items))
         if found is None:
-            found = self._reads[id(items)] = read_documents(items, self.rules)
+            found = read_documents(documents.items, self.rules, documents.texts)
+            self._reads[id(documents.items)] = found
         return found
 
     def output(self, index: int) -> Any:
@@ -101,7 +102,7 @@ class Candidate:
     """A list of documents somewhere in the trace: a candidate for what the model saw. Its
     texts are read first (what the prompt check needs); its Sources only when asked."""
 
-    __slots__ = ("_items", "_read", "_texts", "_view", "from_text", "index", "observation", "where")
+    __slots__ = ("_list", "_read", "_texts", "_view", "from_text", "index", "observation", "where")
 
     def __init__(
         self,
@@ -110,7 +111,7 @@ class Candidate:
         where: str,
         read: Read | None = None,
         from_text: bool = False,
-        items: list[Any] | None = None,
+        documents: DocumentList | None = None,
         view: TraceView | None = None,
     ) -> None:
         self.index = index  # place in the tree order
@@ -120,7 +121,7 @@ class Candidate:
         # documents does as well, and it carries no ids or scores of its own.
         self.from_text = from_text
         self._read = read
-        self._items = items or []
+        self._list = documents
         self._view = view
         self._texts: tuple[str, ...] | None = None
 
@@ -130,16 +131,15 @@ class Candidate:
             if self._read is not None:
                 self._texts = tuple(s.text for s in self._read.sources)
             else:
-                assert self._view is not None
-                found = (text_of(item, self._view.rules) for item in self._items)
-                self._texts = tuple(t for t in found if t is not None)
+                assert self._list is not None
+                self._texts = tuple(t for t in self._list.texts if t is not None)
         return self._texts
 
     @property
     def read(self) -> Read:
         if self._read is None:
-            assert self._view is not None
-            self._read = self._view.read(self._items)
+            assert self._view is not None and self._list is not None
+            self._read = self._view.read(self._list)
         return self._read
 
     @property
@@ -161,8 +161,8 @@ def candidates(
     for index, observation in enumerate(view.ordered):
         if index == generation:
             continue
-        for items, where in view.lists(index):
-            found.append(Candidate(index, observation, where, items=items, view=view))
+        for listed in view.lists(index):
+            found.append(Candidate(index, observation, listed.where, documents=listed, view=view))
         documents = openinference_documents(view.metadata(index))
         if documents is not None:
             read, kind = documents
@@ -210,10 +210,10 @@ def rules_pick(
         if malformed is not None and (lists or documents) and not nested:
             return malformed  # an earlier step's documents, not what the model saw
         if lists:
-            items, where = lists[0]
+            items, where, _ = lists[0]
             noun = "document" if len(items) == 1 else "documents"
             note(trail, "sources", f"{where}: {len(items)} {noun}", observation)
-            return view.read(items)
+            return view.read(lists[0])
         if documents is not None:
             read, kind = documents
             noun = "document" if len(read.sources) == 1 else "documents"
