@@ -71,7 +71,9 @@ def _scope_name(metadata: Mapping[str, Any]) -> Any:
 def find_root(observations: Sequence[Observation]) -> Observation | None:
     """The trace's earliest root observation (a trace may have several, docs/daemon.md)."""
     roots = [o for o in observations if o.get("isRootObservation")]
-    return min(roots, key=sibling_key) if roots else None
+    if len(roots) < 2:
+        return roots[0] if roots else None
+    return min(roots, key=sibling_key)
 
 
 def trace_filter(root: Observation, environment: str, rules: MappingRules) -> Skip | None:

@@ -62,7 +62,8 @@ def decode_all(value: Any) -> Any:
 
 
 def as_bool(value: Any) -> bool | None:
-    value = decode(value)
+    if isinstance(value, str):
+        value = decode(value)
     if isinstance(value, bool):
         return value
     if isinstance(value, int | float) and value in (0, 1):
@@ -73,7 +74,8 @@ def as_bool(value: Any) -> bool | None:
 
 
 def as_float(value: Any) -> float | None:
-    value = decode(value)
+    if isinstance(value, str):
+        value = decode(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     number = float(value)
@@ -91,7 +93,8 @@ def as_str(value: Any) -> str | None:
 
 
 def as_float_list(value: Any) -> tuple[float, ...] | None:
-    value = decode(value)
+    if isinstance(value, str):
+        value = decode(value)
     if not isinstance(value, list):
         return None
     numbers = [as_float(v) for v in value]
