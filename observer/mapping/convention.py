@@ -188,8 +188,8 @@ def _clean(record: RagRecord) -> RagRecord:
         held += (source.text, source.chunk_id, source.doc_id, source.title)
     # An ASCII string holds no surrogate (`isascii` reads a flag): most records are scanned
     # no further.
-    texts: list[str] = [t for t in held if isinstance(t, str)]
-    if all(t.isascii() for t in texts) or not _SURROGATE.search("".join(texts)):
+    joined = "".join([t for t in held if isinstance(t, str)])
+    if joined.isascii() or not _SURROGATE.search(joined):
         return record  # the usual case: nothing to clean
     if any(dirty(getattr(record, f.name)) for f in fields(record)):
         record = replace(
@@ -353,21 +353,20 @@ def _map(
         trail, "answer", f"{answered.which}; {shape}; the root's output: {answer_check}", generation
     )
     found = find_sources(view, answered.index, rules, trail, TOOL_TYPES, answer)
-    provenance = Provenance(
-        answer=f"{name_of(generation)}: {shape}",
-        answer_check=answer_check,
-        sources=found.where,
-        sources_check=found.check,
-        trace_name=trace_name,
-    )
-    if isinstance(found.sources, Skip):
-        return found.sources, provenance
-    if found.sources is None:
-        absent = _absent(view, answered, answer, rules)
-        if absent is not None:
-            return absent, provenance
-        note(trail, "sources", "no retrieval: an answer without sources")
-    sources = found.sources or ()
+    said = f"{name_of(generation)}: {shape}"
+    sources = found.sources
+    if sources is None:
+        sources = _absent(view, answered, answer, rules) or ()
+        if not isinstance(sources, Skip):
+            note(trail, "sources", "no retrieval: an answer without sources")
+    if isinstance(sources, Skip):
+        return sources, Provenance(
+            answer=said,
+            answer_check=answer_check,
+            sources=found.where,
+            sources_check=found.check,
+            trace_name=trace_name,
+        )
     question, where, asked, question_check = _asked(root, view.ordered, rules, sources)
     note(trail, "question", where, asked)
     record = _record(
@@ -375,7 +374,7 @@ def _map(
     )
     return record, Provenance(  # built whole: `replace` reads every field back, slowly
         question=f"{name_of(asked)}: {where}",
-        answer=provenance.answer,
+        answer=said,
         answer_check=answer_check,
         sources=found.where,
         sources_check=found.check,
@@ -435,7 +434,8 @@ def _record(
             note(trail, "flags", f"metadata.{key} of the root", root)
         return value
 
-    context = decode(meta("context"))
+    context = meta("context")
+    context = decode(context) if isinstance(context, str) else context
     return RagRecord(
         trace_id=trace_id,
         question=question,

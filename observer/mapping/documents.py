@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cache
 from typing import Any, NamedTuple
 
@@ -100,8 +100,7 @@ def text_of(item: Mapping[str, Any], rules: MappingRules) -> str | None:
     return as_str(_Item(item).first(rules.text_keys))
 
 
-@dataclass(frozen=True, slots=True)
-class Read:
+class Read(NamedTuple):
     """A list of documents as read: its Sources, and how good each one's score is (the
     rank of its score key: a reranker's own before a first-stage similarity)."""
 
@@ -311,10 +310,12 @@ def _flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def openinference_documents(metadata: Mapping[str, Any]) -> tuple[Read, str] | None:
     """The documents of OpenInference retrieval (or reranker output) attributes in
     `metadata`, in index order, and which kind they are; None without any."""
-    if "attributes" not in metadata and not any(
-        "retrieval" in key or "reranker" in key for key in metadata
-    ):
-        return None
+    if "attributes" not in metadata:
+        for key in metadata:  # a loop, not `any`: read for every observation of a trace
+            if "retrieval" in key or "reranker" in key:
+                break
+        else:
+            return None
     found: dict[str, dict[int, dict[str, Any]]] = {}
     for key, value in _flatten(metadata).items():
         match = _OPENINFERENCE_RE.match(key)

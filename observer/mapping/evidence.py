@@ -87,6 +87,7 @@ def prompt_text(value: Any) -> str | None:
     return text or None
 
 
+@lru_cache(maxsize=1024)
 def _probe(text: str) -> str:
     return normalised_start(text, PREFIX_CHARS)
 

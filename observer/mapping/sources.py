@@ -15,9 +15,8 @@ read is a skip naming where it looked, never an answer without evidence.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from observer.mapping.decode import as_str, decode
 from observer.mapping.documents import (
@@ -239,8 +238,7 @@ def rules_pick(
     return malformed
 
 
-@dataclass(frozen=True, slots=True)
-class _Shown:
+class _Shown(NamedTuple):
     """A candidate's documents as the prompt shows them."""
 
     candidate: Candidate
@@ -266,8 +264,7 @@ class _Shown:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Found:
+class Found(NamedTuple):
     """What `find_sources` found: the sources (or a skip, or None: no retrieval), where they
     came from, and the content check's verdict."""
 
