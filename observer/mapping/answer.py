@@ -57,13 +57,18 @@ class Answered:
 def answering_generation(
     ordered: Sequence[Observation], rules: MappingRules, root: Observation
 ) -> Answered | Skip:
-    places = [i for i, o in enumerate(ordered) if is_generation(o, rules)]
+    places: list[int] = []
+    read: dict[int, tuple[str | None, str]] = {}
+    for i, observation in enumerate(ordered):
+        if is_generation(observation, rules):
+            places.append(i)
+            read[i] = _read(observation, rules)
     if not places:
         return Skip("no_generation", "no generation observation")
-    read = {i: _read(ordered[i], rules) for i in places}
-    # A second record of a call another generation holds (an SDK's own span, empty, inside
-    # the instrumentation's): not a generation of its own.
-    places = [i for i in places if not _echo(ordered, i, places, read)]
+    if len(places) > 1:
+        # A second record of a call another generation holds (an SDK's own span, empty,
+        # inside the instrumentation's): not a generation of its own.
+        places = [i for i in places if not _echo(ordered, i, places, read)]
     not_answers = _not_answers(ordered, places, read)
     last = _last(ordered, places, read, not_answers)
     which = f"the last of {len(places)} generations" if len(places) > 1 else "the generation"
@@ -99,6 +104,8 @@ def _last(
     did not, then the one whose prompt holds the most tool results (it went on after
     them), then the longest prompt."""
     last = places[-1]
+    if len(places) < 2:
+        return last
     moment = _moment(ordered[last])
     tied = [i for i in places if _moment(ordered[i]) == moment]
     if len(tied) < 2:
@@ -197,7 +204,9 @@ def _not_answers(
         if text:
             folded[i] = normalised(text).lower()
             same.setdefault(folded[i], []).append(i)
-    repeated = {text for text, group in same.items() if len(group) > 1 and _apart(ordered, group)}
+    repeated = set()
+    if len(same) < len(folded):  # some text recorded more than once
+        repeated = {t for t, group in same.items() if len(group) > 1 and _apart(ordered, group)}
     for i in places:
         if i in folded:
             if folded[i] in PLACEHOLDERS or folded[i] in repeated:
@@ -244,7 +253,7 @@ def user_answer(text: str, root: Observation, generation: Observation) -> tuple[
     output = decode(root.get("output"))
     if output is None or output == "":
         return fallback[0], fallback[1], ANSWER_NO_ROOT_OUTPUT
-    held = [s for s in strings_in(output) if s.strip()]
+    held = strings_in(output)
     shown = [normalised(s) for s in held]
     whole = normalised(text)
     if any(whole in s for s in shown):
@@ -292,8 +301,11 @@ _MAX_VERSION = 2**31 - 1
 def prompt_version(generation: Observation, root: Observation) -> int | None:
     """The version beside the prompt name that was read (the generation's when it names a
     prompt, else the root's); None without a prompt name."""
-    holder = next((o for o in (generation, root) if as_str(o.get("promptName"))), None)
-    if holder is None:
+    if as_str(generation.get("promptName")):
+        holder = generation
+    elif as_str(root.get("promptName")):
+        holder = root
+    else:
         return None
     version: Any = holder.get("promptVersion")
     if isinstance(version, bool):

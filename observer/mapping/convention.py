@@ -239,9 +239,10 @@ class _Meta:
 
     def _indexed(self) -> dict[str, Any]:
         prefixed: dict[str, str] = {}
-        if not any(
-            "." in k or (isinstance(v, dict) and k not in _SDK_KEYS) for k, v in self._data.items()
-        ):
+        for k, v in self._data.items():
+            if "." in k or (isinstance(v, dict) and k not in _SDK_KEYS):
+                break
+        else:
             return {}  # flat and unprefixed: the key itself or nothing
         nested: list[str] = []
         for name, inner in self._data.items():
@@ -323,9 +324,10 @@ def _map(
     root = find_root(observations)
     if root is None:
         return Skip("no_root", "no observation with isRootObservation"), None
-    roots = sum(1 for o in observations if o.get("isRootObservation"))
-    which = f"the earliest of {roots} root observations" if roots > 1 else "the root observation"
-    note(trail, "root", which, root)
+    if trail is not None:
+        roots = sum(1 for o in observations if o.get("isRootObservation"))
+        many = f"the earliest of {roots} root observations"
+        note(trail, "root", many if roots > 1 else "the root observation", root)
     environment = as_str(root.get("environment")) or DEFAULT_ENVIRONMENT
     skip = trace_filter(root, environment, rules)
     if skip is not None:

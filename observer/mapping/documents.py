@@ -60,16 +60,17 @@ class _Item:
         return self.first_folded(_folded(tuple(keys)))
 
     def first_folded(self, wanted: tuple[str, ...]) -> Any:
-        for key in wanted:
-            value = self.own.get(key)
+        return _first_in((self.own, *self.inner), wanted)
+
+
+def _first_in(indexes: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> Any:
+    """The first of `keys` in the first index that holds one."""
+    for index in indexes:
+        for key in keys:
+            value = index.get(key)
             if value is not None:
                 return value
-        for index in self.inner:
-            for key in wanted:
-                value = index.get(key)
-                if value is not None:
-                    return value
-        return None
+    return None
 
 
 def _index(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -111,13 +112,16 @@ class Read(NamedTuple):
 def read_documents(
     items: Sequence[Mapping[str, Any]],
     rules: MappingRules,
-    texts: Sequence[str | None] | None = None,
+    texts: Sequence[str] | None = None,
 ) -> Read:
     """Each document's Source (its fields on it, else in its metadata) and score rank;
-    `texts`, when given, each item's text (`DocumentList.texts`)."""
+    `texts`, when given, each item's text (`DocumentList.texts`, used when it has one for
+    every item)."""
     ids, scores = _folded(rules.chunk_id_keys), _folded(rules.score_keys)
     sources = []
     ranks = []
+    if texts is not None and len(texts) != len(items):
+        texts = None
     for at, raw in enumerate(items):
         text = texts[at] if texts is not None else text_of(raw, rules)
         if text is None:
@@ -146,7 +150,7 @@ def _read_one(
         merged = {}
         for layer in reversed(layers):
             merged.update(layer)
-    chunk_id = next((v for layer in layers for k in ids if (v := layer.get(k)) is not None), None)
+    chunk_id = _first_in(layers, ids)
     rank, score = len(scores), None
     for at, key in enumerate(scores):
         score = merged.get(key)
@@ -177,17 +181,17 @@ _SCORE_COLUMNS = ("rerank_scores", "relevance_scores", "scores")
 
 
 class DocumentList(NamedTuple):
-    """A non-empty list of documents a value holds, where it sits, and each one's text
-    (None: a row of columns without one, not read)."""
+    """A non-empty list of documents a value holds, where it sits, and each one's text (of
+    parallel columns, of the rows that have one)."""
 
     items: list[Any]
     where: str
-    texts: tuple[str | None, ...]
+    texts: tuple[str, ...]
 
 
-def document_texts(items: list[Any], rules: MappingRules) -> tuple[str | None, ...] | None:
+def document_texts(items: list[Any], rules: MappingRules) -> tuple[str, ...] | None:
     """Each item's text when every item is a document (`is_document`), else None."""
-    texts: list[str | None] = []
+    texts: list[str] = []
     for item in items:
         if not isinstance(item, dict) or "role" in item:
             return None
@@ -215,7 +219,8 @@ def _columns(value: dict[str, Any], rules: MappingRules) -> DocumentList | None:
                     for row, item in zip(rows, column, strict=True):
                         row[field_name] = item
                     break
-        return DocumentList(rows, key, tuple(text_of(row, rules) for row in rows))
+        found = [text_of(row, rules) for row in rows]
+        return DocumentList(rows, key, tuple(t for t in found if t is not None))
     return None
 
 
@@ -224,31 +229,31 @@ def document_lists(value: Any, rules: MappingRules, where: str = "output") -> li
     its sources keys first, then any key (a graph state's `context`, `docs`, `results` ...);
     a JSON string inside it (a tool's result) is read too."""
     found: list[DocumentList] = []
-
-    def visit(value: Any, where: str, depth: int) -> None:
-        if isinstance(value, str):
-            if depth and value[:1] in "[{" and value[-1:] in "]}":
-                inner = decode(value)
-                if not isinstance(inner, str):  # JSON in a string: a tool's result
-                    visit(inner, where, depth + 1)
-            return
-        if isinstance(value, list):
-            texts = document_texts(value, rules) if value else None
-            if texts is not None:
-                found.append(DocumentList(value, where, texts))
-            return
-        if not isinstance(value, dict) or depth >= LIST_DEPTH:
-            return
-        columns = _columns(value, rules)
-        if columns is not None:
-            found.append(columns._replace(where=f"{where}.{columns.where}"))
-        keys = [k for k in rules.sources_keys if k in value]
-        keys += [k for k in value if isinstance(k, str) and k not in rules.sources_keys]
-        for key in keys:
-            visit(value[key], f"{where}.{key}", depth + 1)
-
-    visit(value, where, 0)
+    _visit(value, where, 0, rules, found)
     return found
+
+
+def _visit(value: Any, where: str, depth: int, rules: MappingRules, found: list[Any]) -> None:
+    if isinstance(value, str):
+        if depth and value[:1] in "[{" and value[-1:] in "]}":
+            inner = decode(value)
+            if not isinstance(inner, str):  # JSON in a string: a tool's result
+                _visit(inner, where, depth + 1, rules, found)
+        return
+    if isinstance(value, list):
+        texts = document_texts(value, rules) if value else None
+        if texts is not None:
+            found.append(DocumentList(value, where, texts))
+        return
+    if not isinstance(value, dict) or depth >= LIST_DEPTH:
+        return
+    columns = _columns(value, rules)
+    if columns is not None:
+        found.append(columns._replace(where=f"{where}.{columns.where}"))
+    keys = [k for k in rules.sources_keys if k in value]
+    keys += [k for k in value if isinstance(k, str) and k not in rules.sources_keys]
+    for key in keys:
+        _visit(value[key], f"{where}.{key}", depth + 1, rules, found)
 
 
 def sources_of(output: Any, rules: MappingRules) -> tuple[Source, ...] | Skip:
@@ -368,7 +373,7 @@ def payload_documents(payload: Any, rules: MappingRules) -> tuple[Read, str] | N
     documents (JSON, JSON in a JSON string, a Python repr) or, from a text, its passages
     (numbered, or blocks between blank lines). None when the payload holds no text."""
     value = unwrapped_text(_text_parts(payload) or payload)
-    if isinstance(value, dict | list):
+    if isinstance(value, (dict, list)):
         lists = document_lists(value, rules, "result")
         if lists:
             items, where, texts = lists[0]
@@ -497,7 +502,7 @@ def literal_of(text: str) -> Any:
         value = ast.literal_eval(stripped)
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
         return None
-    return value if isinstance(value, list | dict | tuple) and not isinstance(value, str) else None
+    return value if isinstance(value, (list, dict, tuple)) and not isinstance(value, str) else None
 
 
 def text_key(text: str) -> str:

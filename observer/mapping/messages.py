@@ -165,13 +165,13 @@ def _answer_of(output: Any, rules: MappingRules) -> tuple[str | None, str]:
         decoded = decode(output)
         # A number or boolean is the raw text itself ("42"); a JSON string is its value,
         # decoded again when it is JSON text itself (an output encoded twice).
-        if isinstance(decoded, bool | int | float) or decoded is None:
+        if isinstance(decoded, (bool, int, float)) or decoded is None:
             return output, "output as text"
         for _ in range(4):
             if not isinstance(decoded, str):
                 break
             inner = decode(decoded)
-            if not isinstance(inner, dict | list | str) or inner == decoded:
+            if not isinstance(inner, (dict, list, str)) or inner == decoded:
                 return decoded, "output as a JSON string"
             decoded = inner
         if isinstance(decoded, str):
@@ -264,9 +264,9 @@ def tool_call_arguments(value: Any, depth: int = 0) -> list[str]:
         for key, inner in value.items():
             if key in ("arguments", "input", "args") and inner is not None:
                 found.append(inner if isinstance(inner, str) else str(inner))
-                if isinstance(inner, dict | list):
+                if isinstance(inner, (dict, list)):
                     found += [s for s in _strings(inner, 0)]
-            elif isinstance(inner, dict | list):
+            elif isinstance(inner, (dict, list)):
                 found += tool_call_arguments(inner, depth + 1)
     elif isinstance(value, list):
         for inner in value:
@@ -337,11 +337,11 @@ def _nodes(value: Any, depth: int) -> Iterator[dict[str, Any]]:
     if isinstance(value, dict):
         yield value
         for inner in value.values():
-            if isinstance(inner, dict | list):
+            if isinstance(inner, (dict, list)):
                 yield from _nodes(inner, depth + 1)
     elif isinstance(value, list):
         for inner in value:
-            if isinstance(inner, dict | list):
+            if isinstance(inner, (dict, list)):
                 yield from _nodes(inner, depth + 1)
             elif isinstance(inner, str):
                 message = repr_message(inner)

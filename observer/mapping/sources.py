@@ -128,10 +128,10 @@ class Candidate:
     def texts(self) -> tuple[str, ...]:
         if self._texts is None:
             if self._read is not None:
-                self._texts = tuple(s.text for s in self._read.sources)
+                self._texts = tuple([s.text for s in self._read.sources])
             else:
                 assert self._list is not None
-                self._texts = tuple(t for t in self._list.texts if t is not None)
+                self._texts = self._list.texts
         return self._texts
 
     @property
@@ -249,7 +249,7 @@ class _Shown(NamedTuple):
     @classmethod
     def of(cls, candidate: Candidate, prompt: str) -> _Shown:
         at = tuple(positions(candidate.texts, prompt))
-        found = sum(1 for a in at if a is not None)
+        found = len(at) - at.count(None)
         return cls(candidate, at, found, found == len(at))
 
     def numbered(self) -> Read:
@@ -260,7 +260,8 @@ class _Shown(NamedTuple):
         )
         read = self.candidate.read
         return Read(
-            tuple(read.sources[i] for i in order), tuple(read.score_ranks[i] for i in order)
+            tuple(map(read.sources.__getitem__, order)),
+            tuple(map(read.score_ranks.__getitem__, order)),
         )
 
 
@@ -461,7 +462,7 @@ def _sorted_texts(texts: tuple[str, ...]) -> tuple[str, ...]:
 
 def _picked_key(picked: Read | Skip | None) -> tuple[str, ...] | None:
     if isinstance(picked, Read) and picked.sources:
-        return _texts_key(tuple(s.text for s in picked.sources))
+        return _texts_key(tuple([s.text for s in picked.sources]))
     return None
 
 

@@ -52,7 +52,7 @@ def tree_order(observations: Sequence[Observation]) -> list[Observation]:
     Iterative (a trace may nest thousands deep); a parent cycle, which no real trace
     has, cannot loop: each observation is placed once, and what a cycle leaves unplaced
     follows in sibling order."""
-    keys = [sibling_key(o) for o in observations]
+    keys = list(map(sibling_key, observations))
     ids = {o.get("id") for o in observations if isinstance(o.get("id"), str)}
     # One stable sort, latest first: each parent's children, and the tops, come out of it
     # in the order a stable sort of their own would give (popped from the end: earliest).
