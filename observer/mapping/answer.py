@@ -12,8 +12,7 @@ returned, out of a structured completion's envelope when the model wrote one. Pu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from observer.mapping.decode import as_str, decode, decode_all
 from observer.mapping.evidence import normalised, reduced, strings_in
@@ -43,12 +42,11 @@ def is_generation(observation: Observation, rules: MappingRules) -> bool:
     return observation.get("type") in rules.generation_types
 
 
-@dataclass(frozen=True, slots=True)
-class Answered:
+class Answered(NamedTuple):
     """The generation that answered: its place in the tree order, its text, which shape of
     its output held it, and how it was told from the others."""
 
-    index: int
+    at: int
     text: str
     shape: str
     which: str

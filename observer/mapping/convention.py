@@ -348,13 +348,13 @@ def _map(
                 said = answer_of(last[0].get("output"), rules)[1]
             note(trail, "answer", said, last[0])
         return answered, None
-    generation = view.ordered[answered.index]
+    generation = view.ordered[answered.at]
     answer, how, answer_check = user_answer(answered.text, root, generation)
     shape = f"{answered.shape}, {how}" if how else answered.shape
-    note(
-        trail, "answer", f"{answered.which}; {shape}; the root's output: {answer_check}", generation
-    )
-    found = find_sources(view, answered.index, rules, trail, TOOL_TYPES, answer)
+    if trail is not None:
+        line = f"{answered.which}; {shape}; the root's output: {answer_check}"
+        note(trail, "answer", line, generation)
+    found = find_sources(view, answered.at, rules, trail, TOOL_TYPES, answer)
     said = f"{name_of(generation)}: {shape}"
     sources = found.sources
     if sources is None:
@@ -391,7 +391,7 @@ def _absent(view: TraceView, answered: Answered, answer: str, rules: MappingRule
     retrieval happened, with no documents observer can read, is skipped, naming what showed
     it and where observer looked; None when nothing shows retrieval (an answer without
     sources, scored)."""
-    signs = retrieval_signs(view, answered.index, rules, TOOL_TYPES)
+    signs = retrieval_signs(view, answered.at, rules, TOOL_TYPES)
     looked = (
         "looked in every observation's output and OpenInference metadata, the tool results "
         "and numbered passages of the answer's prompt"

@@ -210,8 +210,9 @@ def rules_pick(
             return malformed  # an earlier step's documents, not what the model saw
         if lists:
             items, where, _ = lists[0]
-            noun = "document" if len(items) == 1 else "documents"
-            note(trail, "sources", f"{where}: {len(items)} {noun}", observation)
+            if trail is not None:  # the daemon's path keeps no trail: nothing to format
+                noun = "document" if len(items) == 1 else "documents"
+                note(trail, "sources", f"{where}: {len(items)} {noun}", observation)
             return view.read(lists[0])
         if documents is not None:
             read, kind = documents
@@ -332,7 +333,9 @@ def find_sources(
                 CHECK_NONE,
             )
         best = mine[-1]
-    if _texts_key(best.candidate.texts) != picked_key:
+    if trail is None:
+        pass  # the daemon's path keeps no trail: nothing to format
+    elif _texts_key(best.candidate.texts) != picked_key:
         note(
             trail,
             "check",
