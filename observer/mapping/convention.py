@@ -173,8 +173,26 @@ def _past_a_limit(record: RagRecord, rules: MappingRules) -> Skip | None:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def _encodes(text: str) -> bool:
+    """The text holds no surrogate (what `_SURROGATE` finds is what UTF-8 refuses)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _clean(record: RagRecord) -> RagRecord:
     """Every text of the record writable as UTF-8 (scores, state and logs are)."""
+    held: list[Any] = [record.question, record.answer, record.trace_id, record.environment]
+    held.append(record.context)
+    for source in record.sources:
+        held += (source.text, source.chunk_id, source.doc_id, source.title)
+    # An ASCII string holds no surrogate (`isascii` reads a flag), and UTF-8 refuses one (an
+    # encoder's pass, not a pattern's): most records are scanned no further.
+    joined = "".join([t for t in held if isinstance(t, str)])
+    if joined.isascii() or _encodes(joined):
+        return record  # the usual case: nothing to clean
 
     def dirty(value: Any) -> bool:
         return isinstance(value, str) and _SURROGATE.search(value) is not None
@@ -182,15 +200,6 @@ def _clean(record: RagRecord) -> RagRecord:
     def clean(value: Any) -> Any:
         return clean_text(value) if isinstance(value, str) else value
 
-    held: list[Any] = [record.question, record.answer, record.trace_id, record.environment]
-    held.append(record.context)
-    for source in record.sources:
-        held += (source.text, source.chunk_id, source.doc_id, source.title)
-    # An ASCII string holds no surrogate (`isascii` reads a flag): most records are scanned
-    # no further.
-    joined = "".join([t for t in held if isinstance(t, str)])
-    if joined.isascii() or not _SURROGATE.search(joined):
-        return record  # the usual case: nothing to clean
     if any(dirty(getattr(record, f.name)) for f in fields(record)):
         record = replace(
             record,
