@@ -57,10 +57,7 @@ class _Item:
 
     def first(self, keys: Sequence[str]) -> Any:
         """The first of `keys` on the item, else in its metadata."""
-        return self.first_folded(_folded(tuple(keys)))
-
-    def first_folded(self, wanted: tuple[str, ...]) -> Any:
-        return _first_in((self.own, *self.inner), wanted)
+        return _first_in((self.own, *self.inner), _folded(tuple(keys)))
 
 
 def _first_in(indexes: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> Any:
