@@ -299,11 +299,8 @@ _MAX_VERSION = 2**31 - 1
 def prompt_version(generation: Observation, root: Observation) -> int | None:
     """The version beside the prompt name that was read (the generation's when it names a
     prompt, else the root's); None without a prompt name."""
-    if as_str(generation.get("promptName")):
-        holder = generation
-    elif as_str(root.get("promptName")):
-        holder = root
-    else:
+    holder = next((o for o in (generation, root) if as_str(o.get("promptName"))), None)
+    if holder is None:
         return None
     version: Any = holder.get("promptVersion")
     if isinstance(version, bool):
