@@ -12,8 +12,7 @@ returned, out of a structured completion's envelope when the model wrote one. Pu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from observer.mapping.decode import as_str, decode, decode_all
 from observer.mapping.evidence import normalised, reduced, strings_in
@@ -43,12 +42,11 @@ def is_generation(observation: Observation, rules: MappingRules) -> bool:
     return observation.get("type") in rules.generation_types
 
 
-@dataclass(frozen=True, slots=True)
-class Answered:
+class Answered(NamedTuple):
     """The generation that answered: its place in the tree order, its text, which shape of
     its output held it, and how it was told from the others."""
 
-    index: int
+    at: int
     text: str
     shape: str
     which: str
@@ -57,13 +55,18 @@ class Answered:
 def answering_generation(
     ordered: Sequence[Observation], rules: MappingRules, root: Observation
 ) -> Answered | Skip:
-    places = [i for i, o in enumerate(ordered) if is_generation(o, rules)]
+    places: list[int] = []
+    read: dict[int, tuple[str | None, str]] = {}
+    for i, observation in enumerate(ordered):
+        if is_generation(observation, rules):
+            places.append(i)
+            read[i] = _read(observation, rules)
     if not places:
         return Skip("no_generation", "no generation observation")
-    read = {i: _read(ordered[i], rules) for i in places}
-    # A second record of a call another generation holds (an SDK's own span, empty, inside
-    # the instrumentation's): not a generation of its own.
-    places = [i for i in places if not _echo(ordered, i, places, read)]
+    if len(places) > 1:
+        # A second record of a call another generation holds (an SDK's own span, empty,
+        # inside the instrumentation's): not a generation of its own.
+        places = [i for i in places if not _echo(ordered, i, places, read)]
     not_answers = _not_answers(ordered, places, read)
     last = _last(ordered, places, read, not_answers)
     which = f"the last of {len(places)} generations" if len(places) > 1 else "the generation"
@@ -99,6 +102,8 @@ def _last(
     did not, then the one whose prompt holds the most tool results (it went on after
     them), then the longest prompt."""
     last = places[-1]
+    if len(places) < 2:
+        return last
     moment = _moment(ordered[last])
     tied = [i for i in places if _moment(ordered[i]) == moment]
     if len(tied) < 2:
@@ -197,7 +202,9 @@ def _not_answers(
         if text:
             folded[i] = normalised(text).lower()
             same.setdefault(folded[i], []).append(i)
-    repeated = {text for text, group in same.items() if len(group) > 1 and _apart(ordered, group)}
+    repeated = set()
+    if len(same) < len(folded):  # some text recorded more than once
+        repeated = {t for t, group in same.items() if len(group) > 1 and _apart(ordered, group)}
     for i in places:
         if i in folded:
             if folded[i] in PLACEHOLDERS or folded[i] in repeated:
@@ -244,7 +251,7 @@ def user_answer(text: str, root: Observation, generation: Observation) -> tuple[
     output = decode(root.get("output"))
     if output is None or output == "":
         return fallback[0], fallback[1], ANSWER_NO_ROOT_OUTPUT
-    held = [s for s in strings_in(output) if s.strip()]
+    held = strings_in(output)
     shown = [normalised(s) for s in held]
     whole = normalised(text)
     if any(whole in s for s in shown):

@@ -71,7 +71,9 @@ def _scope_name(metadata: Mapping[str, Any]) -> Any:
 def find_root(observations: Sequence[Observation]) -> Observation | None:
     """The trace's earliest root observation (a trace may have several, docs/daemon.md)."""
     roots = [o for o in observations if o.get("isRootObservation")]
-    return min(roots, key=sibling_key) if roots else None
+    if len(roots) < 2:
+        return roots[0] if roots else None
+    return min(roots, key=sibling_key)
 
 
 def trace_filter(root: Observation, environment: str, rules: MappingRules) -> Skip | None:
@@ -171,8 +173,26 @@ def _past_a_limit(record: RagRecord, rules: MappingRules) -> Skip | None:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def _encodes(text: str) -> bool:
+    """The text holds no surrogate (what `_SURROGATE` finds is what UTF-8 refuses)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _clean(record: RagRecord) -> RagRecord:
     """Every text of the record writable as UTF-8 (scores, state and logs are)."""
+    held: list[Any] = [record.question, record.answer, record.trace_id, record.environment]
+    held.append(record.context)
+    for source in record.sources:
+        held += (source.text, source.chunk_id, source.doc_id, source.title)
+    # An ASCII string holds no surrogate (`isascii` reads a flag), and UTF-8 refuses one (an
+    # encoder's pass, not a pattern's): most records are scanned no further.
+    joined = "".join([t for t in held if isinstance(t, str)])
+    if joined.isascii() or _encodes(joined):
+        return record  # the usual case: nothing to clean
 
     def dirty(value: Any) -> bool:
         return isinstance(value, str) and _SURROGATE.search(value) is not None
@@ -180,15 +200,6 @@ def _clean(record: RagRecord) -> RagRecord:
     def clean(value: Any) -> Any:
         return clean_text(value) if isinstance(value, str) else value
 
-    held: list[Any] = [record.question, record.answer, record.trace_id, record.environment]
-    held.append(record.context)
-    for source in record.sources:
-        held += (source.text, source.chunk_id, source.doc_id, source.title)
-    # An ASCII string holds no surrogate (`isascii` reads a flag): most records are scanned
-    # no further.
-    texts: list[str] = [t for t in held if isinstance(t, str)]
-    if all(t.isascii() for t in texts) or not _SURROGATE.search("".join(texts)):
-        return record  # the usual case: nothing to clean
     if any(dirty(getattr(record, f.name)) for f in fields(record)):
         record = replace(
             record,
@@ -237,9 +248,10 @@ class _Meta:
 
     def _indexed(self) -> dict[str, Any]:
         prefixed: dict[str, str] = {}
-        if not any(
-            "." in k or (isinstance(v, dict) and k not in _SDK_KEYS) for k, v in self._data.items()
-        ):
+        for k, v in self._data.items():
+            if "." in k or (isinstance(v, dict) and k not in _SDK_KEYS):
+                break
+        else:
             return {}  # flat and unprefixed: the key itself or nothing
         nested: list[str] = []
         for name, inner in self._data.items():
@@ -321,9 +333,10 @@ def _map(
     root = find_root(observations)
     if root is None:
         return Skip("no_root", "no observation with isRootObservation"), None
-    roots = sum(1 for o in observations if o.get("isRootObservation"))
-    which = f"the earliest of {roots} root observations" if roots > 1 else "the root observation"
-    note(trail, "root", which, root)
+    if trail is not None:
+        roots = sum(1 for o in observations if o.get("isRootObservation"))
+        many = f"the earliest of {roots} root observations"
+        note(trail, "root", many if roots > 1 else "the root observation", root)
     environment = as_str(root.get("environment")) or DEFAULT_ENVIRONMENT
     skip = trace_filter(root, environment, rules)
     if skip is not None:
@@ -344,28 +357,27 @@ def _map(
                 said = answer_of(last[0].get("output"), rules)[1]
             note(trail, "answer", said, last[0])
         return answered, None
-    generation = view.ordered[answered.index]
+    generation = view.ordered[answered.at]
     answer, how, answer_check = user_answer(answered.text, root, generation)
     shape = f"{answered.shape}, {how}" if how else answered.shape
-    note(
-        trail, "answer", f"{answered.which}; {shape}; the root's output: {answer_check}", generation
-    )
-    found = find_sources(view, answered.index, rules, trail, TOOL_TYPES, answer)
-    provenance = Provenance(
-        answer=f"{name_of(generation)}: {shape}",
-        answer_check=answer_check,
-        sources=found.where,
-        sources_check=found.check,
-        trace_name=trace_name,
-    )
-    if isinstance(found.sources, Skip):
-        return found.sources, provenance
-    if found.sources is None:
-        absent = _absent(view, answered, answer, rules)
-        if absent is not None:
-            return absent, provenance
-        note(trail, "sources", "no retrieval: an answer without sources")
-    sources = found.sources or ()
+    if trail is not None:
+        line = f"{answered.which}; {shape}; the root's output: {answer_check}"
+        note(trail, "answer", line, generation)
+    found = find_sources(view, answered.at, rules, trail, TOOL_TYPES, answer)
+    said = f"{name_of(generation)}: {shape}"
+    sources = found.sources
+    if sources is None:
+        sources = _absent(view, answered, answer, rules) or ()
+        if not isinstance(sources, Skip):
+            note(trail, "sources", "no retrieval: an answer without sources")
+    if isinstance(sources, Skip):
+        return sources, Provenance(
+            answer=said,
+            answer_check=answer_check,
+            sources=found.where,
+            sources_check=found.check,
+            trace_name=trace_name,
+        )
     question, where, asked, question_check = _asked(root, view.ordered, rules, sources)
     note(trail, "question", where, asked)
     record = _record(
@@ -373,7 +385,7 @@ def _map(
     )
     return record, Provenance(  # built whole: `replace` reads every field back, slowly
         question=f"{name_of(asked)}: {where}",
-        answer=provenance.answer,
+        answer=said,
         answer_check=answer_check,
         sources=found.where,
         sources_check=found.check,
@@ -388,7 +400,7 @@ def _absent(view: TraceView, answered: Answered, answer: str, rules: MappingRule
     retrieval happened, with no documents observer can read, is skipped, naming what showed
     it and where observer looked; None when nothing shows retrieval (an answer without
     sources, scored)."""
-    signs = retrieval_signs(view, answered.index, rules, TOOL_TYPES)
+    signs = retrieval_signs(view, answered.at, rules, TOOL_TYPES)
     looked = (
         "looked in every observation's output and OpenInference metadata, the tool results "
         "and numbered passages of the answer's prompt"
@@ -433,7 +445,8 @@ def _record(
             note(trail, "flags", f"metadata.{key} of the root", root)
         return value
 
-    context = decode(meta("context"))
+    context = meta("context")
+    context = decode(context) if isinstance(context, str) else context
     return RagRecord(
         trace_id=trace_id,
         question=question,

@@ -62,10 +62,11 @@ def decode_all(value: Any) -> Any:
 
 
 def as_bool(value: Any) -> bool | None:
-    value = decode(value)
+    if isinstance(value, str):
+        value = decode(value)
     if isinstance(value, bool):
         return value
-    if isinstance(value, int | float) and value in (0, 1):
+    if isinstance(value, (int, float)) and value in (0, 1):
         return bool(value)
     if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no"):
         return value.strip().lower() in ("true", "yes")
@@ -73,8 +74,9 @@ def as_bool(value: Any) -> bool | None:
 
 
 def as_float(value: Any) -> float | None:
-    value = decode(value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, str):
+        value = decode(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     number = float(value)
     return number if math.isfinite(number) else None
@@ -85,13 +87,14 @@ def as_str(value: Any) -> str | None:
         return None
     if isinstance(value, str):
         return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     return None
 
 
 def as_float_list(value: Any) -> tuple[float, ...] | None:
-    value = decode(value)
+    if isinstance(value, str):
+        value = decode(value)
     if not isinstance(value, list):
         return None
     numbers = [as_float(v) for v in value]

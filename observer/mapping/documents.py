@@ -14,9 +14,9 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from observer.mapping.decode import as_float, as_str, decode
 from observer.mapping.evidence import normalised_start, passages_in
@@ -57,32 +57,17 @@ class _Item:
 
     def first(self, keys: Sequence[str]) -> Any:
         """The first of `keys` on the item, else in its metadata."""
-        return self.first_folded(_folded(tuple(keys)))
+        return _first_in((self.own, *self.inner), _folded(tuple(keys)))
 
-    def first_folded(self, wanted: tuple[str, ...]) -> Any:
-        for key in wanted:
-            value = self.own.get(key)
+
+def _first_in(indexes: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> Any:
+    """The first of `keys` in the first index that holds one."""
+    for index in indexes:
+        for key in keys:
+            value = index.get(key)
             if value is not None:
                 return value
-        for index in self.inner:
-            for key in wanted:
-                value = index.get(key)
-                if value is not None:
-                    return value
-        return None
-
-    def ranked_folded(self, wanted: tuple[str, ...]) -> tuple[Any, int]:
-        """The first of `wanted` in order of preference wherever it sits, and its rank."""
-        for rank, key in enumerate(wanted):
-            value = self.own.get(key)
-            if value is None:
-                for index in self.inner:
-                    value = index.get(key)
-                    if value is not None:
-                        break
-            if value is not None:
-                return value, rank
-        return None, len(wanted)
+    return None
 
 
 def _index(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,14 +90,15 @@ def text_of(item: Mapping[str, Any], rules: MappingRules) -> str | None:
     """A document's text: under a text key as written, else in another case style or in
     its metadata."""
     for key in rules.text_keys:
-        text = as_str(item.get(key))
-        if text is not None:
-            return text
+        value = item.get(key)
+        if value is not None:
+            text = as_str(value)
+            if text is not None:
+                return text
     return as_str(_Item(item).first(rules.text_keys))
 
 
-@dataclass(frozen=True, slots=True)
-class Read:
+class Read(NamedTuple):
     """A list of documents as read: its Sources, and how good each one's score is (the
     rank of its score key: a reranker's own before a first-stage similarity)."""
 
@@ -120,34 +106,64 @@ class Read:
     score_ranks: tuple[int, ...]
 
 
-_DOC_ID, _TITLE, _TEXT_HASH, _ORIGIN = ("docid",), ("title",), ("texthash",), ("origin",)
-
-
-def read_documents(items: Sequence[Mapping[str, Any]], rules: MappingRules) -> Read:
-    """Each document's Source (its fields on it, else in its metadata) and score rank."""
+def read_documents(
+    items: Sequence[Mapping[str, Any]],
+    rules: MappingRules,
+    texts: Sequence[str] | None = None,
+) -> Read:
+    """Each document's Source (its fields on it, else in its metadata) and score rank;
+    `texts`, when given, each item's text (`DocumentList.texts`, used when it has one for
+    every item)."""
     ids, scores = _folded(rules.chunk_id_keys), _folded(rules.score_keys)
     sources = []
     ranks = []
-    for raw in items:
-        text = text_of(raw, rules)
+    if texts is not None and len(texts) != len(items):
+        texts = None
+    for at, raw in enumerate(items):
+        text = texts[at] if texts is not None else text_of(raw, rules)
         if text is None:
             continue
-        found = _Item(raw)
-        score, rank = found.ranked_folded(scores)
-        origin = found.first_folded(_ORIGIN)
-        sources.append(
-            Source(
-                text=text,
-                chunk_id=as_str(found.first_folded(ids)),
-                doc_id=as_str(found.first_folded(_DOC_ID)),
-                title=as_str(found.first_folded(_TITLE)),
-                score=as_float(score),
-                text_hash=as_str(found.first_folded(_TEXT_HASH)),
-                origin="web" if origin == "web" else "kb",
-            )
-        )
+        source, rank = _read_one(raw, text, ids, scores)
+        sources.append(source)
         ranks.append(rank)
     return Read(tuple(sources), tuple(ranks))
+
+
+def _read_one(
+    raw: Mapping[str, Any], text: str, ids: tuple[str, ...], scores: tuple[str, ...]
+) -> tuple[Source, int]:
+    """One document's Source and score rank (`_Item`'s lookups, its keys folded once): a
+    field on the document, else in its `metadata`, else its `meta`; of the ids, any on the
+    document before any in its metadata; of the scores, the first key in order of
+    preference wherever it sits."""
+    own = _index(raw)
+    layers = [own]
+    for nested in ("metadata", "meta"):  # LangChain documents, Haystack's
+        value = raw.get(nested)
+        if isinstance(value, dict):
+            layers.append(_index(value))
+    merged = own
+    if len(layers) > 1:
+        merged = {}
+        for layer in reversed(layers):
+            merged.update(layer)
+    chunk_id = _first_in(layers, ids)
+    rank, score = len(scores), None
+    for at, key in enumerate(scores):
+        score = merged.get(key)
+        if score is not None:
+            rank = at
+            break
+    source = Source(
+        text=text,
+        chunk_id=as_str(chunk_id),
+        doc_id=as_str(merged.get("docid")),
+        title=as_str(merged.get("title")),
+        score=as_float(score),
+        text_hash=as_str(merged.get("texthash")),
+        origin="web" if merged.get("origin") == "web" else "kb",
+    )
+    return source, rank
 
 
 def to_sources(items: Sequence[Mapping[str, Any]], rules: MappingRules) -> tuple[Source, ...]:
@@ -161,8 +177,31 @@ _ID_COLUMNS = ("pids", "ids", "chunk_ids", "doc_ids")
 _SCORE_COLUMNS = ("rerank_scores", "relevance_scores", "scores")
 
 
-def _columns(value: dict[str, Any], rules: MappingRules) -> tuple[list[Any], str] | None:
-    """Documents held as parallel columns: ([{"text", "id", "score"}, ...], the text key)."""
+class DocumentList(NamedTuple):
+    """A non-empty list of documents a value holds, where it sits, and each one's text (of
+    parallel columns, of the rows that have one)."""
+
+    items: list[Any]
+    where: str
+    texts: tuple[str, ...]
+
+
+def document_texts(items: list[Any], rules: MappingRules) -> tuple[str, ...] | None:
+    """Each item's text when every item is a document (`is_document`), else None."""
+    texts: list[str] = []
+    for item in items:
+        if not isinstance(item, dict) or "role" in item:
+            return None
+        text = text_of(item, rules)
+        if text is None:
+            return None
+        texts.append(text)
+    return tuple(texts)
+
+
+def _columns(value: dict[str, Any], rules: MappingRules) -> DocumentList | None:
+    """Documents held as parallel columns: [{"text", "id", "score"}, ...] under the text
+    key."""
     for key in _TEXT_COLUMNS:
         texts = value.get(key)
         if not isinstance(texts, list) or not texts:
@@ -177,41 +216,41 @@ def _columns(value: dict[str, Any], rules: MappingRules) -> tuple[list[Any], str
                     for row, item in zip(rows, column, strict=True):
                         row[field_name] = item
                     break
-        return rows, key
+        found = [text_of(row, rules) for row in rows]
+        return DocumentList(rows, key, tuple(t for t in found if t is not None))
     return None
 
 
-def document_lists(
-    value: Any, rules: MappingRules, where: str = "output"
-) -> list[tuple[list[Any], str]]:
+def document_lists(value: Any, rules: MappingRules, where: str = "output") -> list[DocumentList]:
     """Every non-empty list of documents a decoded value holds, and where: the value itself,
     its sources keys first, then any key (a graph state's `context`, `docs`, `results` ...);
     a JSON string inside it (a tool's result) is read too."""
-    found: list[tuple[list[Any], str]] = []
-
-    def visit(value: Any, where: str, depth: int) -> None:
-        if isinstance(value, str):
-            if depth and value[:1] in "[{" and value[-1:] in "]}":
-                inner = decode(value)
-                if not isinstance(inner, str):  # JSON in a string: a tool's result
-                    visit(inner, where, depth + 1)
-            return
-        if isinstance(value, list):
-            if value and all(is_document(item, rules) for item in value):
-                found.append((value, where))
-            return
-        if not isinstance(value, dict) or depth >= LIST_DEPTH:
-            return
-        columns = _columns(value, rules)
-        if columns is not None:
-            found.append((columns[0], f"{where}.{columns[1]}"))
-        keys = [k for k in rules.sources_keys if k in value]
-        keys += [k for k in value if isinstance(k, str) and k not in rules.sources_keys]
-        for key in keys:
-            visit(value[key], f"{where}.{key}", depth + 1)
-
-    visit(value, where, 0)
+    found: list[DocumentList] = []
+    _visit(value, where, 0, rules, found)
     return found
+
+
+def _visit(value: Any, where: str, depth: int, rules: MappingRules, found: list[Any]) -> None:
+    if isinstance(value, str):
+        if depth and value[:1] in "[{" and value[-1:] in "]}":
+            inner = decode(value)
+            if not isinstance(inner, str):  # JSON in a string: a tool's result
+                _visit(inner, where, depth + 1, rules, found)
+        return
+    if isinstance(value, list):
+        texts = document_texts(value, rules) if value else None
+        if texts is not None:
+            found.append(DocumentList(value, where, texts))
+        return
+    if not isinstance(value, dict) or depth >= LIST_DEPTH:
+        return
+    columns = _columns(value, rules)
+    if columns is not None:
+        found.append(columns._replace(where=f"{where}.{columns.where}"))
+    keys = [k for k in rules.sources_keys if k in value]
+    keys += [k for k in value if isinstance(k, str) and k not in rules.sources_keys]
+    for key in keys:
+        _visit(value[key], f"{where}.{key}", depth + 1, rules, found)
 
 
 def sources_of(output: Any, rules: MappingRules) -> tuple[Source, ...] | Skip:
@@ -273,10 +312,12 @@ def _flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def openinference_documents(metadata: Mapping[str, Any]) -> tuple[Read, str] | None:
     """The documents of OpenInference retrieval (or reranker output) attributes in
     `metadata`, in index order, and which kind they are; None without any."""
-    if "attributes" not in metadata and not any(
-        "retrieval" in key or "reranker" in key for key in metadata
-    ):
-        return None
+    if "attributes" not in metadata:
+        for key in metadata:  # a loop, not `any`: read for every observation of a trace
+            if "retrieval" in key or "reranker" in key:
+                break
+        else:
+            return None
     found: dict[str, dict[int, dict[str, Any]]] = {}
     for key, value in _flatten(metadata).items():
         match = _OPENINFERENCE_RE.match(key)
@@ -329,11 +370,11 @@ def payload_documents(payload: Any, rules: MappingRules) -> tuple[Read, str] | N
     documents (JSON, JSON in a JSON string, a Python repr) or, from a text, its passages
     (numbered, or blocks between blank lines). None when the payload holds no text."""
     value = unwrapped_text(_text_parts(payload) or payload)
-    if isinstance(value, dict | list):
+    if isinstance(value, (dict, list)):
         lists = document_lists(value, rules, "result")
         if lists:
-            items, where = lists[0]
-            return read_documents(items, rules), f"documents as JSON ({where})"
+            items, where, texts = lists[0]
+            return read_documents(items, rules, texts), f"documents as JSON ({where})"
         return None
     if not isinstance(value, str) or not value.strip():
         return None
@@ -341,8 +382,8 @@ def payload_documents(payload: Any, rules: MappingRules) -> tuple[Read, str] | N
     if embedded is not None:
         lists = document_lists(embedded, rules, "result")
         if lists:
-            items, where = lists[0]
-            return read_documents(items, rules), f"documents in a text ({where})"
+            items, where, texts = lists[0]
+            return read_documents(items, rules, texts), f"documents in a text ({where})"
     numbered = passages_in(value)
     if numbered:
         items = [{rules.text_keys[0]: p} for p in numbered]
@@ -458,7 +499,7 @@ def literal_of(text: str) -> Any:
         value = ast.literal_eval(stripped)
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
         return None
-    return value if isinstance(value, list | dict | tuple) and not isinstance(value, str) else None
+    return value if isinstance(value, (list, dict, tuple)) and not isinstance(value, str) else None
 
 
 def text_key(text: str) -> str:

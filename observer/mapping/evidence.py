@@ -10,7 +10,7 @@ returns. Pure: strings in, strings and positions out.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -43,23 +43,40 @@ def normalised_start(text: str, chars: int) -> str:
         window *= 4
 
 
-def strings_in(value: Any, depth: int = 0) -> Iterator[str]:
-    """Every string in a decoded JSON value, in order (keys of tool calls' arguments and
-    message parts included: a prompt's text is wherever the library put it)."""
+def strings_in(value: Any) -> list[str]:
+    """Every string in a decoded JSON value that holds more than whitespace, in order (keys
+    of tool calls' arguments and message parts included: a prompt's text is wherever the
+    library put it)."""
+    found: list[str] = []
+    _strings(value, 0, found)
+    return found
+
+
+def _strings(value: Any, depth: int, found: list[str]) -> None:
     if depth > 64:
         return
     if isinstance(value, str):
-        inner = decode(value)
-        if isinstance(inner, Mapping | list) and depth < 8:
-            yield from strings_in(inner, depth + 1)  # JSON in a string: a tool's result
+        # Only a text starting with a bracket (after whitespace) decodes to an object.
+        if value[:1] in "[{" or value[:1].isspace():
+            inner = decode(value)
+            if isinstance(inner, (Mapping, list)) and depth < 8:
+                _strings(inner, depth + 1, found)  # JSON in a string: a tool's result
+                return
+        if value.strip():
+            found.append(value)
+        return
+    if isinstance(value, list):
+        items: Iterable[Any] = value
+    elif isinstance(value, (dict, Mapping)):  # a dict is told without the ABC's check
+        items = value.values()
+    else:
+        return
+    for item in items:
+        if isinstance(item, str) and item[:1] not in "[{" and not item[:1].isspace():
+            if depth < 64 and item.strip():
+                found.append(item)  # a plain text, the usual item: no call
         else:
-            yield value
-    elif isinstance(value, list):
-        for item in value:
-            yield from strings_in(item, depth + 1)
-    elif isinstance(value, dict | Mapping):  # a dict is told without the ABC's check
-        for item in value.values():
-            yield from strings_in(item, depth + 1)
+            _strings(item, depth + 1, found)
 
 
 def prompt_text(value: Any) -> str | None:
@@ -68,10 +85,11 @@ def prompt_text(value: Any) -> str | None:
     decoded = decode(value)
     if decoded is None or decoded == "" or decoded == {} or decoded == []:
         return None
-    text = "\n".join(normalised(s) for s in strings_in(decoded) if s.strip())
+    text = "\n".join(map(normalised, strings_in(decoded)))
     return text or None
 
 
+@lru_cache(maxsize=1024)
 def _probe(text: str) -> str:
     return normalised_start(text, PREFIX_CHARS)
 
@@ -185,7 +203,7 @@ _LINE_MARK = re.compile(
 def holds_passages(text: str, passages: Sequence[str]) -> bool:
     """The text shows one of the passages (a normalised prefix of it)."""
     flat = normalised(text)
-    return any(probe and probe in flat for probe in (_probe(p) for p in passages))
+    return any(probe and probe in flat for probe in map(_probe, passages))
 
 
 def labelled_question(text: str) -> str | None:

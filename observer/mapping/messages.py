@@ -165,13 +165,13 @@ def _answer_of(output: Any, rules: MappingRules) -> tuple[str | None, str]:
         decoded = decode(output)
         # A number or boolean is the raw text itself ("42"); a JSON string is its value,
         # decoded again when it is JSON text itself (an output encoded twice).
-        if isinstance(decoded, bool | int | float) or decoded is None:
+        if isinstance(decoded, (bool, int, float)) or decoded is None:
             return output, "output as text"
         for _ in range(4):
             if not isinstance(decoded, str):
                 break
             inner = decode(decoded)
-            if not isinstance(inner, dict | list | str) or inner == decoded:
+            if not isinstance(inner, (dict, list, str)) or inner == decoded:
                 return decoded, "output as a JSON string"
             decoded = inner
         if isinstance(decoded, str):
@@ -236,7 +236,7 @@ def tool_calls_in(output: Any) -> list[str]:
     `tool_use` blocks, GenAI `tool_call` parts, Gemini `functionCall`, Vercel
     `tool-call`); [] when it calls none."""
     found: list[str] = []
-    for node in _nodes(decode_all(output), 0):
+    for node in _nodes(decode_all(output)):
         calls = node.get("tool_calls") or node.get("toolCalls")
         if isinstance(calls, list):
             for call in calls:
@@ -264,9 +264,9 @@ def tool_call_arguments(value: Any, depth: int = 0) -> list[str]:
         for key, inner in value.items():
             if key in ("arguments", "input", "args") and inner is not None:
                 found.append(inner if isinstance(inner, str) else str(inner))
-                if isinstance(inner, dict | list):
+                if isinstance(inner, (dict, list)):
                     found += [s for s in _strings(inner, 0)]
-            elif isinstance(inner, dict | list):
+            elif isinstance(inner, (dict, list)):
                 found += tool_call_arguments(inner, depth + 1)
     elif isinstance(value, list):
         for inner in value:
@@ -292,7 +292,7 @@ def tool_results_in(value: Any) -> Iterator[tuple[str, Any]]:
     (or `function`) message's content; a `tool_result`, `tool-result` or
     `tool_call_response` part's content, output or result; a Gemini `functionResponse`'s
     response."""
-    for node in _nodes(decode_all(value), 0):
+    for node in _nodes(decode_all(value)):
         role = node.get("role")
         if isinstance(role, str) and role in _TOOL_ROLES and "content" in node:
             content = node["content"]
@@ -328,27 +328,34 @@ def _unwrapped(payload: Any) -> Any:
     return payload
 
 
-def _nodes(value: Any, depth: int) -> Iterator[dict[str, Any]]:
+def _nodes(value: Any) -> list[dict[str, Any]]:
     """Every object in a decoded value, outermost first, to a bounded depth; a message
     recorded as its Python repr or a prompt recorded as `role: content` lines read as
     messages."""
+    if isinstance(value, str):
+        return list(transcript(value))
+    found: list[dict[str, Any]] = []
+    if isinstance(value, (dict, list)):
+        _walk(value, 0, found)
+    return found
+
+
+def _walk(value: dict[str, Any] | list[Any], depth: int, found: list[dict[str, Any]]) -> None:
     if depth > 12:
         return
     if isinstance(value, dict):
-        yield value
+        found.append(value)
         for inner in value.values():
-            if isinstance(inner, dict | list):
-                yield from _nodes(inner, depth + 1)
-    elif isinstance(value, list):
-        for inner in value:
-            if isinstance(inner, dict | list):
-                yield from _nodes(inner, depth + 1)
-            elif isinstance(inner, str):
-                message = repr_message(inner)
-                if message is not None:
-                    yield message
-    elif isinstance(value, str) and depth == 0:
-        yield from transcript(value)
+            if isinstance(inner, (dict, list)):
+                _walk(inner, depth + 1, found)
+        return
+    for inner in value:
+        if isinstance(inner, (dict, list)):
+            _walk(inner, depth + 1, found)
+        elif isinstance(inner, str):
+            message = repr_message(inner)
+            if message is not None:
+                found.append(message)
 
 
 # A chat message recorded as its Python repr: LlamaIndex's and smolagents'

@@ -388,7 +388,7 @@ def _raw_documents(
             for where, p in tool_results_in(generation.get("input"))
         ]
     for name, value in places:
-        for items, _ in document_lists(value, rules):
+        for items, _, _ in document_lists(value, rules):
             read = {normalised(s.text) for s in to_sources(items, rules)}
             if read == texts and all(isinstance(i, Mapping) for i in items):
                 return name, items

@@ -15,13 +15,13 @@ read is a skip naming where it looked, never an answer without evidence.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from observer.mapping.decode import as_str, decode
 from observer.mapping.documents import (
     LIST_DEPTH,
+    DocumentList,
     Read,
     document_lists,
     merge_copies,
@@ -30,7 +30,6 @@ from observer.mapping.documents import (
     read_documents,
     sources_of,
     text_key,
-    text_of,
     unwrapped_text,
 )
 from observer.mapping.evidence import normalised, positions, prompt_passages, prompt_text
@@ -62,20 +61,21 @@ class TraceView:
         self.rules = rules
         self._outputs: dict[int, Any] = {}
         self._metadata: dict[int, Mapping[str, Any]] = {}
-        self._lists: dict[int, list[tuple[list[Any], str]]] = {}
+        self._lists: dict[int, list[DocumentList]] = {}
         self._reads: dict[int, Read] = {}
 
-    def lists(self, index: int) -> list[tuple[list[Any], str]]:
+    def lists(self, index: int) -> list[DocumentList]:
         """The lists of documents an observation's output holds (`document_lists`)."""
         if index not in self._lists:
             self._lists[index] = document_lists(self.output(index), self.rules)
         return self._lists[index]
 
-    def read(self, items: list[Any]) -> Read:
+    def read(self, documents: DocumentList) -> Read:
         """A list of documents read into Sources, once per trace whoever asks."""
-        found = self._reads.get(id(items))
+        found = self._reads.get(id(documents.items))
         if found is None:
-            found = self._reads[id(items)] = read_documents(items, self.rules)
+            found = read_documents(documents.items, self.rules, documents.texts)
+            self._reads[id(documents.items)] = found
         return found
 
     def output(self, index: int) -> Any:
@@ -101,7 +101,7 @@ class Candidate:
     """A list of documents somewhere in the trace: a candidate for what the model saw. Its
     texts are read first (what the prompt check needs); its Sources only when asked."""
 
-    __slots__ = ("_items", "_read", "_texts", "_view", "from_text", "index", "observation", "where")
+    __slots__ = ("_list", "_read", "_texts", "_view", "from_text", "index", "observation", "where")
 
     def __init__(
         self,
@@ -110,7 +110,7 @@ class Candidate:
         where: str,
         read: Read | None = None,
         from_text: bool = False,
-        items: list[Any] | None = None,
+        documents: DocumentList | None = None,
         view: TraceView | None = None,
     ) -> None:
         self.index = index  # place in the tree order
@@ -120,7 +120,7 @@ class Candidate:
         # documents does as well, and it carries no ids or scores of its own.
         self.from_text = from_text
         self._read = read
-        self._items = items or []
+        self._list = documents
         self._view = view
         self._texts: tuple[str, ...] | None = None
 
@@ -128,18 +128,17 @@ class Candidate:
     def texts(self) -> tuple[str, ...]:
         if self._texts is None:
             if self._read is not None:
-                self._texts = tuple(s.text for s in self._read.sources)
+                self._texts = tuple([s.text for s in self._read.sources])
             else:
-                assert self._view is not None
-                found = (text_of(item, self._view.rules) for item in self._items)
-                self._texts = tuple(t for t in found if t is not None)
+                assert self._list is not None
+                self._texts = self._list.texts
         return self._texts
 
     @property
     def read(self) -> Read:
         if self._read is None:
-            assert self._view is not None
-            self._read = self._view.read(self._items)
+            assert self._view is not None and self._list is not None
+            self._read = self._view.read(self._list)
         return self._read
 
     @property
@@ -161,8 +160,8 @@ def candidates(
     for index, observation in enumerate(view.ordered):
         if index == generation:
             continue
-        for items, where in view.lists(index):
-            found.append(Candidate(index, observation, where, items=items, view=view))
+        for listed in view.lists(index):
+            found.append(Candidate(index, observation, listed.where, documents=listed, view=view))
         documents = openinference_documents(view.metadata(index))
         if documents is not None:
             read, kind = documents
@@ -210,10 +209,11 @@ def rules_pick(
         if malformed is not None and (lists or documents) and not nested:
             return malformed  # an earlier step's documents, not what the model saw
         if lists:
-            items, where = lists[0]
-            noun = "document" if len(items) == 1 else "documents"
-            note(trail, "sources", f"{where}: {len(items)} {noun}", observation)
-            return view.read(items)
+            items, where, _ = lists[0]
+            if trail is not None:  # the daemon's path keeps no trail: nothing to format
+                noun = "document" if len(items) == 1 else "documents"
+                note(trail, "sources", f"{where}: {len(items)} {noun}", observation)
+            return view.read(lists[0])
         if documents is not None:
             read, kind = documents
             noun = "document" if len(read.sources) == 1 else "documents"
@@ -239,8 +239,7 @@ def rules_pick(
     return malformed
 
 
-@dataclass(frozen=True, slots=True)
-class _Shown:
+class _Shown(NamedTuple):
     """A candidate's documents as the prompt shows them."""
 
     candidate: Candidate
@@ -251,7 +250,7 @@ class _Shown:
     @classmethod
     def of(cls, candidate: Candidate, prompt: str) -> _Shown:
         at = tuple(positions(candidate.texts, prompt))
-        found = sum(1 for a in at if a is not None)
+        found = len(at) - at.count(None)
         return cls(candidate, at, found, found == len(at))
 
     def numbered(self) -> Read:
@@ -262,12 +261,12 @@ class _Shown:
         )
         read = self.candidate.read
         return Read(
-            tuple(read.sources[i] for i in order), tuple(read.score_ranks[i] for i in order)
+            tuple(map(read.sources.__getitem__, order)),
+            tuple(map(read.score_ranks.__getitem__, order)),
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Found:
+class Found(NamedTuple):
     """What `find_sources` found: the sources (or a skip, or None: no retrieval), where they
     came from, and the content check's verdict."""
 
@@ -334,7 +333,9 @@ def find_sources(
                 CHECK_NONE,
             )
         best = mine[-1]
-    if _texts_key(best.candidate.texts) != picked_key:
+    if trail is None:
+        pass  # the daemon's path keeps no trail: nothing to format
+    elif _texts_key(best.candidate.texts) != picked_key:
         note(
             trail,
             "check",
@@ -464,7 +465,7 @@ def _sorted_texts(texts: tuple[str, ...]) -> tuple[str, ...]:
 
 def _picked_key(picked: Read | Skip | None) -> tuple[str, ...] | None:
     if isinstance(picked, Read) and picked.sources:
-        return _texts_key(tuple(s.text for s in picked.sources))
+        return _texts_key(tuple([s.text for s in picked.sources]))
     return None
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from observer.times import parse_time
@@ -21,23 +22,27 @@ _EARLIEST = datetime.min.replace(tzinfo=UTC)
 _LATEST = datetime.max.replace(tzinfo=UTC)
 
 
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def start_of(observation: Observation) -> datetime:
-    return parse_time(observation.get("startTime")) or _EARLIEST
+# One trace's rows share their times: each text parsed once while recent.
+_time = lru_cache(maxsize=4096)(parse_time)
 
 
 def sibling_key(observation: Observation) -> tuple[datetime, datetime, str, str, str]:
     """Start, end (an open observation last), then id; name and type for rows without an
     id (replays), so equal rows stay equal."""
+    get = observation.get
+    start, end, own, name, kind = (
+        get("startTime"),
+        get("endTime"),
+        get("id"),
+        get("name"),
+        get("type"),
+    )
     return (
-        start_of(observation),
-        parse_time(observation.get("endTime")) or _LATEST,
-        _text(observation.get("id")),
-        _text(observation.get("name")),
-        _text(observation.get("type")),
+        (_time(start) if isinstance(start, str) else parse_time(start)) or _EARLIEST,
+        (_time(end) if isinstance(end, str) else parse_time(end)) or _LATEST,
+        own if isinstance(own, str) else "",
+        name if isinstance(name, str) else "",
+        kind if isinstance(kind, str) else "",
     )
 
 
@@ -47,18 +52,22 @@ def tree_order(observations: Sequence[Observation]) -> list[Observation]:
     Iterative (a trace may nest thousands deep); a parent cycle, which no real trace
     has, cannot loop: each observation is placed once, and what a cycle leaves unplaced
     follows in sibling order."""
+    keys = list(map(sibling_key, observations))
     ids = {o.get("id") for o in observations if isinstance(o.get("id"), str)}
+    # One stable sort, latest first: each parent's children, and the tops, come out of it
+    # in the order a stable sort of their own would give (popped from the end: earliest).
+    latest_first = sorted(range(len(observations)), key=keys.__getitem__, reverse=True)
     children: dict[str, list[Observation]] = {}
-    tops: list[Observation] = []
-    for observation in observations:
+    stack: list[Observation] = []
+    for at in latest_first:
+        observation = observations[at]
         parent = observation.get("parentObservationId")
         if isinstance(parent, str) and parent in ids and parent != observation.get("id"):
             children.setdefault(parent, []).append(observation)
         else:
-            tops.append(observation)
+            stack.append(observation)
     ordered: list[Observation] = []
     placed: set[int] = set()
-    stack = sorted(tops, key=sibling_key, reverse=True)
     while stack:
         observation = stack.pop()
         if id(observation) in placed:
@@ -66,10 +75,11 @@ def tree_order(observations: Sequence[Observation]) -> list[Observation]:
         placed.add(id(observation))
         ordered.append(observation)
         own = observation.get("id")
-        if isinstance(own, str):
-            stack.extend(sorted(children.get(own, ()), key=sibling_key, reverse=True))
+        if isinstance(own, str) and own in children:
+            stack.extend(children[own])
     if len(ordered) < len(observations):
-        ordered.extend(sorted((o for o in observations if id(o) not in placed), key=sibling_key))
+        left = [at for at in range(len(observations)) if id(observations[at]) not in placed]
+        ordered.extend(observations[at] for at in sorted(left, key=keys.__getitem__))
     return ordered
 
 
