@@ -109,7 +109,7 @@ class Member:
     restorers: Mapping[str, Callable[[str], int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        FleetMetrics.of(self.metrics).redis_up.set(1)  # the member's series exist from its start
+        self.metrics.part(FleetMetrics).redis_up.set(1)  # the member's series exist from its start
         self.wake = threading.Event()  # the lease was gained: read at once
         self.redis_ok = True
         self.passes = 0
@@ -159,7 +159,7 @@ class Member:
         try:
             if self.lease.value is not None:
                 self.lease.release()
-                FleetMetrics.of(self.metrics).reader.set(0)
+                self.metrics.part(FleetMetrics).reader.set(0)
             self.client.zrem(self.keys.members, self.name)
         except redis.RedisError:
             pass  # the lease runs out by itself
@@ -193,10 +193,10 @@ class Member:
             self._unreachable(error)
         else:
             self._reachable()
-            FleetMetrics.of(metrics).pending.set(pending)
+            metrics.part(FleetMetrics).pending.set(pending)
         if held != was:
-            FleetMetrics.of(metrics).lease_changes.inc()
-            FleetMetrics.of(metrics).reader.set(1 if held else 0)
+            metrics.part(FleetMetrics).lease_changes.inc()
+            metrics.part(FleetMetrics).reader.set(1 if held else 0)
             log.info(
                 "lease_gained" if held else "lease_lost", member=self.name, token=self.lease.token
             )
@@ -276,7 +276,7 @@ class Member:
         at, by, _kind = epoch_parts(epoch)
         self.resets += 1
         self.last_reset = datetime.now(UTC)
-        FleetMetrics.of(self.metrics).redis_resets.inc()
+        self.metrics.part(FleetMetrics).redis_resets.inc()
         self.worker.reset()
         self.pipeline.cursor = None  # a reader reads again from its watermark
         self._read_after = time.monotonic() + self.lease_s
@@ -320,7 +320,7 @@ class Member:
                 action="work paused, outbox still delivered",
             )
         self.redis_ok = False
-        FleetMetrics.of(self.metrics).redis_up.set(0)
+        self.metrics.part(FleetMetrics).redis_up.set(0)
         self.health.hold("redis", UNREACHABLE)
 
     def _reachable(self) -> None:
@@ -328,7 +328,7 @@ class Member:
             log.info("fleet_redis_reachable", member=self.name, action="work resumed")
             self.wake.set()  # a reader reads again at once
         self.redis_ok = True
-        FleetMetrics.of(self.metrics).redis_up.set(1)
+        self.metrics.part(FleetMetrics).redis_up.set(1)
         self.health.release("redis")
 
     def _take_over(self) -> None:

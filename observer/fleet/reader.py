@@ -134,7 +134,7 @@ class StreamPublisher:
                 else:
                     published += 1
             self._room -= published
-            FleetMetrics.of(self.metrics).entries.labels(event="published").inc(published)
+            self.metrics.part(FleetMetrics).entries.labels(event="published").inc(published)
         return kinds
 
     def _wait_for_room(self) -> int:

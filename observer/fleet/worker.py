@@ -117,7 +117,7 @@ class EntryWorker:
         messages = self._next(block_ms, result)
         if messages:
             result.read = len(messages)
-            FleetMetrics.of(self.metrics).entries.labels(event="read").inc(len(messages))
+            self.metrics.part(FleetMetrics).entries.labels(event="read").inc(len(messages))
             self._handle(_Batch(messages), result)
             self.settle(result)
         return result
@@ -141,7 +141,7 @@ class EntryWorker:
             )
             result.claimed = len(messages)
             if messages:
-                FleetMetrics.of(self.metrics).entries.labels(event="claimed").inc(len(messages))
+                self.metrics.part(FleetMetrics).entries.labels(event="claimed").inc(len(messages))
                 log.info("entries_claimed", count=len(messages), member=self.member)
                 return messages
         return self.stream.read(self.member, self.batch, block_ms=block_ms)
@@ -167,11 +167,11 @@ class EntryWorker:
         if done:
             self.stream.ack(done)  # raises on a Redis error: kept, acknowledged next time
             now = self.clock()
-            wait = FleetMetrics.of(self.metrics).delivery_wait
+            wait = self.metrics.part(FleetMetrics).delivery_wait
             for entry_id in done:
                 del self.awaiting[entry_id]
                 wait.observe(max(0.0, now - self._recorded_at.pop(entry_id, now)))
-            FleetMetrics.of(self.metrics).entries.labels(event="acknowledged").inc(len(done))
+            self.metrics.part(FleetMetrics).entries.labels(event="acknowledged").inc(len(done))
             if result is not None:
                 result.acknowledged += len(done)
         now = self.clock()
@@ -263,7 +263,7 @@ class EntryWorker:
         entry = batch.entries[entry_id]
         deliveries = batch.deliveries.get(entry_id, 1)
         result.failed += 1
-        FleetMetrics.of(self.metrics).entries.labels(event="failed").inc()
+        self.metrics.part(FleetMetrics).entries.labels(event="failed").inc()
         log.error(
             "entry_failed",
             trace_id=entry.trace_id,
@@ -288,7 +288,7 @@ class EntryWorker:
     ) -> None:
         dead_id = self.stream.bury(self.member, message, reason, deliveries)
         result.dead += 1
-        FleetMetrics.of(self.metrics).entries.labels(event="dead").inc()
+        self.metrics.part(FleetMetrics).entries.labels(event="dead").inc()
         log.error(
             "entry_dead",
             trace_id=trace_id,

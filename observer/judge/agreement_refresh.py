@@ -14,18 +14,28 @@ rules reads (its samples are the ones the rule reads).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import structlog
+from prometheus_client import Gauge
 
 from observer.errors import RemoteError
 from observer.judge.agreement import Agreement
 from observer.sources.langfuse import Stopped
-from observer.telemetry.metrics import Metrics, set_measures
+from observer.telemetry.metrics import Metrics
 
 log = structlog.get_logger("observer.judge.agreement")
+
+
+def set_measures(gauge: Gauge, **values: float | None) -> None:
+    """Each measure's figure (the judge's agreement, its canary); one with nothing to
+    compute it from is NaN."""
+    for measure, value in values.items():
+        gauge.labels(measure=measure).set(math.nan if value is None else value)
+
 
 MIN_PAIRS: Final = 30  # fewer: no kappa sample, the rule keeps no verdict
 

@@ -34,12 +34,13 @@ import structlog
 
 from observer.errors import ConfigError
 from observer.judge.agreement import Judge
+from observer.judge.agreement_refresh import set_measures
 from observer.judge.canary import CanaryError, Case, Figures, figures, read_cases
 from observer.judge.outcome import JudgeResult
 from observer.judge.service import buckets, judge_used
 from observer.model import RagRecord
 from observer.state.judge import JudgeStore
-from observer.telemetry.metrics import Metrics, set_measures
+from observer.telemetry.metrics import Metrics
 from observer.times import iso, parse_time
 
 log = structlog.get_logger("observer.judge.canary")

@@ -403,7 +403,7 @@ class JudgeService:
         try:
             self.state.enqueue(scores, basis)
             for score in scores:  # counted as the pass counts its own
-                self.metrics.scores_enqueued.labels(name=score.name).inc()
+                self.metrics.scores_enqueued.labels(score.name).inc()
             self.counted.add(scores=len(scores))
         except OutboxFull:
             self.metrics.scores_dropped.labels(reason="outbox_full").inc(len(scores))

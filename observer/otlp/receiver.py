@@ -95,7 +95,7 @@ class Receiver:
         self.recorder = recorder
         self.state = state
         self.metrics = metrics
-        self.otlp = OtlpMetrics.of(metrics)
+        self.otlp = metrics.part(OtlpMetrics)
         self.assembly = Assembly(limits)
         self.project_id = project_id
         self.lookup = lookup

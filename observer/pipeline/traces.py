@@ -363,7 +363,7 @@ class TraceRecorder:
         """What a trace writes and what follows the commit; or its outcome, when it writes
         nothing with the others (unsettled, unchanged, a skip recorded before)."""
         if prepared.unsettled:
-            self.metrics.traces.labels(outcome="unsettled").inc()
+            self.metrics.traces.labels("unsettled").inc()
             return Outcome("unsettled")
         self._observe_work(prepared)
         if prepared.skip is not None:
@@ -375,7 +375,7 @@ class TraceRecorder:
         if prepared.fingerprint is None:
             if latest is not None:
                 self.state.note_latest(trace_id, latest)
-            self.metrics.traces.labels(outcome="unchanged").inc()
+            self.metrics.traces.labels("unchanged").inc()
             return Outcome("unchanged")
         scores = score_events(mapped, signals, self.params)
         values = signal_values(signals)
@@ -421,7 +421,7 @@ class TraceRecorder:
                     outcomes.append(result)
                     continue
                 trace_id = item.write.trace_id
-                self.metrics.traces.labels(outcome="deferred").inc()
+                self.metrics.traces.labels("deferred").inc()
                 log.warning(
                     "trace_deferred", trace_id=trace_id, reason="outbox_full", error=str(result)
                 )
@@ -451,9 +451,9 @@ class TraceRecorder:
         """A new or changed trace's scores are committed: counted, logged, judged, told."""
         trace_id, scores = write.trace_id, write.scores
         kind: OutcomeKind = "scored" if known is None or known.startswith("skip:") else "rescored"
-        self.metrics.traces.labels(outcome=kind).inc()
+        self.metrics.traces.labels(kind).inc()
         for score in scores:
-            self.metrics.scores_enqueued.labels(name=score.name).inc()
+            self.metrics.scores_enqueued.labels(score.name).inc()
         if kind == "scored":  # a changed trace was counted when first scored
             self.metrics.observe_answer(mapped, signals)
             self._count_provenance(prepared.provenance)
@@ -522,7 +522,7 @@ class TraceRecorder:
         return _Composed(write, functools.partial(self._count_skip, trace_id, skip, prepared))
 
     def _count_skip(self, trace_id: str, skip: Skip, prepared: Prepared) -> Outcome:
-        self.metrics.traces.labels(outcome="skipped").inc()
+        self.metrics.traces.labels("skipped").inc()
         self.metrics.skips.labels(reason=skip.reason).inc()
         self._count_provenance(prepared.provenance)
         log.info("trace_skipped", trace_id=trace_id, reason=skip.reason, detail=skip.detail)

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import structlog
@@ -79,18 +79,14 @@ REPEAT_LIMITS: Mapping[str, Repeats] = {
 }
 
 
+@dataclass(eq=False)
 class RepeatLimiter:
     """A structlog processor: the one place a log storm is held back (`REPEAT_LIMITS`)."""
 
-    def __init__(
-        self,
-        limits: Mapping[str, Repeats] = REPEAT_LIMITS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.limits = limits
-        self.clock = clock
-        self._seen: dict[tuple[str, ...], tuple[float, int]] = {}
-        self._lock = threading.Lock()
+    limits: Mapping[str, Repeats] = field(default_factory=lambda: REPEAT_LIMITS)
+    clock: Callable[[], float] = time.monotonic
+    _seen: dict[tuple[str, ...], tuple[float, int]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(
         self, _logger: object, _method_name: str, event_dict: structlog.types.EventDict

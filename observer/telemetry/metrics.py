@@ -17,12 +17,11 @@ large.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Generic, Self, TypeVar, cast, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -55,33 +54,19 @@ M = TypeVar("M", Counter, Gauge, Histogram)
 
 
 class _Series:
-    """`labels()` of a series that exists already as one dict read: prometheus_client's
+    """`labels(*values)` of a series that exists already as one dict read: prometheus_client
     checks its arguments and takes a lock every call (~10 us), and a scored trace asks for
-    dozens. A series it does not hold (new, removed, or values not text) goes the long way."""
+    dozens. Names, a new series or values not text go the long way."""
 
     def labels(self, *values: Any, **named: Any) -> Any:
-        held: dict[tuple[Any, ...], Any] | None = getattr(self, "_metrics", None)  # a parent's
-        if held is not None:
-            names: tuple[str, ...] = getattr(self, "_labelnames", ())
-            found = held.get(values if values else tuple(named.get(n) for n in names))
-            if found is not None and (values or len(named) == len(names)):
-                return found
-        return super().labels(*values, **named)  # type: ignore[misc]
+        found = getattr(self, "_metrics", {}).get(values) if values and not named else None
+        return found if found is not None else super().labels(*values, **named)  # type: ignore[misc]
 
 
-class _Counter(_Series, Counter):
-    pass
-
-
-class _Gauge(_Series, Gauge):
-    pass
-
-
-class _Histogram(_Series, Histogram):
-    pass
-
-
-_FAST: dict[type, type] = {Counter: _Counter, Gauge: _Gauge, Histogram: _Histogram}
+# Counter, Gauge and Histogram, each with the fast `labels()` above.
+_FAST: dict[type, type] = {
+    k: type(f"_{k.__name__}", (_Series, k), {}) for k in (Counter, Gauge, Histogram)
+}
 
 
 class Declared(Generic[M]):
@@ -129,11 +114,6 @@ class Declarations:
         for declared in vars(type(self)).values():
             if isinstance(declared, Declared):
                 self.__dict__[declared.attribute] = declared.make(registry)
-
-    @classmethod
-    def of(cls, metrics: Metrics) -> Self:
-        """These metrics in `metrics`' registry, registered once (`Metrics.part`)."""
-        return metrics.part(cls)
 
 
 D = TypeVar("D", bound=Declarations)
@@ -429,7 +409,7 @@ class Metrics(Declarations):
         with self._labels_lock:
             name = label_value(trace_name or "unnamed")
             name = _capped(self._trace_names, self.max_trace_names, name)
-        self.provenance.labels(trace_name=name, sources=sources, answer=answer, scores=scores).inc()
+        self.provenance.labels(name, sources, answer, scores).inc()  # in declared order
 
     def quality_labels(self, environment: str | None, query_type: str | None) -> tuple[str, str]:
         """(environment, query_type), the query type capped; new pairs start at 0."""
@@ -486,12 +466,12 @@ class Metrics(Declarations):
             if raised:
                 self.answers_flagged_by_release.labels(*series, flag).inc()
         env, kind = self.quality_labels(record.environment, record.query_type)
-        labels = {"environment": env, "query_type": kind}
-        self.answers.labels(**labels).inc()
+        labels = (env, kind)  # positional: the fast path of `_Series`
+        self.answers.labels(*labels).inc()
         if signals.band is not None:
-            self.answers_by_band.labels(**labels, band=signals.band.value).inc()
+            self.answers_by_band.labels(*labels, signals.band.value).inc()
         if signals.crag is not None:
-            self.answers_by_grade.labels(**labels, crag_grade=signals.crag.grade.value).inc()
+            self.answers_by_grade.labels(*labels, signals.crag.grade.value).inc()
         counted: tuple[tuple[Counter, Any], ...] = (
             (self.answers_ungrounded, signals.ungrounded),
             (self.answers_fallback, signals.needs_fallback),
@@ -504,7 +484,7 @@ class Metrics(Declarations):
         )
         for counter, raised in counted:
             if raised:
-                counter.labels(**labels).inc()
+                counter.labels(*labels).inc()
         # Unknown values (docs/signals.md#unknown-is-not-zero) are no observation.
         observed = (
             (self.confidence, signals.confidence),
@@ -514,7 +494,7 @@ class Metrics(Declarations):
         )
         for histogram, value in observed:
             if value is not None:
-                histogram.labels(**labels).observe(value)
+                histogram.labels(*labels).observe(value)
 
     # -- reading back ---------------------------------------------------------------
 
@@ -531,13 +511,6 @@ class Metrics(Declarations):
             for sample in family.samples
             if sample.name == name
         )
-
-
-def set_measures(gauge: Gauge, **values: float | None) -> None:
-    """Each measure's figure (the judge's agreement, its canary); one with nothing to
-    compute it from is NaN."""
-    for measure, value in values.items():
-        gauge.labels(measure=measure).set(math.nan if value is None else value)
 
 
 def _capped(seen: set[str], limit: int, value: str) -> str:

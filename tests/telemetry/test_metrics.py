@@ -16,7 +16,7 @@ from tests.daemon_helpers import ROOT
 def member() -> Metrics:
     """A fleet member's metrics: every family a daemon can export."""
     metrics = Metrics()
-    assert FleetMetrics.of(metrics).reader is not None  # registered when a daemon joins a fleet
+    assert metrics.part(FleetMetrics).reader is not None  # registered when a daemon joins a fleet
     return metrics
 
 
