@@ -11,6 +11,7 @@ finds unused in observer/ is dead and goes (tests/test_repo_habits.py checks it)
 from observer.alerts.triage import layer_of
 from observer.background import DaemonThreads
 from observer.otlp.assembly import Assembly
+from observer.otlp.spans import convert
 from observer.state.rows import DIMS
 from observer.state.store import State
 
@@ -34,8 +35,10 @@ _.max_request_body_size
 _.on_broken_pipe
 
 # Module APIs the tests drive table by table: one layer of a sample, when the next trace
-# is due, one trace recorded, the dimensions a row may hold.
+# is due, one trace recorded, the dimensions a row may hold, an export's spans as the
+# Langfuse server turns them into observations (tests/instrumentations).
 layer_of
 Assembly.next_due_in
 State.record_trace
 DIMS
+convert

@@ -114,7 +114,7 @@ from __future__ import annotations
 import copy
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -651,14 +651,6 @@ def span_observation(
 def _proto_present(value: Any) -> bool:
     """protobufjs ``toObject`` without ``defaults``: default-valued fields are absent."""
     return value not in (None, "", 0, [], {})
-
-
-def merge_requests(requests: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Several captured export requests as one OTLP/JSON body."""
-    spans: list[Any] = []
-    for request in requests:
-        spans.extend(request.get("resourceSpans") or [])
-    return {"resourceSpans": spans}
 
 
 def convert(otlp: Mapping[str, Any], project_id: str | None) -> list[dict[str, Any]]:

@@ -134,11 +134,6 @@ def status(kind: str, code: int, message: str) -> bytes:
     return bytes(message_.SerializeToString())
 
 
-def encode_json(request: ExportTraceServiceRequest) -> bytes:
-    """A message as OTLP/JSON (hex ids), what a JSON exporter sends: for tests and bench."""
-    return json.dumps(otlp_json(request)).encode()
-
-
 def _json(data: bytes) -> Any:
     try:
         parsed = json.loads(data)
