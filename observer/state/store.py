@@ -16,7 +16,7 @@ the same file, in stores of their own.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -65,6 +65,13 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NU
 Op = Literal["upsert", "delete"]
 # Ids a statement names at most (under SQLite's bound on variables).
 _CHUNK = 500
+
+
+def _in_chunks(ids: Sequence[str]) -> Iterator[tuple[list[str], str]]:
+    """`ids` in slices one statement can name, each with its `?` placeholders."""
+    for start in range(0, len(ids), _CHUNK):
+        chunk = list(ids[start : start + _CHUNK])
+        yield chunk, ",".join("?" * len(chunk))
 
 
 class OutboxFull(Exception):
@@ -397,9 +404,7 @@ class State:
             return
         ids = list({score.id for score in scores})
         queued = 0  # of these ids, already in the outbox: replaced, not added
-        for start in range(0, len(ids), _CHUNK):
-            chunk = ids[start : start + _CHUNK]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in _in_chunks(ids):
             (found,) = db.execute(
                 f"SELECT COUNT(*) FROM outbox WHERE score_id IN ({marks})", chunk
             ).fetchone()
@@ -529,9 +534,7 @@ class State:
         ids = list(sent)
         with self._transaction() as db:
             ended: dict[str, float] = {}
-            for start in range(0, len(ids), _CHUNK):  # a statement or two per chunk
-                chunk = ids[start : start + _CHUNK]
-                marks = ",".join("?" * len(chunk))
+            for chunk, marks in _in_chunks(ids):  # a statement or two per chunk
                 # What is queued under these ids now; only the rows still holding what was
                 # sent go (the others were re-queued since, or acknowledged already).
                 gone = [
@@ -561,13 +564,12 @@ class State:
     def _awaiting(self, db: sqlite3.Connection, trace_ids: list[str]) -> set[str]:
         """Those of `trace_ids` with scores a pass queued still in the outbox."""
         found: set[str] = set()
-        for start in range(0, len(trace_ids), _CHUNK):
-            chunk = trace_ids[start : start + _CHUNK]
+        for chunk, marks in _in_chunks(trace_ids):
             found.update(
                 str(row[0])
                 for row in db.execute(
                     "SELECT DISTINCT trace_id FROM outbox WHERE trace_id IN "
-                    f"({','.join('?' * len(chunk))}) AND activity IS NOT NULL",
+                    f"({marks}) AND activity IS NOT NULL",
                     chunk,
                 )
             )
