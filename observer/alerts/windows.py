@@ -35,6 +35,7 @@ import bisect
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from observer.alerts.engine import (
     AlertState,
@@ -85,6 +86,13 @@ class ExactSum:
 
     def remove(self, x: float) -> None:
         self.add(x, -1)
+
+    def absorb(self, other: ExactSum) -> None:
+        """Add another sum, exactly."""
+        if other.shift > self.shift:
+            self.numerator <<= other.shift - self.shift
+            self.shift = other.shift
+        self.numerator += other.numerator << (self.shift - other.shift)
 
     def value(self) -> float:
         # int / int is correctly rounded in Python, as fsum's result is.
@@ -146,6 +154,9 @@ class FlagWindow:
         if value == 1.0:
             self.ones -= 1
 
+    def told(self, rule: WindowRule) -> tuple[tuple[Example, ...], Top | None]:
+        return told(rule, self.found)
+
     def value(self) -> float:
         """`engine.aggregate` of the window's values, as it computes it."""
         name, ones, n = self.aggregate, self.ones, len(self.found)
@@ -206,6 +217,9 @@ class GroupWindow:
             self.high.remove(seq)
         if self.ordered is not None:
             del self.ordered[bisect.bisect_left(self.ordered, value)]
+
+    def told(self, rule: WindowRule) -> tuple[tuple[Example, ...], Top | None]:
+        return told(rule, self.found)
 
     def value(self) -> float:
         """`engine.aggregate` of the window's values (not empty), computed as it does."""
@@ -304,14 +318,32 @@ def slide(
                 entering = windows[group] = kind(rule.aggregate)
             entering.add(enter, value, row)
             enter += 1
-        _point(rule, total, windows, at, max_groups, final=index == last_index)
+        fold_point(rule, total, windows, at, max_groups, final=index == last_index)
     return total
 
 
-def _point(
+class Window(Protocol):
+    """A group's window as a point reads it: its aggregate, its size, and what an event or
+    a group firing after the last point tells (its examples, its most frequent detail)."""
+
+    def __len__(self) -> int: ...
+
+    def value(self) -> float: ...
+
+    def told(self, rule: WindowRule) -> tuple[tuple[Example, ...], Top | None]: ...
+
+
+def told(
+    rule: WindowRule, found: Sequence[tuple[float, Row]]
+) -> tuple[tuple[Example, ...], Top | None]:
+    """`engine.worst` and `engine.top_detail` of a window's samples."""
+    return worst(rule, found), top_detail(rule, found)
+
+
+def fold_point(
     rule: WindowRule,
     total: Evaluation,
-    windows: Mapping[GroupKey, GroupWindow | FlagWindow],
+    windows: Mapping[GroupKey, Window],
     at: float,
     max_groups: int,
     *,
@@ -337,9 +369,7 @@ def _point(
         # The worst traces are only looked for where they are told: in an event, and for
         # the groups firing after the last point.
         if transition is not None or (final and state.status == "firing"):
-            held = list(window.found) if window is not None else []
-            found = worst(rule, held)
-            top = top_detail(rule, held)
+            found, top = window.told(rule) if window is not None else ((), None)
             if transition is not None:
                 total.events.append(make_event(rule, group, state, transition, at, found, top))
             if final and state.status == "firing":

@@ -44,7 +44,8 @@ CREATE TABLE IF NOT EXISTS history (
     environment TEXT NOT NULL,
     query_type TEXT NOT NULL,
     signals BLOB NOT NULL,
-    dims BLOB
+    dims BLOB,
+    seq INTEGER
 );
 CREATE INDEX IF NOT EXISTS history_at ON history (at);
 CREATE TABLE IF NOT EXISTS samples (
@@ -60,12 +61,15 @@ _COLUMNS = "trace_id, at, project_id, environment, query_type, signals, dims"
 
 
 def write_row(db: sqlite3.Connection, row: Row) -> None:
-    """Insert or replace a trace's row (inside the caller's transaction)."""
+    """Insert or replace a trace's row (inside the caller's transaction), with the file's
+    next write count (`seq`: writes are serialized, so it rises in commit order)."""
     db.execute(
-        f"INSERT INTO history ({_COLUMNS}) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(trace_id) DO UPDATE SET at = excluded.at, "
+        f"INSERT INTO history ({_COLUMNS}, seq) VALUES (?, ?, ?, ?, ?, ?, ?, "
+        "(SELECT coalesce(max(seq), 0) + 1 FROM history)) "
+        "ON CONFLICT(trace_id) DO UPDATE SET at = excluded.at, "
         "project_id = excluded.project_id, environment = excluded.environment, "
-        "query_type = excluded.query_type, signals = excluded.signals, dims = excluded.dims",
+        "query_type = excluded.query_type, signals = excluded.signals, dims = excluded.dims, "
+        "seq = excluded.seq",
         (
             row.trace_id,
             row.at,
@@ -233,7 +237,7 @@ def read_rows(
     rows: list[Row] = []
     if traces:
         cursor = db.execute(
-            f"SELECT {_COLUMNS} FROM history WHERE at > ? AND at <= ? ORDER BY at",
+            f"SELECT {_COLUMNS} FROM history WHERE at > ? AND at <= ? ORDER BY at, rowid",
             (start, end),
         )
         rows = [_row(t, keys, labels) for t in cursor]
@@ -251,6 +255,25 @@ def read_rows(
         )
         rows.sort(key=lambda r: r.at)
     return rows
+
+
+def written_since(db: sqlite3.Connection, seq: int | None) -> tuple[int, list[float]]:
+    """The file's last write count, and the event times of the trace rows written after
+    `seq` (None: only the count). Rows of a file older than schema 5 have none: unwritten
+    since the upgrade."""
+    top = db.execute("SELECT max(seq) FROM history").fetchone()[0] or 0
+    if seq is None or top <= seq:
+        return int(top), []
+    found = db.execute("SELECT at FROM history WHERE seq > ?", (seq,)).fetchall()
+    return int(top), [float(at) for (at,) in found]
+
+
+def count_between(db: sqlite3.Connection, start: float, end: float) -> int:
+    """The trace rows with start < at <= end (the time index alone)."""
+    found = db.execute(
+        "SELECT count(*) FROM history WHERE at > ? AND at <= ?", (start, end)
+    ).fetchone()
+    return int(found[0])
 
 
 class HistoryReader:

@@ -19,6 +19,10 @@ when the file was migrated becomes an incident of its own when it is next told.
 Schema 4: the outbox's size counted by the statements that queue and remove scores, not by
 triggers (`outbox_added`, `outbox_removed`: dropped). An older observer writing the file
 would leave the size uncounted: it refuses the file.
+Schema 5: each history row says when it was last written (`seq`, from one counter per
+file, indexed), so the alert evaluator re-reads only the stretches of time whose rows
+changed (docs/alerts.md#what-evaluation-costs). An older observer would write rows without
+it, and the evaluator would miss them: it refuses the file. Older rows keep NULL.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Final
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 # The columns added to files of older versions (table -> column -> its ALTER).
 _COLUMNS: Final[Mapping[str, Mapping[str, str]]] = {
@@ -77,9 +81,18 @@ def _outbox_counted_by_its_writers(db: sqlite3.Connection) -> None:
     db.execute("DROP TRIGGER IF EXISTS outbox_removed")
 
 
+def _history_versioned(db: sqlite3.Connection) -> None:
+    """Each history row's write counter, and its index (the evaluator's "what changed")."""
+    present = {row[1] for row in db.execute("PRAGMA table_info(history)")}
+    if "seq" not in present:
+        db.execute("ALTER TABLE history ADD COLUMN seq INTEGER")
+    db.execute("CREATE INDEX IF NOT EXISTS history_seq ON history (seq)")
+
+
 # Step N takes a file of schema N-1 to schema N.
 STEPS: Final[Mapping[int, Callable[[sqlite3.Connection], None]]] = {
     2: _columns_since_the_first_files,
     3: _incidents,
     4: _outbox_counted_by_its_writers,
+    5: _history_versioned,
 }

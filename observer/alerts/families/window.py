@@ -26,8 +26,10 @@ from datetime import datetime
 import structlog
 
 from observer.alerts.announce import Desk, Message, announce, refreshed, released
+from observer.alerts.buckets import slide_merged
 from observer.alerts.engine import AlertEvent, AlertState, Evaluation, GroupKey, evaluation_points
 from observer.alerts.families import Options, Rows
+from observer.alerts.families.cache import BucketCache
 from observer.alerts.rules import JUDGE_HEALTH_RULES, WindowRule, row_keys
 from observer.alerts.sender import Sender
 from observer.alerts.triage import QUANTILES, lookback_s, stored_slices, triage, triage_of
@@ -131,6 +133,7 @@ class WindowRules:
         self.progress = Progress()
         # The last triage of each firing group: Alertmanager's re-posts carry it too.
         self._triages: dict[tuple[str, GroupKey], Triage] = {}
+        self.buckets = BucketCache(self.rules, options.step_s)
         for rule in self.rules:
             for outcome in ("ok", "pending", "firing"):
                 metrics.alert_evaluations.labels(rule=rule.name, outcome=outcome)
@@ -166,25 +169,39 @@ class WindowRules:
         return plans
 
     def slid(self, plans: Sequence[Plan], rows: Rows) -> Iterable[tuple[Plan, Evaluation]]:
-        """Each plan evaluated, the history read once per cluster of overlapping plans (trace
-        rows for the rules on traces, the daemon's samples for the others)."""
-        for pipeline in (False, True):
-            chosen = [p for p in plans if p.rule.pipeline == pipeline]
-            for start, end, members in clusters(chosen):
-                keys = row_keys({p.rule.expression.signal for p in members})
-                loaded = rows.rows(start, end, keys, traces=not pipeline, samples=pipeline)
-                for each in members:
-                    yield (
-                        each,
-                        slide(
-                            each.rule,
-                            loaded,
-                            each.states,
-                            each.points,
-                            self.options.max_groups,
-                            ordered=True,
-                        ),
-                    )
+        """Each plan evaluated: the rules on traces over the kept buckets of the history
+        (observer.alerts.families.cache), the others over the daemon's samples, read once
+        per cluster of overlapping plans."""
+        traced = [p for p in plans if not p.rule.pipeline]
+        if traced:
+            windows = self.buckets.windows(rows, [(p.rule, at) for p in traced for at in p.points])
+            for each in traced:
+                rule = each.rule
+                yield (
+                    each,
+                    slide_merged(
+                        rule,
+                        lambda at, rule=rule: windows[(rule, at)],  # type: ignore[misc]
+                        each.states,
+                        each.points,
+                        self.options.max_groups,
+                    ),
+                )
+        for start, end, members in clusters([p for p in plans if p.rule.pipeline]):
+            keys = row_keys({p.rule.expression.signal for p in members})
+            loaded = rows.rows(start, end, keys, traces=False, samples=True)
+            for each in members:
+                yield (
+                    each,
+                    slide(
+                        each.rule,
+                        loaded,
+                        each.states,
+                        each.points,
+                        self.options.max_groups,
+                        ordered=True,
+                    ),
+                )
 
     # -- a step ---------------------------------------------------------------
 
