@@ -15,7 +15,16 @@ takes them out of `inflight` in one MULTI, so the stream holds only what is
 pending or not yet read, and the oldest root still in `inflight` is the oldest
 trace whose scores are not yet delivered: the watermark never passes it.
 `bury` moves an entry to the dead stream the same way, so the watermark never
-waits on it; `replay` puts it back.
+waits on it; `replay` puts it back (the entry and its root in one MULTI).
+
+A root in `inflight` whose entry is no longer in the stream belongs to no work:
+its entry was acknowledged, buried or deleted, and a writer that adds the entry
+and its root in two steps (a foreign one, or one that died between them) added
+the root after. Nothing would ever take it out, and it would hold the watermark
+and count as unacknowledged for ever; so whoever asks for the oldest root or the
+count (`unacked`, `oldest_unacked`) first drops such roots from the front, in one
+script (every writer adds the entry before or with its root, so a root whose
+entry is missing is never one still to come).
 
 Redis that lost its data answers `NOGROUP` to the group's commands: `lost`
 tells that answer from any other (the member recreates the group,
@@ -54,6 +63,32 @@ return id
 """)
 # KEYS lease, watermark; ARGV value, watermark (epoch ms)
 SET_WATERMARK = fenced("return redis.call('SET', KEYS[2], ARGV[2])")
+
+# KEYS stream, inflight; ARGV how many roots to look at, at most -> {entries in inflight,
+# the oldest one's root (false: none)}: the roots at the front whose entry is gone dropped.
+INFLIGHT = """
+local head = {}
+for _ = 1, tonumber(ARGV[1]) do
+  head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if #head == 0 or #redis.call('XRANGE', KEYS[1], head[1], head[1]) > 0 then break end
+  redis.call('ZREM', KEYS[2], head[1])
+  head = {}
+end
+if #head == 0 then head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES') end
+return {redis.call('ZCARD', KEYS[2]), head[2] or false}
+"""
+# Roots looked at in one call: a longer run of dropped ones goes on at the next call.
+INFLIGHT_LOOK = 100
+# KEYS stream, inflight, dead; ARGV dead id, root s, then the entry's field/value pairs
+# -> the new entry's id: the entry and its root added together, out of the dead stream.
+REPLAY = """
+local args = {'XADD', KEYS[1], '*'}
+for i = 3, #ARGV do args[#args + 1] = ARGV[i] end
+local id = redis.call(unpack(args))
+redis.call('ZADD', KEYS[2], ARGV[2], id)
+redis.call('XDEL', KEYS[3], ARGV[1])
+return id
+"""
 
 Message = tuple[str, dict[bytes, bytes]]
 
@@ -107,6 +142,8 @@ class TraceStream:
         self.maxlen = maxlen
         self._publish = client.register_script(PUBLISH)
         self._set_watermark = client.register_script(SET_WATERMARK)
+        self._inflight = client.register_script(INFLIGHT)
+        self._replay = client.register_script(REPLAY)
 
     @property
     def pending_bound(self) -> int:
@@ -188,15 +225,19 @@ class TraceStream:
 
     def unacked(self) -> int:
         """Entries published and not yet acknowledged (delivered or not)."""
-        return cast(int, self.client.zcard(self.keys.inflight))
+        return self._unacked()[0]
 
     def oldest_unacked(self) -> datetime | None:
         """The earliest root among the entries not yet acknowledged."""
-        found = cast(
-            list[tuple[bytes, float]],
-            self.client.zrange(self.keys.inflight, 0, 0, withscores=True),
+        return self._unacked()[1]
+
+    def _unacked(self) -> tuple[int, datetime | None]:
+        """(how many, the oldest root) in `inflight`, the roots of gone entries dropped."""
+        count, oldest = cast(
+            list[Any],
+            self._inflight(keys=[self.keys.stream, self.keys.inflight], args=[INFLIGHT_LOOK]),
         )
-        return _moment(found[0][1]) if found else None
+        return int(count), None if oldest is None else _moment(float(oldest))
 
     def trace_marks(self, trace_ids: Sequence[str]) -> dict[str, tuple[datetime, datetime | None]]:
         """(earliest root, latest start) of each trace published before, as the state
@@ -347,15 +388,16 @@ class TraceStream:
 
     def replay(self, dead: Sequence[Dead]) -> int:
         """Dead entries back into the stream as new entries (their roots into `inflight`),
-        out of the dead stream, each in one MULTI; how many went back."""
+        out of the dead stream, each in one script; how many went back."""
         replayed = 0
         for item in dead:
             root = _root_of(item.fields)
-            with self.client.pipeline(transaction=True) as pipe:
-                pipe.xadd(self.keys.stream, cast(dict[Any, Any], item.fields))
-                pipe.xdel(self.keys.dead, item.dead_id)
-                answers = pipe.execute()
-            self.client.zadd(self.keys.inflight, {text(answers[0]): root})
+            # The entry and its root together: a worker that scores and acknowledges the
+            # entry at once takes the root out with it (a root added after would be left).
+            self._replay(
+                keys=[self.keys.stream, self.keys.inflight, self.keys.dead],
+                args=[item.dead_id, root, *(x for pair in item.fields.items() for x in pair)],
+            )
             replayed += 1
         return replayed
 

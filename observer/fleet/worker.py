@@ -12,7 +12,9 @@ One `step` handles one batch, taken from the first of:
 Each trace goes through the daemon's own `TraceRecorder` against this member's
 state file (its fingerprints, outbox, signal history, judge samples) with the
 reader's "now" for the pass that read it. Each entry fails alone: a trace whose
-scoring raises never holds its batch-mates back. An entry is acknowledged (and
+scoring raises never holds its batch-mates back. What is no entry's fault (this
+member's disk, or Redis away while a trace is scored: the judge's claim) stops
+the batch instead, counts no delivery, and its entries wait in memory. An entry is acknowledged (and
 deleted from the stream) only once its trace's scores are delivered to Langfuse:
 until then it stays pending here, its idle time reset so no other member takes
 it, and a member whose disk is lost loses nothing the fleet acknowledged (the
@@ -32,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 
+import redis
 import structlog
 
 from observer.fleet.entry import BadEntry, Entry, decode
@@ -47,6 +50,9 @@ log = structlog.get_logger("observer.fleet")
 HOLD_CHUNK = 1000  # ids per XCLAIM JUSTID
 # Errors of this member's own machine, not of an entry: they never count toward the dead stream.
 ENVIRONMENT = (StateError, sqlite3.Error, OSError, MemoryError)
+# Redis away while an entry is scored (the judge's claim, the trace rules' claims ask it):
+# not the entry's fault either; the batch stops at the first, the member waits for Redis.
+REDIS_AWAY = (redis.ConnectionError, redis.TimeoutError)
 
 
 @dataclass
@@ -251,10 +257,10 @@ class EntryWorker:
 
     def _failure(self, batch: _Batch, entry_id: str, error: Exception, result: BatchResult) -> None:
         """Scoring an entry raised: delivered again later, or dead after `max_deliveries`.
-        Not the entry's fault (the state file cannot be written, the disk is full): the
-        entries not yet recorded wait in memory, no delivery counted, and the error goes
-        up (the member says it is not ready)."""
-        if isinstance(error, ENVIRONMENT):
+        Not the entry's fault (the state file cannot be written, the disk is full, Redis
+        is away): the entries not yet recorded wait in memory, no delivery counted, and
+        the error goes up (the member says it is not ready, or waits for Redis)."""
+        if isinstance(error, (*ENVIRONMENT, *REDIS_AWAY)):
             for message in batch.messages:
                 held = message[0] in self.awaiting or message[0] in self._failed
                 if message[0] in batch.entries and not held:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,8 +16,14 @@ import redis
 from tests.daemon_helpers import ROOT
 
 
-def wait_for(what: str, condition: Callable[[], object], timeout_s: float = 60.0) -> None:
-    """Wait until `condition()` is true (a deadline against a hang, not a speed check)."""
+def wait_for(
+    what: str,
+    condition: Callable[[], object],
+    timeout_s: float = 60.0,
+    explain: Callable[[], str] | None = None,
+) -> None:
+    """Wait until `condition()` is true (a deadline against a hang, not a speed check);
+    when it is not, the failure says `explain()` (what the fleet was doing)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -25,7 +32,39 @@ def wait_for(what: str, condition: Callable[[], object], timeout_s: float = 60.0
         except redis.RedisError:
             pass
         time.sleep(0.05)
-    raise AssertionError(f"not within {timeout_s:g} s: {what}")
+    said = ""
+    if explain is not None:
+        try:
+            said = "\n" + explain()
+        except Exception as error:  # the explanation must never hide the failure
+            said = f"\n(could not explain: {error!r})"
+    raise AssertionError(f"not within {timeout_s:g} s: {what}{said}")
+
+
+def redis_state(client: redis.Redis, fleet: str) -> str:
+    """What a fleet `fleet` holds in Redis, for a failure to explain itself: the stream and
+    its group, each pending entry (consumer, idle, deliveries), the consumers, `inflight`,
+    the lease, the watermark, the epoch, the dead stream, the members' figures."""
+    stream, lines = f"{{{fleet}}}:traces", []
+
+    def say(what: str, read: Callable[[], object]) -> None:
+        try:
+            lines.append(f"{what}: {read()!r}")
+        except redis.RedisError as error:
+            lines.append(f"{what}: {error!r}")
+
+    say("stream length", lambda: client.xlen(stream))
+    say("groups", lambda: client.xinfo_groups(stream))
+    say("consumers", lambda: client.xinfo_consumers(stream, "workers"))
+    say("pending", lambda: client.xpending_range(stream, "workers", "-", "+", 50))
+    say("inflight", lambda: client.zrange(f"{{{fleet}}}:inflight", 0, 50, withscores=True))
+    say("dead", lambda: client.xlen(f"{{{fleet}}}:dead"))
+    for key in ("lease", "watermark", "epoch"):
+        say(key, lambda k=key: (client.get(f"{{{fleet}}}:{k}"), client.pttl(f"{{{fleet}}}:{k}")))
+    say("members", lambda: client.zrange(f"{{{fleet}}}:members", 0, -1, withscores=True))
+    for key in sorted(client.scan_iter(f"{{{fleet}}}:member:*")):
+        say(key.decode(), lambda k=key: client.hgetall(k))
+    return "Redis:\n  " + "\n  ".join(lines)
 
 
 class Fleet:
@@ -82,7 +121,29 @@ class Fleet:
         """How many times the member's log has `event`."""
         return (self.workdir / f"{name}.log").read_text().count(f'"{event}"')
 
-    def logs(self) -> str:
+    def logs(self, tail: int = 3000) -> str:
         return "\n".join(
-            f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.workdir.glob("*.log"))
+            f"--- {p.name}\n{p.read_text()[-tail:]}" for p in sorted(self.workdir.glob("*.log"))
         )
+
+    def wait(self, what: str, condition: Callable[[], object], timeout_s: float = 60.0) -> None:
+        """`wait_for`, a failure explained by what the members logged and Redis holds."""
+        wait_for(what, condition, timeout_s, explain=self.explain)
+
+    def explain(self) -> str:
+        """Why a wait failed: each member's exit code, what each logged beyond the
+        routine, and what the fleet holds in Redis."""
+        codes = {n: p.poll() for n, p in self.processes.items()}
+        parts = [f"members (None: running): {codes}"]
+        for path in sorted(self.workdir.glob("*.log")):
+            lines = path.read_text().splitlines()
+            told = [line for line in lines if '"level": "info"' not in line]
+            parts.append(f"--- {path.name}: {len(lines)} lines; beyond info, the last 40:")
+            parts.extend(line[:400] for line in told[-40:])  # a traceback's head is enough
+            parts.append(f"--- {path.name}: the last 15 lines:")
+            parts.extend(line[:400] for line in lines[-15:])
+        fleet = tomllib.loads(self.config.read_text())["fleet"]
+        client = redis.Redis.from_url(self.env[fleet["secret_env"]], socket_timeout=2)
+        with client:
+            parts.append(redis_state(client, fleet["name"]))
+        return "\n".join(parts)

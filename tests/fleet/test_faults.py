@@ -19,6 +19,7 @@ from observer.fleet.keys import GROUP
 from observer.fleet.member import Member
 from tests.daemon_helpers import demo_counts
 from tests.fakes.langfuse_server import FakeLangfuse
+from tests.fakes.openai_stub import OpenAIStub
 from tests.fleet.helpers import drain, fleet_settings, keeping, members, traces
 from tests.servers import RedisServer
 
@@ -83,7 +84,9 @@ def test_two_poison_entries_end_in_the_dead_stream_and_never_hold_the_rest(
         # Their batch-mates were scored, and the watermark goes past the dead entries.
         assert len(fake.scores_by_trace()) == demo_counts().scored
         assert fake.duplicates() == []
-        m1.read_once()
+        m1.keep()  # the drain may have outlasted the lease on a busy machine
+        with keeping(m1):
+            m1.read_once()
         moved = m1.stream.watermark()
         assert moved is not None and moved > root
         # Replayed, they come back once more (and fail again: still dead, not lost).
@@ -267,3 +270,51 @@ def test_a_batch_lookup_that_raises_is_asked_again_trace_by_trace_and_fails_only
         assert [d.trace_id for d in dead] == choking
         assert all("the chunk store choked" in d.reason for d in dead)
         assert len(fake.scores_by_trace()) == demo_counts().scored - 1
+
+
+def test_redis_away_while_the_judge_claims_buries_nothing_and_counts_no_failure(
+    monkeypatch: pytest.MonkeyPatch,
+    fake: FakeLangfuse,
+    redis_proc: RedisServer,
+    rclient: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    """Redis gone in the middle of a batch (the judge's claim asks it for every trace) is
+    no entry's fault: the batch stops at the first, nothing is counted failed or buried,
+    and once Redis is back every trace is scored. Before, each entry of the batch failed
+    in turn (each after redis-py's retries), counting deliveries toward the dead stream."""
+    fake.add_observations(traces())
+    judge = OpenAIStub()
+    with judge:
+        for key, value in {
+            "OBSERVER_JUDGE__ENABLED": "true",
+            "OBSERVER_JUDGE__RATE": "1.0",
+            "OBSERVER_JUDGE__RISK_OVERSAMPLING": "false",
+            "OBSERVER_JUDGE_BASE_URL": judge.url + "/v1",
+            "OBSERVER_JUDGE_MODEL": "stub-judge",
+            "OPENAI_API_KEY": "sk-test",
+        }.items():
+            monkeypatch.setenv(key, value)
+        settings = fleet_settings(monkeypatch, fake, redis_proc.url, max_deliveries=1)
+        with members(settings, tmp_path, ["m1"]) as (m1,):
+            m1.keep()
+            with keeping(m1):
+                m1.read_once()
+            stopped: list[bool] = []
+
+            def lookup(pairs: list[tuple[object, object]]) -> list[None]:
+                if not stopped:  # after the batch was read, before its traces are recorded
+                    redis_proc.stop()
+                    stopped.append(True)
+                return [None] * len(pairs)
+
+            m1.worker.lookup = lookup  # type: ignore[assignment]
+            assert m1._work_step() is False  # Redis away: the worker waits
+            assert not m1.redis_ok
+            assert _entries(m1, "failed") == 0 and _entries(m1, "dead") == 0
+            redis_proc.start()
+            m1.keep()  # reachable again
+            assert m1.redis_ok
+            drain([m1])
+            assert m1.stream.dead_count() == 0 and _entries(m1, "failed") == 0
+            assert len(fake.scores_by_trace()) == demo_counts().scored

@@ -26,7 +26,7 @@ from tests.daemon_helpers import ROOT, demo_counts
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.fakes.openai_stub import OpenAIStub, schema_name_of
 from tests.fleet.helpers import traces
-from tests.fleet.processes import Fleet, wait_for
+from tests.fleet.processes import Fleet
 from tests.servers import RedisServer, redis_server
 
 CONFIG = """\
@@ -131,19 +131,19 @@ def _run(fleet: Fleet, client: redis.Redis, server: RedisServer, fake: FakeLangf
     for name in ("m1", "m2", "m3"):
         fleet.start(name)
     # The reader, mid-pass: it has published some entries, not all.
-    wait_for("a reader publishing", lambda: _holder_pid(client) and client.xlen("{e2e}:traces"))
+    fleet.wait("a reader publishing", lambda: _holder_pid(client) and client.xlen("{e2e}:traces"))
     first = fleet.name_of(_holder_pid(client))  # type: ignore[arg-type]
     fleet.kill(first)
     published = len(client.keys("{e2e}:seen:*"))  # the marks of every trace published
     assert published < demo_counts().traces, "the reader finished before it was killed"
-    wait_for(
+    fleet.wait(
         "another reader", lambda: _holder_pid(client) not in (None, fleet.processes[first].pid)
     )
     # A worker holding entries it has not acknowledged (its chunk store is slow).
     reader = _holder_pid(client)
     alive = {p.pid for p in fleet.processes.values() if p.poll() is None} - {reader}
     found: list[int] = []
-    wait_for(
+    fleet.wait(
         "a worker holding pending entries",
         lambda: found.append(p) or True if (p := _pending_worker(client, alive)) else False,
     )
@@ -156,7 +156,7 @@ def _run(fleet: Fleet, client: redis.Redis, server: RedisServer, fake: FakeLangf
     seen = {name: fleet.logged(name, "fleet_redis_unreachable") for name in running}
     server.stop()
     gone = time.monotonic()
-    wait_for(
+    fleet.wait(
         "every running member saw Redis gone",
         lambda: all(fleet.logged(n, "fleet_redis_unreachable") > seen[n] for n in running),
     )
@@ -167,9 +167,9 @@ def _run(fleet: Fleet, client: redis.Redis, server: RedisServer, fake: FakeLangf
     fleet.start(first)
     fleet.start(victim)
     for name in (first, victim):  # running again, its signal handlers set
-        wait_for(f"{name} started again", lambda n=name: fleet.started(n) > before[n])
+        fleet.wait(f"{name} started again", lambda n=name: fleet.started(n) > before[n])
     scored = demo_counts().scored
-    wait_for(
+    fleet.wait(
         "every trace scored and every entry acknowledged",
         lambda: (
             len(fake.scores_by_trace()) >= scored
@@ -180,7 +180,7 @@ def _run(fleet: Fleet, client: redis.Redis, server: RedisServer, fake: FakeLangf
         timeout_s=240,  # against a hang; three members and the fake share 2 busy cores
     )
     # What the judge took is judged and its scores delivered before the members stop.
-    wait_for(
+    fleet.wait(
         "the judge's scores delivered",
         lambda: _judged(fake) >= len(client.keys("{e2e}:judge:trace:*")),
         timeout_s=180,

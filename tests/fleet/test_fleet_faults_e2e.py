@@ -31,7 +31,7 @@ from observer.cli import main
 from tests.daemon_helpers import ROOT, demo_counts, packed_traces
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.fakes.openai_stub import OpenAIStub, schema_name_of
-from tests.fleet.processes import Fleet, wait_for
+from tests.fleet.processes import Fleet
 from tests.servers import RedisServer, redis_server
 
 CAP = 25
@@ -113,7 +113,9 @@ class Feed:
 
 
 def _poison(client: redis.Redis, trace_id: str) -> datetime:
-    """An entry as a foreign writer might leave it: it decodes, its scoring raises."""
+    """An entry as a foreign writer might leave it: it decodes, its scoring raises; the
+    entry and its root in two steps, so that on a busy machine the entry may be buried
+    before its root lands (the fleet drops a root whose entry is gone)."""
     root = datetime.now(UTC) - timedelta(seconds=ROOT_AGE_S)
     body = {
         "observations": [1, 2],
@@ -151,21 +153,21 @@ def test_a_fleet_of_three_through_redis_lost_poison_entries_and_a_judge_cap(
             for name in names:
                 fleet.start(name)
             with Feed(fake, copies=2) as feed:
-                wait_for(
+                fleet.wait(
                     "a first share of the feed scored", lambda: len(fake.scores_by_trace()) >= 20
                 )
                 # Redis restarts with nothing, mid-feed.
                 own_redis.wipe()
                 own_redis.start()
-                wait_for(
+                fleet.wait(
                     "every member saw the loss",
                     lambda: all(fleet.logged(n, "fleet_redis_data_lost") for n in names),
                 )
-                wait_for("the group recreated", lambda: client.exists("{faults}:traces"))
+                fleet.wait("the group recreated", lambda: client.exists("{faults}:traces"))
                 poison_root = max(_poison(client, f"poison-{i}") for i in range(2))
-                wait_for("the feed fed", feed.done.is_set, timeout_s=240)
+                fleet.wait("the feed fed", feed.done.is_set, timeout_s=240)
             scored = 2 * demo_counts().scored
-            wait_for(
+            fleet.wait(
                 "every fed trace scored, the poison dead, nothing pending",
                 lambda: (
                     len(fake.scores_by_trace()) >= scored
@@ -177,7 +179,7 @@ def test_a_fleet_of_three_through_redis_lost_poison_entries_and_a_judge_cap(
                 # while the rest of the suite ran beside it on 2 cores.
                 timeout_s=420,
             )
-            wait_for(
+            fleet.wait(
                 "the watermark past the dead entries",
                 lambda: int(client.get("{faults}:watermark") or 0) / 1000 > poison_root.timestamp(),
                 timeout_s=120,
