@@ -1,5 +1,7 @@
 """Window rules: each step brings every rule a bounded number of evaluation points closer
-to its target, its windows slid incrementally over the history (observer.alerts.windows).
+to its target. A rule on traces reads its windows from minutes of history kept between
+steps (observer.alerts.families.cache, docs/alerts.md#what-evaluation-costs); a rule on
+the daemon's samples slides over them (observer.alerts.windows).
 
 - **Targets.** A rule on traces is evaluated up to the watermark (no window is judged
   before every trace in it was read), a rule on the daemon's own samples up to the clock.
