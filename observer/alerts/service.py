@@ -28,6 +28,7 @@ from observer.alerts.announce import Routing
 from observer.alerts.delivery import Delivery
 from observer.alerts.engine import AlertEvent, AlertState, GroupKey, Row
 from observer.alerts.families import Options, Rows
+from observer.alerts.families.cache import BucketCache
 from observer.alerts.families.release import Regressions
 from observer.alerts.families.trace import Digests, SharedTraceRules, TraceRules, hour_of
 from observer.alerts.families.window import (
@@ -121,10 +122,19 @@ class AlertService:
             correlation_window_s=o.correlation_window_s,
         )
         health, others = split_judge_health(rules.window)
-        self.judge_health = JudgeHealth(health, self.state, self.sender, self.metrics, o)
+        kept = BucketCache(rules.window, o.step_s)
+        self.judge_health = JudgeHealth(
+            health, self.state, self.sender, self.metrics, o, buckets=kept
+        )
         unhealthy = self.judge_health.unhealthy
         self.window_rules = WindowRules(
-            others, self.state, self.sender, self.metrics, o, judge_unhealthy=unhealthy
+            others,
+            self.state,
+            self.sender,
+            self.metrics,
+            o,
+            judge_unhealthy=unhealthy,
+            buckets=kept,
         )
         self.regression_rules = Regressions(
             rules.regressions, self.state, self.sender, self.metrics, base_url=o.base_url

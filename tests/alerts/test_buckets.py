@@ -184,3 +184,24 @@ def test_examples_among_equal_times_and_values_follow_the_history_order() -> Non
                 assert examples == ["t5", "t3", "t8", "t1", "t7"]  # as written, equal times
         finally:
             state.close()
+
+
+def test_families_sharing_the_cache_keep_each_others_minutes() -> None:
+    """A 15-minute rule's step does not drop the minutes a 30-minute rule of another family
+    reads: the next step of either reads only the new minute."""
+    short = next(r for r in default_window_rules() if r.window_s == 900.0 and not r.pipeline)
+    long = next(r for r in default_window_rules() if r.window_s == 1800.0 and not r.pipeline)
+    with tempfile.TemporaryDirectory() as directory:
+        state = State(Path(directory) / "state.sqlite")
+        try:
+            state.history.put_many(
+                [Row(T0 + i, {"ungrounded": True}, f"t{i}") for i in range(1, 1861)]
+            )
+            cache = BucketCache((short, long), 60.0)
+            cache.windows(state.history, [(long, T0 + 1860.0)])
+            cache.windows(state.history, [(short, T0 + 1860.0)])
+            kept = dict(cache.kept)
+            cache.windows(state.history, [(long, T0 + 1860.0)])
+            assert {k: v for k, v in cache.kept.items()} == kept  # nothing read again
+        finally:
+            state.close()

@@ -9,7 +9,8 @@ steady stream so reads the last minute or two, not the whole window: its cost an
 memory do not grow with the window or the rate (docs/alerts.md#what-evaluation-costs).
 
 Memory: per kept bucket, per trace rule, per group an `Agg` (a quantile rule's keeps
-its values). Buckets before the earliest window of a step are dropped.
+its values). A bucket before the longest window of a step's earliest point is dropped.
+The window families of one service share a cache: each minute is read once.
 """
 
 from __future__ import annotations
@@ -61,8 +62,10 @@ class BucketCache:
                             db, edge[0], edge[1], self.keys, samples=False, skip_empty=True
                         )
             self.seq = top
-        if needed:
-            for k in [k for k in self.kept if k < needed[0]]:
+        if wanted and self.rules:
+            # Before the longest window of the earliest point no family sharing this needs it.
+            horizon = min(at for _, at in wanted) - max(r.window_s for r in self.rules)
+            for k in [k for k in self.kept if (k + 1) * step <= horizon]:
                 del self.kept[k]
         return {key: self._merged(key[0], c, edges) for key, c in covers.items()}
 

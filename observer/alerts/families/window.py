@@ -125,6 +125,7 @@ class WindowRules:
         options: Options,
         *,
         judge_unhealthy: Callable[[], bool] = lambda: False,
+        buckets: BucketCache | None = None,
     ) -> None:
         self.rules = tuple(rules)
         self.state = state
@@ -135,7 +136,8 @@ class WindowRules:
         self.progress = Progress()
         # The last triage of each firing group: Alertmanager's re-posts carry it too.
         self._triages: dict[tuple[str, GroupKey], Triage] = {}
-        self.buckets = BucketCache(self.rules, options.step_s)
+        # The minutes kept: one cache for every family on the same history reads each once.
+        self.buckets = buckets or BucketCache(self.rules, options.step_s)
         for rule in self.rules:
             for outcome in ("ok", "pending", "firing"):
                 metrics.alert_evaluations.labels(rule=rule.name, outcome=outcome)
