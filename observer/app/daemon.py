@@ -32,6 +32,8 @@ from observer.state import StateError, StateGone
 
 log = structlog.get_logger("observer.app")
 
+SIGNAL_CHECK_S = 0.5  # how often the main thread wakes to run a pending signal's handler
+
 
 @contextmanager
 def signals_set(stop: threading.Event) -> Iterator[None]:
@@ -175,7 +177,11 @@ def run_daemon(parts: Parts) -> int:
             poll_interval_s=settings.source.poll_interval_s,
             state=str(parts.state.path),
         )
-        parts.stopping.wait()
+        # Woken now and then: a signal the kernel delivers to another thread does not
+        # interrupt the main thread's wait, and Python runs its handler only on the main
+        # thread once that thread runs again (a wait without end missed SIGTERM for good).
+        while not parts.stopping.wait(SIGNAL_CHECK_S):
+            pass
         flushed, left = parts.stop(Deadline.within(settings.run.shutdown_grace_s))
     log.info("observer_stopped", flushed=flushed, outbox_left=left)
     if daemon.refused:

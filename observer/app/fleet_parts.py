@@ -19,6 +19,7 @@ import redis
 from observer.config import ConfigError, Settings
 from observer.fleet.alerts import FleetAlerts, publish_row
 from observer.fleet.budget import FleetBudget, provisional_s
+from observer.fleet.epoch import KnownEpoch
 from observer.fleet.keys import Keys
 from observer.fleet.lease import Lease
 from observer.fleet.reader import FleetMarks, StreamPublisher
@@ -40,6 +41,7 @@ class FleetParts:
     lease: Lease
     stream: TraceStream
     budget: FleetBudget
+    epoch: KnownEpoch  # the lease and the judge's claims act only in the epoch it holds
 
     def on_row(self, settings: Settings) -> Callable[[Row], None]:
         """Each signal row this member records, published for the others' histories."""
@@ -83,13 +85,15 @@ def connect_fleet(
         finally:
             probe.close()
     keys = Keys(fleet.name)
+    epoch = KnownEpoch()  # the member sets it (observer.fleet.member)
     return FleetParts(
         client,
         keys,
         name,
-        Lease(client, keys, name, fleet.lease_s),
+        Lease(client, keys, name, fleet.lease_s, epoch=epoch),
         TraceStream(client, keys, maxlen=fleet.stream_maxlen),
-        FleetBudget(client, keys, provisional_s=provisional_s(fleet.claim_idle_s)),
+        FleetBudget(client, keys, provisional_s=provisional_s(fleet.claim_idle_s), epoch=epoch),
+        epoch,
     )
 
 

@@ -401,6 +401,7 @@ class _Wiring:
             max_deliveries=settings.fleet.max_deliveries,
             lookup=self.resolver,
             notify=self.dispatcher.notify,
+            epoch=fleet.epoch,
         )
         return Member(
             name=fleet.name,
@@ -426,6 +427,7 @@ class _Wiring:
                 ),
                 "alert_state": evaluation.give_back,
             },
+            known=fleet.epoch,
         )
 
     def _receiver(self, pipeline: Pipeline, clock: Callable[[], datetime]) -> EventPath | None:

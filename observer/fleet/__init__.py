@@ -3,6 +3,7 @@
     keys      the fleet's key names in Redis (pure)
     entry     a complete trace as a stream entry, and back (pure)
     connect   the Redis client, built in one place; Redis errors translated
+    epoch     the epoch a member knows; the scripts that refuse to act in another
     lease     one reader at a time: a fenced, renewed lease
     stream    the trace stream, its consumer group, the watermark and marks
     reader    what the lease holder's pipeline publishes instead of scoring

@@ -24,7 +24,11 @@ reservation with the tokens used.
 
 Redis that lost its data (a restart without persistence, a failover) forgot
 every claim and count: `restore` gives back this member's, from its state file,
-once per (epoch, member).
+once per (epoch, member). A claim carries the epoch its member acts in (for a
+worker, the one its batch was read in: observer.fleet.epoch) and is refused
+(`EPOCH`) in any other: a member that has not given its memory back to the new
+epoch takes nothing there, and a batch read before the loss is never claimed
+after it.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Literal, cast
 
 import redis
 
+from observer.fleet.epoch import KnownEpoch, in_epoch
 from observer.fleet.keys import Keys
 from observer.judge.service import buckets
 from observer.state import State
@@ -51,7 +56,8 @@ local function owner(value) return value and string.match(value, '^%-?%d+ (.*)$'
 local function reserved(value) return value and tonumber(string.match(value, '^%-?%d+')) or 0 end
 """
 # KEYS judged, hour, day; ARGV tokens, owner, provisional ttl s, hour ttl s, day ttl s,
-# max judged per hour, max tokens per day -> 1 taken, 0 another member's, -1 over budget
+# max judged per hour, max tokens per day -> 1 taken, 0 another member's, -1 over budget;
+# guarded (KEYS[4] the epoch, ARGV[8] the member's) when the member knows its epoch
 CLAIM = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local need = tonumber(ARGV[1])
@@ -138,14 +144,21 @@ def provisional_s(claim_idle_s: float) -> float:
 
 class FleetBudget:
     def __init__(
-        self, client: redis.Redis, keys: Keys, *, provisional_s: float = PROVISIONAL_S
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        *,
+        provisional_s: float = PROVISIONAL_S,
+        epoch: KnownEpoch | None = None,
     ) -> None:
         """`provisional_s`: how long a claim lives before its member's commit confirms it;
-        shorter than `fleet.claim_idle_s`."""
+        shorter than `fleet.claim_idle_s`. `epoch`: the fleet's epoch as this member knows
+        it; claims are taken only in it (a member's; None, as a tool alone, in any)."""
         self.client = client
         self.keys = keys
         self.provisional_ms = max(1, int(provisional_s * 1000))
-        self._claim = client.register_script(CLAIM)
+        self.epoch = epoch
+        self._claim = client.register_script(CLAIM if epoch is None else in_epoch(CLAIM, 4, 8))
         self._confirm = client.register_script(CONFIRM)
         self._release = client.register_script(RELEASE)
         self._spent = client.register_script(SPENT)
@@ -172,7 +185,8 @@ class FleetBudget:
         max_judged: int,
         max_tokens: int,
     ) -> Claimed:
-        """Take this answer for the judge if the fleet's caps allow it (provisionally)."""
+        """Take this answer for the judge if the fleet's caps allow it (provisionally).
+        Raises redis.ResponseError `EPOCH` in an epoch this member has not noticed."""
         keys = [
             self.keys.judged(trace_id, basis),
             self.keys.judged_hour(hour),
@@ -187,6 +201,9 @@ class FleetBudget:
             max_judged,
             max_tokens,
         ]
+        if self.epoch is not None:
+            keys.append(self.keys.epoch)
+            args.append(self.epoch.acting())
         answer = int(cast(int, self._claim(keys=keys, args=args)))
         return "taken" if answer > 0 else "duplicate" if answer == 0 else "over_budget"
 

@@ -29,10 +29,14 @@ at error level (`fleet_redis_data_lost`) and in
 `observer_fleet_redis_resets_total`, forgets the entries it held (their scores
 in its outbox are delivered all the same), and gives back what it remembers
 doing that the fleet must not do twice (`Member.restorers`: the judge's spend and
-claims, the trace rules' claims). A reader then waits one lease before it
-publishes, so that every live member has given its memory back; it reads from
-its own copy of the watermark (the follower's), which stayed below every trace
-not yet delivered.
+claims, the trace rules' claims). Until it has, it cannot take the reader's lease
+or claim an answer for the judge in the new epoch: those scripts carry the epoch
+it acts in (`Member.known`) and refuse another (observer.fleet.epoch), which it
+handles as the loss; a batch its worker read before the loss is not claimed
+after it, and is forgotten. A reader then waits one lease before it publishes,
+so that every live member has given its memory back; it reads from its own copy
+of the watermark (the follower's), which stayed below every trace not yet
+delivered.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from observer.background import Worker as Loop
 from observer.failures import PassOutcome, said
 from observer.fleet.alerts import FleetAlerts, FleetEvaluation
 from observer.fleet.connect import BLOCK_MS
+from observer.fleet.epoch import KnownEpoch
 from observer.fleet.keys import Keys, epoch_parts, epoch_value
 from observer.fleet.lease import Lease
 from observer.fleet.metrics import FleetMetrics
@@ -107,13 +112,17 @@ class Member:
     poll_interval_s: float
     # What this member gives back after Redis lost its data: each (epoch) -> how many.
     restorers: Mapping[str, Callable[[str], int]] = field(default_factory=dict)
+    # The epoch this member acts in (once it gave its memory to it), shared with its lease,
+    # its judge's claims and its worker (observer.fleet.epoch).
+    known: KnownEpoch = field(default_factory=KnownEpoch)
 
     def __post_init__(self) -> None:
         self.metrics.part(FleetMetrics).redis_up.set(1)  # the member's series exist from its start
         self.wake = threading.Event()  # the lease was gained: read at once
         self.redis_ok = True
         self.passes = 0
-        self.epoch: str | None = self.state.noted(self._epoch_note)
+        self.epoch: str | None = self.state.noted(self._epoch_note)  # the last noticed
+        self.known.value = self.epoch  # noted once given back to
         self.resets = 0
         self.last_reset: datetime | None = None
         self._owed: str | None = None  # an epoch this member has not given its memory to
@@ -263,6 +272,7 @@ class Member:
                 self._reset(value)
         if self._owed is not None:
             self._give_back(self._owed)
+        self.known.value = self.epoch  # given back to: the member acts in it now
 
     def recover(self) -> None:
         """A `NOGROUP` answer: the group recreated, the epoch checked (never raises)."""
@@ -277,7 +287,7 @@ class Member:
         self.resets += 1
         self.last_reset = datetime.now(UTC)
         self.metrics.part(FleetMetrics).redis_resets.inc()
-        self.worker.reset()
+        # The worker forgets its entries in hand on its own thread, once `known` moves on.
         self.pipeline.cursor = None  # a reader reads again from its watermark
         self._read_after = time.monotonic() + self.lease_s
         self._owed = epoch

@@ -26,9 +26,10 @@ count (`unacked`, `oldest_unacked`) first drops such roots from the front, in on
 script (every writer adds the entry before or with its root, so a root whose
 entry is missing is never one still to come).
 
-Redis that lost its data answers `NOGROUP` to the group's commands: `lost`
-tells that answer from any other (the member recreates the group,
-observer.fleet.member).
+Redis that lost its data answers `NOGROUP` to the group's commands, and the
+epoch-guarded scripts answer `EPOCH` to a member that has not noticed
+(observer.fleet.epoch): `lost` tells those answers from any other (the member
+recreates the group and gives its memory back, observer.fleet.member).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import redis
 
 from observer.fleet.connect import LeaseLost, text
 from observer.fleet.entry import BadEntry, Entry, decode, encode
+from observer.fleet.epoch import REFUSED
 from observer.fleet.keys import GROUP, Keys
 from observer.fleet.lease import fenced
 
@@ -117,8 +119,9 @@ class Dead:
 
 
 def lost(error: redis.ResponseError) -> bool:
-    """Whether Redis answered that the stream or its group is gone (it lost its data)."""
-    return str(error).startswith("NOGROUP")
+    """Whether Redis answered that the stream or its group is gone, or refused to act in
+    an epoch this member has not noticed (observer.fleet.epoch): it lost its data."""
+    return str(error).startswith(("NOGROUP", REFUSED))
 
 
 def _seconds(moment: datetime) -> str:

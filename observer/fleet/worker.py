@@ -14,7 +14,11 @@ state file (its fingerprints, outbox, signal history, judge samples) with the
 reader's "now" for the pass that read it. Each entry fails alone: a trace whose
 scoring raises never holds its batch-mates back. What is no entry's fault (this
 member's disk, or Redis away while a trace is scored: the judge's claim) stops
-the batch instead, counts no delivery, and its entries wait in memory. An entry is acknowledged (and
+the batch instead, counts no delivery, and its entries wait in memory. So does a
+judge's claim refused because Redis lost its data (`EPOCH`, observer.fleet.epoch):
+a batch is scored in the epoch it was read in, and once the member has given its
+memory to a new epoch the worker forgets every entry in hand (Redis lost them), at
+the start of its next step, on its own thread. An entry is acknowledged (and
 deleted from the stream) only once its trace's scores are delivered to Langfuse:
 until then it stays pending here, its idle time reset so no other member takes
 it, and a member whose disk is lost loses nothing the fleet acknowledged (the
@@ -38,8 +42,9 @@ import redis
 import structlog
 
 from observer.fleet.entry import BadEntry, Entry, decode
+from observer.fleet.epoch import KnownEpoch
 from observer.fleet.metrics import FleetMetrics
-from observer.fleet.stream import Message, TraceStream
+from observer.fleet.stream import Message, TraceStream, lost
 from observer.pipeline import Lookup
 from observer.pipeline.traces import Prepared, TraceRecorder, look_up
 from observer.state import State, StateError
@@ -93,9 +98,11 @@ class EntryWorker:
     notify: Callable[[], None] = lambda: None
     batch: int = 50
     clock: Callable[[], float] = time.monotonic
+    epoch: KnownEpoch = field(default_factory=KnownEpoch)  # the member's (observer.fleet.epoch)
 
     def __post_init__(self) -> None:
         self.claim_idle_ms = int(self.claim_idle_s * 1000)
+        self.read_in = self.epoch.value  # the epoch the entries in hand were read in
         self.reset()
 
     def reset(self) -> None:
@@ -114,7 +121,16 @@ class EntryWorker:
 
     def step(self, block_ms: int) -> BatchResult:
         """One batch read, scored and recorded; delivered entries acknowledged (no new
-        batch while the outbox is full)."""
+        batch while the outbox is full). In the epoch the member knows, its entries in hand
+        forgotten when that changed since the last step."""
+        known = self.epoch.value
+        if known != self.read_in:
+            self.reset()
+            self.read_in = known
+        with self.epoch.pinned(known):  # the judge's claims: in the epoch the batch is read in
+            return self._step(block_ms)
+
+    def _step(self, block_ms: int) -> BatchResult:
         result = BatchResult()
         self.settle(result)
         if self.state.outbox_size() >= self.max_outbox:
@@ -258,9 +274,12 @@ class EntryWorker:
     def _failure(self, batch: _Batch, entry_id: str, error: Exception, result: BatchResult) -> None:
         """Scoring an entry raised: delivered again later, or dead after `max_deliveries`.
         Not the entry's fault (the state file cannot be written, the disk is full, Redis
-        is away): the entries not yet recorded wait in memory, no delivery counted, and
-        the error goes up (the member says it is not ready, or waits for Redis)."""
-        if isinstance(error, (*ENVIRONMENT, *REDIS_AWAY)):
+        is away or lost its data): the entries not yet recorded wait in memory, no delivery
+        counted, and the error goes up (the member says it is not ready, waits for Redis,
+        or handles the loss)."""
+        if isinstance(error, (*ENVIRONMENT, *REDIS_AWAY)) or (
+            isinstance(error, redis.ResponseError) and lost(error)
+        ):
             for message in batch.messages:
                 held = message[0] in self.awaiting or message[0] in self._failed
                 if message[0] in batch.entries and not held:
