@@ -347,6 +347,9 @@ def _map(
         return _from_hook(trace_id, observations, rules), Provenance(
             "the mapping hook", "the mapping hook", trace_name=trace_name
         )
+    malformed = _malformed_id(observations)
+    if malformed is not None:
+        return malformed, None
     view = TraceView(tree_order(observations), rules)
     answered = answering_generation(view.ordered, rules, root)
     if isinstance(answered, Skip):
@@ -393,6 +396,22 @@ def _map(
         question_check=question_check,
         scores=scores_verdict(record),
     )
+
+
+def _malformed_id(observations: Sequence[Observation]) -> Skip | None:
+    """An observation whose id is an object or a list: no observation id of Langfuse's, and
+    the tree and the rules match ids (`malformed_observation_id`, naming the first)."""
+    for at, observation in enumerate(observations):
+        own = observation.get("id")
+        if isinstance(own, (dict, list)):
+            kind = as_str(observation.get("type")) or "observation"
+            name = as_str(observation.get("name")) or "?"
+            return Skip(
+                "malformed_observation_id",
+                f"observation {at + 1} of {len(observations)} ({kind} {name}): its id is a "
+                f"{type(own).__name__}, not a text",
+            )
+    return None
 
 
 def _absent(view: TraceView, answered: Answered, answer: str, rules: MappingRules) -> Skip | None:
