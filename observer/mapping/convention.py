@@ -246,6 +246,17 @@ class _Meta:
             self._index = self._indexed()
         return self._index.get(key)
 
+    def found(self) -> dict[str, Any]:
+        """Every wanted key that has a value (`get`), read at once."""
+        data = self._data
+        found = {key: data[key] for key in self._wanted if data.get(key) is not None}
+        if len(found) < len(self._wanted):
+            if self._index is None:
+                self._index = self._indexed()
+            for key, value in self._index.items():
+                found.setdefault(key, value)
+        return found
+
     def _indexed(self) -> dict[str, Any]:
         prefixed: dict[str, str] = {}
         for k, v in self._data.items():
@@ -439,6 +450,17 @@ def _absent(view: TraceView, answered: Answered, answer: str, rules: MappingRule
     return None
 
 
+# The flags in the order the trail names them.
+_FLAGS = (
+    "context",
+    "rerank_scores",
+    "needs_fallback",
+    "low_confidence",
+    "query_type",
+    "crag_grade",
+)
+
+
 def _record(
     trace_id: str,
     root: Observation,
@@ -452,18 +474,14 @@ def _record(
     trace_name: str,
 ) -> RagRecord:
     wanted = rules.metadata_keys
-    root_meta, gen_meta = _Meta(metadata_of(root), wanted), _Meta(metadata_of(generation), wanted)
-
-    def meta(key: str) -> Any:
-        value = gen_meta.get(key)
-        if value is not None:
-            note(trail, "flags", f"metadata.{key} of the generation", generation)
-            return value
-        value = root_meta.get(key)
-        if value is not None:
-            note(trail, "flags", f"metadata.{key} of the root", root)
-        return value
-
+    mine = _Meta(metadata_of(generation), wanted).found()
+    flags = {**_Meta(metadata_of(root), wanted).found(), **mine}  # the generation's first
+    if trail is not None:
+        for key in _FLAGS:
+            if key in flags:
+                held, whose = (generation, "generation") if key in mine else (root, "root")
+                note(trail, "flags", f"metadata.{key} of the {whose}", held)
+    meta = flags.get
     context = meta("context")
     context = decode(context) if isinstance(context, str) else context
     return RagRecord(

@@ -24,7 +24,7 @@ def decode(value: Any) -> Any:
     if isinstance(value, str):
         stripped = value.strip()
         if stripped and stripped[0] in "tfn":  # only a literal: no parser for a word
-            return _LITERALS[stripped] if stripped in _LITERALS else value
+            return _LITERALS.get(stripped, value)
         if stripped and stripped[0] in '[{"-0123456789':
             if len(stripped) < _CACHED_CHARS:
                 found = _decoded(stripped)

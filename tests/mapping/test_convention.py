@@ -432,8 +432,7 @@ def test_an_observation_id_that_is_an_object_or_a_list_is_a_named_skip(bad_id: A
     result = map_trace("t1", observations, RULES)
     assert result == Skip(
         "malformed_observation_id",
-        f"observation 3 of 3 (RETRIEVER search): its id is a {type(bad_id).__name__}, "
-        "not a text",
+        f"observation 3 of 3 (RETRIEVER search): its id is a {type(bad_id).__name__}, not a text",
     )
     # Only an object or a list: a number is an id as_str reads, as before.
     observations[2]["id"] = 7
