@@ -246,6 +246,17 @@ class _Meta:
             self._index = self._indexed()
         return self._index.get(key)
 
+    def found(self) -> dict[str, Any]:
+        """Every wanted key that has a value (`get`), read at once."""
+        data = self._data
+        found = {key: data[key] for key in self._wanted if data.get(key) is not None}
+        if len(found) < len(self._wanted):
+            if self._index is None:
+                self._index = self._indexed()
+            for key, value in self._index.items():
+                found.setdefault(key, value)
+        return found
+
     def _indexed(self) -> dict[str, Any]:
         prefixed: dict[str, str] = {}
         for k, v in self._data.items():
@@ -347,6 +358,9 @@ def _map(
         return _from_hook(trace_id, observations, rules), Provenance(
             "the mapping hook", "the mapping hook", trace_name=trace_name
         )
+    malformed = _malformed_id(observations)
+    if malformed is not None:
+        return malformed, None
     view = TraceView(tree_order(observations), rules)
     answered = answering_generation(view.ordered, rules, root)
     if isinstance(answered, Skip):
@@ -395,6 +409,22 @@ def _map(
     )
 
 
+def _malformed_id(observations: Sequence[Observation]) -> Skip | None:
+    """An observation whose id is an object or a list: no observation id of Langfuse's, and
+    the tree and the rules match ids (`malformed_observation_id`, naming the first)."""
+    for at, observation in enumerate(observations):
+        own = observation.get("id")
+        if isinstance(own, (dict, list)):
+            kind = as_str(observation.get("type")) or "observation"
+            name = as_str(observation.get("name")) or "?"
+            return Skip(
+                "malformed_observation_id",
+                f"observation {at + 1} of {len(observations)} ({kind} {name}): its id is a "
+                f"{type(own).__name__}, not a text",
+            )
+    return None
+
+
 def _absent(view: TraceView, answered: Answered, answer: str, rules: MappingRules) -> Skip | None:
     """Absence of evidence is not evidence of absence: an answer whose trace shows that
     retrieval happened, with no documents observer can read, is skipped, naming what showed
@@ -420,6 +450,17 @@ def _absent(view: TraceView, answered: Answered, answer: str, rules: MappingRule
     return None
 
 
+# The flags in the order the trail names them.
+_FLAGS = (
+    "context",
+    "rerank_scores",
+    "needs_fallback",
+    "low_confidence",
+    "query_type",
+    "crag_grade",
+)
+
+
 def _record(
     trace_id: str,
     root: Observation,
@@ -433,18 +474,14 @@ def _record(
     trace_name: str,
 ) -> RagRecord:
     wanted = rules.metadata_keys
-    root_meta, gen_meta = _Meta(metadata_of(root), wanted), _Meta(metadata_of(generation), wanted)
-
-    def meta(key: str) -> Any:
-        value = gen_meta.get(key)
-        if value is not None:
-            note(trail, "flags", f"metadata.{key} of the generation", generation)
-            return value
-        value = root_meta.get(key)
-        if value is not None:
-            note(trail, "flags", f"metadata.{key} of the root", root)
-        return value
-
+    mine = _Meta(metadata_of(generation), wanted).found()
+    flags = {**_Meta(metadata_of(root), wanted).found(), **mine}  # the generation's first
+    if trail is not None:
+        for key in _FLAGS:
+            if key in flags:
+                held, whose = (generation, "generation") if key in mine else (root, "root")
+                note(trail, "flags", f"metadata.{key} of the {whose}", held)
+    meta = flags.get
     context = meta("context")
     context = decode(context) if isinstance(context, str) else context
     return RagRecord(

@@ -23,7 +23,9 @@ def decode(value: Any) -> Any:
     """JSON-decode a string when it parses; anything else as it is."""
     if isinstance(value, str):
         stripped = value.strip()
-        if stripped and stripped[0] in '[{"-0123456789tfn':
+        if stripped and stripped[0] in "tfn":  # only a literal: no parser for a word
+            return _LITERALS.get(stripped, value)
+        if stripped and stripped[0] in '[{"-0123456789':
             if len(stripped) < _CACHED_CHARS:
                 found = _decoded(stripped)
                 return value if found is _NOT_JSON else found
@@ -33,6 +35,7 @@ def decode(value: Any) -> Any:
 
 
 _NOT_JSON = object()
+_LITERALS = {"true": True, "false": False, "null": None}
 
 
 @lru_cache(maxsize=32)

@@ -136,18 +136,15 @@ def _read_one(
     field on the document, else in its `metadata`, else its `meta`; of the ids, any on the
     document before any in its metadata; of the scores, the first key in order of
     preference wherever it sits."""
-    own = _index(raw)
-    layers = [own]
+    merged = _index(raw)  # a field on the document over one in its metadata
+    chunk_id = _first_in((merged,), ids)
     for nested in ("metadata", "meta"):  # LangChain documents, Haystack's
         value = raw.get(nested)
         if isinstance(value, dict):
-            layers.append(_index(value))
-    merged = own
-    if len(layers) > 1:
-        merged = {}
-        for layer in reversed(layers):
-            merged.update(layer)
-    chunk_id = _first_in(layers, ids)
+            inner = _index(value)
+            if chunk_id is None:
+                chunk_id = _first_in((inner,), ids)
+            merged = {**inner, **merged}
     rank, score = len(scores), None
     for at, key in enumerate(scores):
         score = merged.get(key)

@@ -199,8 +199,9 @@ class Metrics(Declarations):
     skips = counter("observer_trace_skips_total",
         "Traces not scored, by reason", ("reason",), zero="no_root no_generation no_answer_text "
         "malformed_sources judge_environment own_trace filtered_environment filtered_name "
-        "filtered_tags hook_error hook_skipped hook_invalid mapping_error too_large "
-        "citations_without_sources sources_unverified too_costly internal_error")
+        "filtered_tags hook_error hook_skipped hook_invalid malformed_observation_id "
+        "mapping_error too_large citations_without_sources sources_unverified too_costly "
+        "internal_error")
     provenance = counter("observer_trace_provenance_total",
         "Answer traces read (first time), by trace name, the content checks' verdicts on their "
         "sources and answer, and whether they recorded retrieval scores",

@@ -422,6 +422,23 @@ def test_sdk_metadata_keys_are_ignored_and_environment_defaults() -> None:
     assert mapped(observations).environment == "default"
 
 
+@pytest.mark.parametrize("bad_id", [{"span": "ret"}, ["ret"], {}, []])
+def test_an_observation_id_that_is_an_object_or_a_list_is_a_named_skip(bad_id: Any) -> None:
+    # Ids are matched (the tree, nested retrievers): an unhashable one once reached the
+    # catch-all as `mapping_error`; it is the trace that is malformed, and the skip says where.
+    observations = trace()
+    observations[2]["id"] = bad_id
+    observations[2]["name"] = "search"
+    result = map_trace("t1", observations, RULES)
+    assert result == Skip(
+        "malformed_observation_id",
+        f"observation 3 of 3 (RETRIEVER search): its id is a {type(bad_id).__name__}, not a text",
+    )
+    # Only an object or a list: a number is an id as_str reads, as before.
+    observations[2]["id"] = 7
+    assert isinstance(map_trace("t1", observations, RULES), RagRecord)
+
+
 @pytest.mark.parametrize(
     ("observations", "reason"),
     [
