@@ -102,6 +102,16 @@ def _plan(steps: Iterator[Any]) -> str:
     return ", ".join(said)
 
 
+class _Found(list[Any]):
+    """A query's rows, read as from a cursor."""
+
+    def fetchall(self) -> list[Any]:
+        return list(self)
+
+    def fetchone(self) -> Any:
+        return self[0] if self else None
+
+
 class _Timed:
     """A connection whose queries are timed and explained (--profile)."""
 
@@ -109,17 +119,19 @@ class _Timed:
         self.db = db
         self.asked = asked
 
-    def execute(self, sql: str, parameters: Any = ()) -> Iterator[Any]:
+    def execute(self, sql: str, parameters: Any = ()) -> Any:
+        if not isinstance(parameters, dict) or "start" not in parameters:
+            return self.db.execute(sql, parameters)  # a look-up (columns, label sets, ids)
         plan = _plan(self.db.execute(f"EXPLAIN QUERY PLAN {sql}", parameters))
         started = time.perf_counter()
         found = self.db.execute(sql, parameters).fetchall()
         seconds = time.perf_counter() - started
         start, end = parameters["start"], parameters["end"]
         (rows,) = self.db.execute(
-            "SELECT COUNT(*) FROM history WHERE at > ? AND at <= ?", (start, end)
+            "SELECT COUNT(*) FROM history_values WHERE at > ? AND at <= ?", (start, end)
         ).fetchone()
         self.asked.append(Asked(_what(sql), (end - start) / 60, rows, len(found), seconds, plan))
-        return iter(found)
+        return _Found(found)
 
 
 class Profiled:

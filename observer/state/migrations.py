@@ -19,6 +19,10 @@ when the file was migrated becomes an incident of its own when it is next told.
 Schema 4: the outbox's size counted by the statements that queue and remove scores, not by
 triggers (`outbox_added`, `outbox_removed`: dropped). An older observer writing the file
 would leave the size uncounted: it refuses the file.
+Schema 5: the history's values kept a second time by column, with their label sets
+(`history_values`, `label_sets`: observer.state.values), for the triage's counts; filled
+from the history at the migration. An older observer writing the file would leave them
+behind the history (a page's triage would miss its rows): it refuses the file.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Final
 
-SCHEMA_VERSION: Final = 4
+from observer.state.values import fill
+
+SCHEMA_VERSION: Final = 5
 
 # The columns added to files of older versions (table -> column -> its ALTER).
 _COLUMNS: Final[Mapping[str, Mapping[str, str]]] = {
@@ -77,9 +83,15 @@ def _outbox_counted_by_its_writers(db: sqlite3.Connection) -> None:
     db.execute("DROP TRIGGER IF EXISTS outbox_removed")
 
 
+def _values_by_column(db: sqlite3.Connection) -> None:
+    """The history's values by column and its label sets, filled from the history."""
+    fill(db)
+
+
 # Step N takes a file of schema N-1 to schema N.
 STEPS: Final[Mapping[int, Callable[[sqlite3.Connection], None]]] = {
     2: _columns_since_the_first_files,
     3: _incidents,
     4: _outbox_counted_by_its_writers,
+    5: _values_by_column,
 }
