@@ -128,7 +128,7 @@ class _Timed:
         seconds = time.perf_counter() - started
         start, end = parameters["start"], parameters["end"]
         (rows,) = self.db.execute(
-            "SELECT COUNT(*) FROM history_values WHERE at > ? AND at <= ?", (start, end)
+            "SELECT COUNT(*) FROM history WHERE at > ? AND at <= ?", (start, end)
         ).fetchone()
         self.asked.append(Asked(_what(sql), (end - start) / 60, rows, len(found), seconds, plan))
         return _Found(found)

@@ -7,19 +7,20 @@ So every trace row is kept a second time, narrow, as it is written (`write_value
 
 - `history_values`: one row per history row, ordered by event time (its key: `at`, then
   the history row's rowid `trace`), its label set's id (`labels`) and each of its
-  values in a column of its own, `v_<name>`, stored as SQLite's JSON functions would
-  read it from the JSON (a flag 1 or 0, a number, a text; a value JSON cannot hold, a
-  non-finite number, none). A window's read is a range of one b-tree, a column per row.
+  values in a column of its own, `v_<name>`, stored as SQLite's JSON functions read it
+  from the JSON (a flag 1 or 0, a number, a text, a list or object as its JSON text; a
+  non-finite number, which the JSON holds as null, none), and where the row would point
+  as a bad sample (`place`: a layer or why none, its index in `PLACES`). A window's read
+  is a range of one b-tree, a few columns a row, no JSON.
   A value name not seen before gets its column when first written; a name no rule could
   watch (not lowercase letters, digits and underscores) gets none.
-- `place`: where the row would point as a bad sample (`place`: a layer, or why none),
-  as its index in `PLACES`: the triage's layer counts without reading the row's JSON.
 - `label_sets`: each distinct environment, query type and dimensions (the JSON the
-  history keeps, `{}` for none) once, with the newest event time of a row written with
-  it (`last_at`): housekeeping forgets a set when it forgets that row.
+  history keeps, `{}` for none) once, so the triage groups by one integer, not by text.
+  A set keeps `last_at`, at most `LAST_AT_SLACK_S` older than the newest row written
+  with it; housekeeping forgets a set with the last of its rows.
 
-A re-scored trace replaces its row (its old time and values go); the judge's merged
-values replace it the same way (`history.write_row`). A state file of schema 4 is filled
+A re-scored trace replaces its copy (its old time and values go); the judge's merged
+values replace it the same way (`history.write_row`); pruning the history prunes both. A state file of schema 4 is filled
 from its history at its first open by this version (`fill`, docs/operating.md#upgrading).
 """
 
@@ -69,6 +70,11 @@ PLACES: Final = (
     "generation",
 )
 _PLACE_CODE: Final = {name: i for i, name in enumerate(PLACES)}
+# How far a label set's `last_at` may trail its newest row (`label_set`).
+LAST_AT_SLACK_S: Final = 3600.0
+# Remembered between writes: each value name's column, each set of columns' INSERT.
+_COLUMN_OF: dict[str, str | None] = {}
+_INSERTS: dict[tuple[str, ...], str] = {}
 
 
 def _positive(value: Value) -> bool:
@@ -120,39 +126,79 @@ def columns(db: sqlite3.Connection) -> set[str]:
 
 
 def label_set(db: sqlite3.Connection, row: Row) -> int:
-    """The id of the row's label set, added if new; its `last_at` kept the newest."""
+    """The id of the row's label set, added if new. Its `last_at` is moved forward only
+    when the row is more than `LAST_AT_SLACK_S` newer (a write of the set's page an hour,
+    not one a trace): no row of a set is newer than its `last_at` and the slack."""
     dims = orjson.dumps(dict(row.dims)) if row.dims else NO_DIMS_JSON
-    ((found,),) = db.execute(
+    labels = (row.environment, row.query_type, dims)
+    found = db.execute(
+        "SELECT id, last_at FROM label_sets WHERE environment = ? AND query_type = ? AND dims = ?",
+        labels,
+    ).fetchone()
+    if found is not None and found[1] >= row.at - LAST_AT_SLACK_S:
+        return int(found[0])
+    ((set_id,),) = db.execute(
         "INSERT INTO label_sets (environment, query_type, dims, last_at) VALUES (?, ?, ?, ?) "
         "ON CONFLICT (environment, query_type, dims) DO UPDATE SET "
         "last_at = max(last_at, excluded.last_at) RETURNING id",
-        (row.environment, row.query_type, dims, row.at),
+        (*labels, row.at),
     ).fetchall()
-    return int(found)
+    return int(set_id)
+
+
+def _column_of(name: str) -> str | None:
+    """A value name's column, None for a name that cannot be one (remembered: a row's
+    names are the same few every time)."""
+    if name in _COLUMN_OF:
+        return _COLUMN_OF[name]
+    if len(_COLUMN_OF) > 10_000:
+        _COLUMN_OF.clear()
+    found = _COLUMN_OF[name] = column(name) if NAME.match(name) else None
+    return found
+
+
+def _insert(names: tuple[str, ...]) -> str:
+    found = _INSERTS.get(names)
+    if found is None:
+        if len(_INSERTS) > 1_000:
+            _INSERTS.clear()
+        listed = "".join(f", {c}" for c in names)
+        found = _INSERTS[names] = (
+            f"INSERT INTO history_values (at, trace, labels, place{listed}) "
+            f"VALUES (?, ?, ?, ?{', ?' * len(names)})"
+        )
+    return found
 
 
 def write_values(db: sqlite3.Connection, trace: int, row: Row) -> None:
-    """The narrow copy of history row `trace` (inside the caller's transaction; any old
-    copy deleted before)."""
-    named = [(column(k), stored(v)) for k, v in row.values.items() if NAME.match(k)]
-    named = [(c, v) for c, v in named if v is not None]
-    names = "".join(f", {c}" for c, _ in named)
-    sql = (
-        f"INSERT INTO history_values (at, trace, labels, place{names}) "
-        f"VALUES (?, ?, ?, ?{', ?' * len(named)})"
-    )
-    code = _PLACE_CODE[place(row.values)]
-    parameters = (row.at, trace, label_set(db, row), code, *(v for _, v in named))
+    """The narrow copy of history row `trace`, inside the caller's transaction (any old
+    copy deleted before: `delete_values`). On every scored trace's write: kept lean."""
+    names: list[str] = []
+    values: list[object] = [row.at, trace, label_set(db, row), _PLACE_CODE[place(row.values)]]
+    known = _COLUMN_OF
+    for key, value in row.values.items():
+        name = known[key] if key in known else _column_of(key)
+        if name is None:
+            continue
+        kind = type(value)
+        if kind is float:
+            if not math.isfinite(value):  # type: ignore[arg-type]
+                continue
+        elif kind is not bool and kind is not str and (value := stored(value)) is None:  # type: ignore[assignment]
+            continue
+        names.append(name)
+        values.append(value)
+    sql = _insert(tuple(names))
     try:
-        db.execute(sql, parameters)
+        db.execute(sql, values)
     except sqlite3.OperationalError as error:
         if "has no column named" not in str(error):
             raise
         # A value name first written: its column, then the row (a failed statement
         # leaves the caller's transaction as it was).
-        for name in sorted({c for c, _ in named} - columns(db)):
+        for name in sorted(set(names) - columns(db)):
             db.execute(f"ALTER TABLE history_values ADD COLUMN {name}")
-        db.execute(sql, parameters)
+        db.execute(sql, values)
 
 
 def delete_values(db: sqlite3.Connection, trace: int, at: float) -> None:
@@ -160,9 +206,10 @@ def delete_values(db: sqlite3.Connection, trace: int, at: float) -> None:
 
 
 def prune_values(db: sqlite3.Connection, before: float) -> None:
-    """Forget the copies of rows older than `before`, and the label sets of none newer."""
+    """Forget the copies of rows older than `before`, and the label sets no row at or
+    after `before` can have (`label_set`)."""
     db.execute("DELETE FROM history_values WHERE at < ?", (before,))
-    db.execute("DELETE FROM label_sets WHERE last_at < ?", (before,))
+    db.execute("DELETE FROM label_sets WHERE last_at < ?", (before - LAST_AT_SLACK_S,))
 
 
 def _history_rows(db: sqlite3.Connection, chunk: int) -> Iterable[tuple[int, Row]]:
