@@ -20,8 +20,9 @@ So every trace row is kept a second time, narrow, as it is written (`write_value
   with it; housekeeping forgets a set with the last of its rows.
 
 A re-scored trace replaces its copy (its old time and values go); the judge's merged
-values replace it the same way (`history.write_row`); pruning the history prunes both. A state file of schema 4 is filled
-from its history at its first open by this version (`fill`, docs/operating.md#upgrading).
+values replace it the same way (`history.write_row`); pruning the history prunes both.
+A state file of schema 4 is filled from its history at its first open by this version
+(`fill`, docs/operating.md#upgrading).
 """
 
 from __future__ import annotations
@@ -170,11 +171,14 @@ def _insert(names: tuple[str, ...]) -> str:
     return found
 
 
-def write_values(db: sqlite3.Connection, trace: int, row: Row) -> None:
+def write_values(db: sqlite3.Connection, trace: int, row: Row, labels: int | None = None) -> None:
     """The narrow copy of history row `trace`, inside the caller's transaction (any old
-    copy deleted before: `delete_values`). On every scored trace's write: kept lean."""
+    copy deleted before: `delete_values`); `labels`: its label set's id, when known. On
+    every scored trace's write: kept lean."""
+    if labels is None:
+        labels = label_set(db, row)
     names: list[str] = []
-    values: list[object] = [row.at, trace, label_set(db, row), _PLACE_CODE[place(row.values)]]
+    values: list[object] = [row.at, trace, labels, _PLACE_CODE[place(row.values)]]
     known = _COLUMN_OF
     for key, value in row.values.items():
         name = known[key] if key in known else _column_of(key)
@@ -212,8 +216,9 @@ def prune_values(db: sqlite3.Connection, before: float) -> None:
     db.execute("DELETE FROM label_sets WHERE last_at < ?", (before - LAST_AT_SLACK_S,))
 
 
-def _history_rows(db: sqlite3.Connection, chunk: int) -> Iterable[tuple[int, Row]]:
-    """Every trace row of the history with its rowid, `chunk` at a time."""
+def _history_rows(db: sqlite3.Connection, chunk: int) -> Iterable[tuple[int, Row, bytes | None]]:
+    """Every trace row of the history with its rowid and its dimensions' JSON, `chunk`
+    at a time."""
     after = -(2**63)
     while True:
         found = db.execute(
@@ -228,6 +233,7 @@ def _history_rows(db: sqlite3.Connection, chunk: int) -> Iterable[tuple[int, Row
             yield (
                 int(rowid),
                 Row(float(at), orjson.loads(signals), None, None, environment, query_type, decoded),
+                dims,
             )
         after = int(found[-1][0])
 
@@ -240,8 +246,18 @@ def fill(db: sqlite3.Connection, chunk: int = 10_000) -> int:
             db.execute(statement)
     db.execute("DELETE FROM history_values")
     db.execute("DELETE FROM label_sets")
+    sets: dict[tuple[str, str, bytes | None], int] = {}  # the label sets written so far
+    newest: dict[int, float] = {}  # each set's newest row
     n = 0
-    for trace, row in _history_rows(db, chunk):
-        write_values(db, trace, row)
+    for trace, row, dims in _history_rows(db, chunk):
+        key = (row.environment, row.query_type, dims)
+        if key not in sets:
+            sets[key] = label_set(db, row)
+        found = sets[key]
+        write_values(db, trace, row, found)
+        newest[found] = max(newest.get(found, row.at), row.at)
         n += 1
+    db.executemany(
+        "UPDATE label_sets SET last_at = ? WHERE id = ?", [(at, i) for i, at in newest.items()]
+    )
     return n
