@@ -114,18 +114,19 @@ def _sql_op(op: str) -> str:
     return {"==": "=", "!=": "<>"}.get(op, op)
 
 
-def _value_sql(query: Query) -> tuple[str, dict[str, Any]]:
-    """The expression's value of a row (`raw` is the signal): a number, 1.0 or 0.0 for a
-    comparison, NULL when the row has none (or, without a comparison, a text)."""
+def _value_sql(query: Query, raw: str) -> tuple[str, dict[str, Any]]:
+    """The expression's value of a row whose signal is `raw` (a column, or NULL): a number,
+    1.0 or 0.0 for a comparison, NULL when the row has none (or, without a comparison, a
+    text)."""
     if query.op is None:
-        return "CASE WHEN typeof(raw) IN ('integer', 'real') THEN raw + 0.0 END", {}
+        return f"CASE WHEN typeof({raw}) IN ('integer', 'real') THEN {raw} + 0.0 END", {}
     if isinstance(query.operand, str):
-        compare = "typeof(raw) = 'text'"
+        compare = f"typeof({raw}) = 'text'"
     else:
-        compare = "typeof(raw) IN ('integer', 'real')"
+        compare = f"typeof({raw}) IN ('integer', 'real')"
     return (
-        f"CASE WHEN raw IS NULL THEN NULL WHEN {compare} AND raw {_sql_op(query.op)} :operand "
-        "THEN 1.0 ELSE 0.0 END",
+        f"CASE WHEN {raw} IS NULL THEN NULL WHEN {compare} AND {raw} {_sql_op(query.op)} "
+        ":operand THEN 1.0 ELSE 0.0 END",
         {"operand": query.operand},
     )
 
@@ -168,7 +169,7 @@ def _samples(
 ) -> tuple[str, dict[str, Any]]:
     """The rows of the scope (and `where`) in (:start, :end] with `columns`, their value
     `v` and badness `bad`, read from `history_values` (observer.state.values)."""
-    value, parameters = _value_sql(query)
+    value, parameters = _value_sql(query, _raw(db, query.signal))
     conditions = ["at > :start", "at <= :end"]
     for labels, prefix in ((query.scope, "scope"), (where, "where")):
         if found := _in_scope(labels, parameters, prefix):
@@ -177,14 +178,13 @@ def _samples(
         conditions.append(extra)
     parameters["line"] = query.line
     # LIMIT -1 keeps SQLite from flattening the query into the ones around it, which
-    # would read the signal once for every mention of `v`.
+    # would work out `v` once for every mention of it.
     inner = (
-        f"SELECT {columns}, {_raw(db, query.signal)} AS raw FROM history_values "
+        f"SELECT {columns}, {value} AS v FROM history_values "
         f"WHERE {' AND '.join(conditions)} LIMIT -1 OFFSET 0"
     )
-    valued = f"SELECT {columns}, {value} AS v FROM ({inner})"
     return (
-        f"SELECT *, {_bad_sql(query)} AS bad FROM ({valued}) WHERE v IS NOT NULL",
+        f"SELECT *, {_bad_sql(query)} AS bad FROM ({inner}) WHERE v IS NOT NULL",
         parameters,
     )
 
