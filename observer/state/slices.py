@@ -4,8 +4,10 @@ A page's triage needs counts, not rows: per combination of labels, badness and l
 the samples' count, sum, min and max (`Cell`); per stretch of event time the same
 (`Bucket`); the worst few traces of a segment. Reading the rows into Python and
 decoding each one's JSON cost seconds at a busy service (bench/triage.py); SQLite
-extracts the one signal a rule watches and groups the rows where they lie, on the
-evaluator's own connection. The layer fields are read only for the bad samples.
+reads the one signal a rule watches from the history's narrow copy
+(observer.state.values: a column a value, the label set one number, the place kept
+with the row) and groups the rows where they lie, on the evaluator's own connection.
+The label sets' text is read once for the ids a read returns.
 
 What a sample is, is `alerts.rules.Expression.value` and `alerts.triage.is_bad`,
 written in SQL (`Query`): a row without the signal (unknown, DESIGN's "unknown is not
