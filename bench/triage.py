@@ -18,7 +18,9 @@ it times, on the daemon's own path (the state file's history read through
 
 and checks what they find (the segment release and query type, the onset
 within three minutes, generation; the new release flagged) and that a page's
-triage takes at most `--budget-s` (0.5 s) at every rate, exit 1 otherwise.
+triage takes at most `--budget-s` (0.5 s) of CPU at every rate, exit 1 otherwise: this
+process's CPU time, what the page costs, which a machine shared with other jobs does not
+inflate the way it does the wall time (shown beside it).
 
 `--profile`: where one triage's time goes, per rate: each SQLite query it made (what it
 counts, the span of event time, the history rows in that span, the groups returned, its
@@ -60,13 +62,20 @@ RULE = grounding_rule()
 
 
 def timed(repeat: int, work: object) -> tuple[float, object]:
+    return timed_cpu(repeat, work)[::2]  # type: ignore[return-value]
+
+
+def timed_cpu(repeat: int, work: object) -> tuple[float, float, object]:
+    """The median wall time and CPU time (this process's) of `repeat` runs, and a result."""
     times: list[float] = []
+    cpu: list[float] = []
     result: object = None
     for _ in range(repeat):
-        started = time.perf_counter()
+        started, used = time.perf_counter(), time.process_time()
         result = work()  # type: ignore[operator]
         times.append(time.perf_counter() - started)
-    return statistics.median(times), result
+        cpu.append(time.process_time() - used)
+    return statistics.median(times), statistics.median(cpu), result
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,16 @@ def _plan(steps: Iterator[Any]) -> str:
     return ", ".join(said)
 
 
+class _Found(list[Any]):
+    """A query's rows, read as from a cursor."""
+
+    def fetchall(self) -> list[Any]:
+        return list(self)
+
+    def fetchone(self) -> Any:
+        return self[0] if self else None
+
+
 class _Timed:
     """A connection whose queries are timed and explained (--profile)."""
 
@@ -109,7 +128,9 @@ class _Timed:
         self.db = db
         self.asked = asked
 
-    def execute(self, sql: str, parameters: Any = ()) -> Iterator[Any]:
+    def execute(self, sql: str, parameters: Any = ()) -> Any:
+        if not isinstance(parameters, dict) or "start" not in parameters:
+            return self.db.execute(sql, parameters)  # a look-up (columns, label sets, ids)
         plan = _plan(self.db.execute(f"EXPLAIN QUERY PLAN {sql}", parameters))
         started = time.perf_counter()
         found = self.db.execute(sql, parameters).fetchall()
@@ -119,7 +140,7 @@ class _Timed:
             "SELECT COUNT(*) FROM history WHERE at > ? AND at <= ?", (start, end)
         ).fetchone()
         self.asked.append(Asked(_what(sql), (end - start) / 60, rows, len(found), seconds, plan))
-        return iter(found)
+        return _Found(found)
 
 
 class Profiled:
@@ -176,7 +197,9 @@ def measure(
         service = AlertService(state, Metrics(), RuleSet((RULE,)), options=Options(base_url="x"))
         group = (("environment", "production"),)
         reader = state.history.reader()
-        triage_s, found = timed(repeat, lambda: service.triage_at(RULE, group, T, reader))
+        triage_s, triage_cpu, found = timed_cpu(
+            repeat, lambda: service.triage_at(RULE, group, T, reader)
+        )
         if profiled is not None:
             watched = Profiled(reader)
             service.triage_at(RULE, group, T, watched)  # type: ignore[arg-type]
@@ -208,12 +231,13 @@ def measure(
         f"{rate:g}",
         f"{span:,}",
         f"{triage_s * 1000:,.0f} ms",
+        f"{triage_cpu * 1000:,.0f} ms",
         f"{rows_s * 1000:,.0f} ms",
         f"{read:,}",
         f"{regression_s * 1000:,.0f} ms",
         "yes" if right else "NO",
     ]
-    return cells, right and triage_s <= budget_s
+    return cells, right and triage_cpu <= budget_s
 
 
 def main() -> int:
@@ -228,6 +252,7 @@ def main() -> int:
         "answers/s",
         "rows in the lookback",
         "triage (SQLite)",
+        "its CPU",
         "triage from rows",
         "rows a comparison covers",
         "regression",

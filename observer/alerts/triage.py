@@ -54,6 +54,9 @@ from observer.alerts.engine import MAX_EXAMPLES, group_of, in_scope, quantile, w
 from observer.alerts.rules import DIMENSIONS, LAYERS, WindowRule
 from observer.state.rows import Example, GroupKey, Row, Segment, Triage, Value
 from observer.state.slices import Bucket, Cell, Query, StoredSlices
+from observer.state.values import place
+
+__all__ = ["place"]  # where one bad sample points: kept beside the history's values
 
 if TYPE_CHECKING:  # the connection is the caller's: this module makes no I/O
     import sqlite3
@@ -122,29 +125,6 @@ def query(rule: WindowRule, group: GroupKey) -> Query:
         scope=tuple(sorted({*group, *rule.where})),
         highest=rule.op in (">", ">="),
     )
-
-
-def _positive(value: Value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-
-
-def place(values: Mapping[str, Value]) -> str:
-    """Where one bad sample points (docs/alerts.md#triage): a layer, or why none
-    (a key of `UNPLACED`)."""
-    if _positive(values.get("missing_chunks")) or _positive(values.get("stale_citations")):
-        return "index"
-    grade = values.get("crag_grade")
-    if values.get("abstained") is True:
-        if grade == "HIGH" or values.get("over_refusal") is True:
-            return "abstention"
-        if grade == "LOW":
-            return "refused_without_evidence"
-        return "no_retrieval_score" if grade is None else "ambiguous"
-    if grade == "LOW":
-        return "retrieval"
-    if grade == "HIGH":
-        return "generation"
-    return "no_retrieval_score" if grade is None else "ambiguous"
 
 
 def layer_of(values: Mapping[str, Value]) -> str | None:
@@ -451,7 +431,7 @@ def stored_slices(rule: WindowRule, group: GroupKey, db: sqlite3.Connection) -> 
     """`Slices` of `rule`'s `group` counted by SQLite on `db`: the window's cells and its
     onset buckets in one read."""
     size = bucket_size(rule.window_s, step_of(rule))
-    return StoredSlices(db, query(rule, group), place, size)
+    return StoredSlices(db, query(rule, group), size)
 
 
 def bucket_size(window_s: float, step_s: float) -> float:

@@ -35,8 +35,10 @@ import orjson
 
 from observer.state.db import Database
 from observer.state.rows import NO_DIMS, Row, Value
+from observer.state.values import VALUES_SCHEMA, delete_values, prune_values, write_values
 
-HISTORY_SCHEMA = """
+HISTORY_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS history (
     trace_id TEXT PRIMARY KEY,
     at REAL NOT NULL,
@@ -55,31 +57,41 @@ CREATE TABLE IF NOT EXISTS samples (
 );
 CREATE INDEX IF NOT EXISTS samples_at ON samples (at);
 """
+    + VALUES_SCHEMA
+)
 
 
 _COLUMNS = "trace_id, at, project_id, environment, query_type, signals, dims"
 
 
+_NEXT_SEQ = "(SELECT coalesce(max(seq), 0) + 1 FROM history)"
+
+
 def write_row(db: sqlite3.Connection, row: Row) -> None:
-    """Insert or replace a trace's row (inside the caller's transaction), with the file's
-    next write count (`seq`: writes are serialized, so it rises in commit order)."""
-    db.execute(
-        f"INSERT INTO history ({_COLUMNS}, seq) VALUES (?, ?, ?, ?, ?, ?, ?, "
-        "(SELECT coalesce(max(seq), 0) + 1 FROM history)) "
-        "ON CONFLICT(trace_id) DO UPDATE SET at = excluded.at, "
-        "project_id = excluded.project_id, environment = excluded.environment, "
-        "query_type = excluded.query_type, signals = excluded.signals, dims = excluded.dims, "
-        "seq = excluded.seq",
-        (
-            row.trace_id,
-            row.at,
-            row.project_id,
-            row.environment,
-            row.query_type,
-            orjson.dumps(dict(row.values)),
-            orjson.dumps(dict(row.dims)) if row.dims else None,
-        ),
-    )
+    """Insert or replace a trace's row and its narrow copy (`observer.state.values`), inside
+    the caller's transaction, with the file's next write count (`seq`: writes are
+    serialized, so it rises in commit order; the alert evaluator's "what changed")."""
+    signals = orjson.dumps(dict(row.values))
+    dims = orjson.dumps(dict(row.dims)) if row.dims else None
+    labels = (row.at, row.project_id, row.environment, row.query_type, signals, dims)
+    found = db.execute(
+        "SELECT rowid, at FROM history WHERE trace_id = ?", (row.trace_id,)
+    ).fetchone()
+    if found is None:
+        ((trace,),) = db.execute(
+            f"INSERT INTO history ({_COLUMNS}, seq) VALUES (?, ?, ?, ?, ?, ?, ?, {_NEXT_SEQ}) "
+            "RETURNING rowid",
+            (row.trace_id, *labels),
+        ).fetchall()
+    else:
+        trace, old_at = found
+        db.execute(
+            "UPDATE history SET at = ?, project_id = ?, environment = ?, query_type = ?, "
+            f"signals = ?, dims = ?, seq = {_NEXT_SEQ} WHERE rowid = ?",
+            (*labels, trace),
+        )
+        delete_values(db, trace, old_at)
+    write_values(db, trace, row)
 
 
 class _Labels:
@@ -219,6 +231,7 @@ class History:
         with self._file.transaction() as db:
             pruned = db.execute("DELETE FROM history WHERE at < ?", (before,)).rowcount
             pruned += db.execute("DELETE FROM samples WHERE at < ?", (before,)).rowcount
+            prune_values(db, before)
         return pruned
 
 

@@ -23,6 +23,10 @@ Schema 5: each history row says when it was last written (`seq`, from one counte
 file, indexed), so the alert evaluator re-reads only the stretches of time whose rows
 changed (docs/alerts.md#what-evaluation-costs). An older observer would write rows without
 it, and the evaluator would miss them: it refuses the file. Older rows keep NULL.
+Schema 6: the history's values kept a second time by column, with their label sets
+(`history_values`, `label_sets`: observer.state.values), for the triage's counts; filled
+from the history at the migration. An older observer writing the file would leave them
+behind the history (a page's triage would miss its rows): it refuses the file.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Final
 
-SCHEMA_VERSION: Final = 5
+from observer.state.values import fill
+
+SCHEMA_VERSION: Final = 6
 
 # The columns added to files of older versions (table -> column -> its ALTER).
 _COLUMNS: Final[Mapping[str, Mapping[str, str]]] = {
@@ -89,10 +95,16 @@ def _history_versioned(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS history_seq ON history (seq)")
 
 
+def _values_by_column(db: sqlite3.Connection) -> None:
+    """The history's values by column and its label sets, filled from the history."""
+    fill(db)
+
+
 # Step N takes a file of schema N-1 to schema N.
 STEPS: Final[Mapping[int, Callable[[sqlite3.Connection], None]]] = {
     2: _columns_since_the_first_files,
     3: _incidents,
     4: _outbox_counted_by_its_writers,
     5: _history_versioned,
+    6: _values_by_column,
 }

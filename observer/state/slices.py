@@ -4,8 +4,10 @@ A page's triage needs counts, not rows: per combination of labels, badness and l
 the samples' count, sum, min and max (`Cell`); per stretch of event time the same
 (`Bucket`); the worst few traces of a segment. Reading the rows into Python and
 decoding each one's JSON cost seconds at a busy service (bench/triage.py); SQLite
-extracts the one signal a rule watches and groups the rows where they lie, on the
-evaluator's own connection. The layer fields are read only for the bad samples.
+reads the one signal a rule watches from the history's narrow copy
+(observer.state.values: a column a value, the label set one number, the place kept
+with the row) and groups the rows where they lie, on the evaluator's own connection.
+The label sets' text is read once for the ids a read returns.
 
 What a sample is, is `alerts.rules.Expression.value` and `alerts.triage.is_bad`,
 written in SQL (`Query`): a row without the signal (unknown, DESIGN's "unknown is not
@@ -17,13 +19,14 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
-from observer.state.rows import NO_LABEL, Example, Value
+from observer.state.rows import NO_LABEL, Example
+from observer.state.values import PLACES, column, columns
 
 _NAME: Final = re.compile(r"^[a-z_][a-z0-9_]*$")
 _OPS: Final = frozenset({">", ">=", "<", "<=", "==", "!="})
@@ -113,18 +116,19 @@ def _sql_op(op: str) -> str:
     return {"==": "=", "!=": "<>"}.get(op, op)
 
 
-def _value_sql(query: Query) -> tuple[str, dict[str, Any]]:
-    """The expression's value of a row (`raw` is the signal): a number, 1.0 or 0.0 for a
-    comparison, NULL when the row has none (or, without a comparison, a text)."""
+def _value_sql(query: Query, raw: str) -> tuple[str, dict[str, Any]]:
+    """The expression's value of a row whose signal is `raw` (a column, or NULL): a number,
+    1.0 or 0.0 for a comparison, NULL when the row has none (or, without a comparison, a
+    text)."""
     if query.op is None:
-        return "CASE WHEN typeof(raw) IN ('integer', 'real') THEN raw + 0.0 END", {}
+        return f"CASE WHEN typeof({raw}) IN ('integer', 'real') THEN {raw} + 0.0 END", {}
     if isinstance(query.operand, str):
-        compare = "typeof(raw) = 'text'"
+        compare = f"typeof({raw}) = 'text'"
     else:
-        compare = "typeof(raw) IN ('integer', 'real')"
+        compare = f"typeof({raw}) IN ('integer', 'real')"
     return (
-        f"CASE WHEN raw IS NULL THEN NULL WHEN {compare} AND raw {_sql_op(query.op)} :operand "
-        "THEN 1.0 ELSE 0.0 END",
+        f"CASE WHEN {raw} IS NULL THEN NULL WHEN {compare} AND {raw} {_sql_op(query.op)} "
+        ":operand THEN 1.0 ELSE 0.0 END",
         {"operand": query.operand},
     )
 
@@ -135,68 +139,74 @@ def _bad_sql(query: Query) -> str:
     return f"(v {_sql_op(query.bad_op)} :line)"
 
 
-# The fields that place a bad sample (`alerts.triage.place`), read in one parse of its JSON.
-PLACE_FIELDS: Final = (
-    "missing_chunks",
-    "stale_citations",
-    "abstained",
-    "crag_grade",
-    "over_refusal",
-)
-_FIELDS = (
-    "json_extract(CAST(signals AS TEXT), " + ", ".join(f"'$.{name}'" for name in PLACE_FIELDS) + ")"
-)
-# A bad sample's layer, or why it has none (alerts.triage.place), from those fields:
-# f's items are missing_chunks, stale_citations, abstained, crag_grade, over_refusal.
-_PLACE = """CASE
-  WHEN coalesce(json_extract(f, '$[0]'), 0) > 0 OR coalesce(json_extract(f, '$[1]'), 0) > 0
-    THEN 'index'
-  WHEN json_extract(f, '$[2]') = 1 THEN CASE
-    WHEN json_extract(f, '$[3]') = 'HIGH' OR json_extract(f, '$[4]') = 1 THEN 'abstention'
-    WHEN json_extract(f, '$[3]') = 'LOW' THEN 'refused_without_evidence'
-    WHEN json_extract(f, '$[3]') IS NULL THEN 'no_retrieval_score'
-    ELSE 'ambiguous' END
-  WHEN json_extract(f, '$[3]') = 'LOW' THEN 'retrieval'
-  WHEN json_extract(f, '$[3]') = 'HIGH' THEN 'generation'
-  WHEN json_extract(f, '$[3]') IS NULL THEN 'no_retrieval_score'
-  ELSE 'ambiguous' END"""
+# The columns of a sample a read may use: its time, its history row, its label set.
+_ROW: Final = "at, trace, labels, place"
 
 
-def _placed(samples: str) -> str:
-    """`samples` with each bad sample's place (its JSON parsed once more, only if bad)."""
-    return (
-        f"SELECT *, CASE WHEN bad THEN {_PLACE} ELSE '' END AS place FROM ("
-        f"SELECT *, CASE WHEN bad THEN {_FIELDS} END AS f FROM ({samples}) "
-        "LIMIT -1 OFFSET 0)"
-    )
+def _raw(db: sqlite3.Connection, signal: str) -> str:
+    """The signal's column of `history_values`; NULL (no samples) while no row has had it."""
+    name = column(signal)
+    return name if name in columns(db) else "NULL"
 
 
-# The columns of a sample a read may use; the onset's buckets need only its time.
-_ROW: Final = "trace_id, project_id, at, environment, query_type, dims, signals"
+def _in_scope(
+    conditions: Sequence[tuple[str, str]], parameters: dict[str, Any], prefix: str
+) -> str:
+    """The rows whose label set has each (dimension, value) of `conditions`."""
+    if not conditions:
+        return ""
+    tests = []
+    for i, (key, wanted) in enumerate(conditions):
+        tests.append(f"{label_sql(key)} = :{prefix}{i}")
+        parameters[f"{prefix}{i}"] = wanted
+    return f"labels IN (SELECT id FROM label_sets WHERE {' AND '.join(tests)})"
 
 
-def _samples(query: Query, extra: str = "", columns: str = _ROW) -> tuple[str, dict[str, Any]]:
-    """The rows of the scope in (:start, :end] with `columns`, their value `v` and
-    badness `bad`."""
-    value, parameters = _value_sql(query)
+def _samples(
+    db: sqlite3.Connection,
+    query: Query,
+    where: Sequence[tuple[str, str]] = (),
+    extra: str = "",
+    columns: str = _ROW,
+) -> tuple[str, dict[str, Any]]:
+    """The rows of the scope (and `where`) in (:start, :end] with `columns`, their value
+    `v` and badness `bad`, read from `history_values` (observer.state.values)."""
+    value, parameters = _value_sql(query, _raw(db, query.signal))
     conditions = ["at > :start", "at <= :end"]
-    for i, (key, wanted) in enumerate(query.scope):
-        conditions.append(f"{label_sql(key)} = :scope{i}")
-        parameters[f"scope{i}"] = wanted
+    for labels, prefix in ((query.scope, "scope"), (where, "where")):
+        if found := _in_scope(labels, parameters, prefix):
+            conditions.append(found)
     if extra:
         conditions.append(extra)
     parameters["line"] = query.line
     # LIMIT -1 keeps SQLite from flattening the query into the ones around it, which
-    # would extract the signal once for every mention of `v` (four times the cost).
+    # would work out `v` once for every mention of it.
     inner = (
-        f"SELECT {columns}, {_field(query.signal)} AS raw FROM history "
+        f"SELECT {columns}, {value} AS v FROM history_values "
         f"WHERE {' AND '.join(conditions)} LIMIT -1 OFFSET 0"
     )
-    valued = f"SELECT {columns}, {value} AS v FROM ({inner})"
     return (
-        f"SELECT *, {_bad_sql(query)} AS bad FROM ({valued}) WHERE v IS NOT NULL",
+        f"SELECT *, {_bad_sql(query)} AS bad FROM ({inner}) WHERE v IS NOT NULL",
         parameters,
     )
+
+
+LabelSet = tuple[object, object, bytes | None]  # environment, query type, dimensions' JSON
+
+
+def _label_sets(db: sqlite3.Connection, ids: Collection[int]) -> dict[int, LabelSet]:
+    """The environment, query type and dimensions' JSON of each label set."""
+    found: dict[int, LabelSet] = {}
+    listed = sorted(ids)
+    for i in range(0, len(listed), 500):
+        chunk = listed[i : i + 500]
+        marks = ", ".join("?" * len(chunk))
+        for set_id, environment, query_type, dims in db.execute(
+            f"SELECT id, environment, query_type, dims FROM label_sets WHERE id IN ({marks})",
+            chunk,
+        ):
+            found[int(set_id)] = (environment, query_type, dims)
+    return found
 
 
 def _labels(
@@ -213,13 +223,9 @@ def _labels(
     return found
 
 
-Placer = Callable[[Mapping[str, Value]], str]
-
-
 def window(
     db: sqlite3.Connection,
     query: Query,
-    placer: Placer,
     size: float,
     start: float,
     end: float,
@@ -227,42 +233,51 @@ def window(
     """The scope's samples in (start, end] grouped by labels, badness and place (`Cell`),
     by stretch of `size` seconds back from `end` (`Bucket`), and by both (`Part`, where
     the worst samples lie), in one read: a page's window is the first span its onset
-    reads. SQLite groups by the labels, the stretch and a bad sample's place fields;
-    `placer` places each distinct set of fields once."""
-    samples, parameters = _samples(query)
-    # A label the scope fixes is the same on every sample: grouping by it costs, and
-    # changes nothing.
-    fixed = {k for k, _ in query.scope}
-    keys = ", ".join(["b", *(c for c in _COLUMNS if c not in fixed), "dims, bad, f"])
+    reads. SQLite groups by the label set, the stretch and a bad sample's place."""
+    samples, parameters = _samples(db, query)
     sql = (
-        "SELECT CAST((:end - at) / :size AS INTEGER) AS b, environment, query_type, dims, "
-        f"bad, CASE WHEN bad THEN {_FIELDS} END AS f, COUNT(*), TOTAL(v), MIN(v), MAX(v), "
-        f"MIN(at) FROM ({samples}) GROUP BY {keys}"
+        "SELECT CAST((:end - at) / :size AS INTEGER) AS b, labels, bad, "
+        "CASE WHEN bad THEN place END AS p, COUNT(*), TOTAL(v), MIN(v), MAX(v), MIN(at) "
+        f"FROM ({samples}) GROUP BY b, labels, bad, p"
     )
     parameters.update(size=size, start=start, end=end)
+    read = db.execute(sql, parameters).fetchall()
+    sets = _label_sets(db, {int(r[1]) for r in read})
     seen: dict[Any, Any] = {}
-    placed: dict[str | None, str] = {None: ""}
     cells: dict[tuple[Any, ...], list[Any]] = {}
     buckets: dict[int, list[Any]] = {}
     parts: list[Part] = []
-    for b, e, q, d, bad, f, n, total, low, high, first in db.execute(sql, parameters):
-        parts.append(Part(int(b), _labels(e, q, d, seen), bool(bad), n, low, high))
-        if f not in placed:
-            placed[f] = placer(dict(zip(PLACE_FIELDS, orjson.loads(f), strict=True)))
-        cell = cells.setdefault((e, q, d, bad, placed[f]), [0, [], low, high])
-        cell[0] += n
-        cell[1].append(total)
-        cell[2], cell[3] = min(cell[2], low), max(cell[3], high)
-        bucket = buckets.setdefault(b, [0, 0, [], low, high, first])
-        bucket[0] += n
-        bucket[1] += n if bad else 0
-        bucket[2].append(total)
-        bucket[3], bucket[4] = min(bucket[3], low), max(bucket[4], high)
-        bucket[5] = min(bucket[5], first)
+    for b, labels, bad, p, n, total, low, high, first in read:
+        e, q, d = sets[labels]
+        parts.append(Part(b, _labels(e, q, d, seen), bool(bad), n, low, high))
+        cell = cells.get((labels, bad, p))
+        if cell is None:
+            cells[(labels, bad, p)] = [n, [total], low, high]
+        else:
+            cell[0] += n
+            cell[1].append(total)
+            cell[2], cell[3] = min(cell[2], low), max(cell[3], high)
+        bucket = buckets.get(b)
+        if bucket is None:
+            buckets[b] = [n, n if bad else 0, [total], low, high, first]
+        else:
+            bucket[0] += n
+            bucket[1] += n if bad else 0
+            bucket[2].append(total)
+            bucket[3], bucket[4] = min(bucket[3], low), max(bucket[4], high)
+            bucket[5] = min(bucket[5], first)
     return (
         [
-            Cell(_labels(e, q, d, seen), bool(bad), p, n, math.fsum(t), float(lo), float(hi))
-            for (e, q, d, bad, p), (n, t, lo, hi) in cells.items()
+            Cell(
+                _labels(*sets[labels], seen),
+                bool(bad),
+                "" if p is None else PLACES[p],
+                n,
+                math.fsum(t),
+                float(lo),
+                float(hi),
+            )
+            for (labels, bad, p), (n, t, lo, hi) in cells.items()
         ],
         [
             Bucket(int(b), n, k, math.fsum(t), float(lo), float(hi), float(first))
@@ -302,7 +317,7 @@ def buckets(
     db: sqlite3.Connection, query: Query, size: float, anchor: float, start: float, end: float
 ) -> list[Bucket]:
     """The scope's samples in (start, end] by stretch of `size` seconds back from `anchor`."""
-    samples, parameters = _samples(query, columns="at")
+    samples, parameters = _samples(db, query, columns="at")
     sql = (
         "SELECT CAST((:anchor - at) / :size AS INTEGER) AS b, COUNT(*), SUM(bad), TOTAL(v), "
         f"MIN(v), MAX(v), MIN(at) FROM ({samples}) GROUP BY b"
@@ -328,40 +343,44 @@ def worst(
     `query.highest`, else the lowest), the most recent first among equals. `within`:
     (size, indexes) the stretches of `size` seconds back from `end` that hold them
     (`nearest`): only those are read."""
-    conditions = [f"{label_sql(k)} = :where{i}" for i, (k, _) in enumerate(where)]
+    extra = ""
     parameters: dict[str, Any] = {"anchor": end}
     if within is not None:
         size, indexes = within
         if not indexes:
             return ()
         listed = ", ".join(str(int(i)) for i in sorted(indexes))
-        conditions.append(f"CAST((:anchor - at) / :size AS INTEGER) IN ({listed})")
+        extra = f"CAST((:anchor - at) / :size AS INTEGER) IN ({listed})"
         # A stretch wider on each side: the condition above says which rows are in.
         start = max(start, end - (max(indexes) + 2) * size)
         end = min(end, end - (min(indexes) - 1) * size)
         parameters["size"] = size
-    samples, found = _samples(query, " AND ".join(conditions))
+    samples, found = _samples(db, query, where, extra)
     parameters.update(found)
-    parameters.update({f"where{i}": v for i, (_, v) in enumerate(where)})
     if query.bad_op is None:
         order = "WHERE v = 1.0 ORDER BY at DESC"
     else:
         order = f"ORDER BY v {'DESC' if query.highest else 'ASC'}, at DESC"
-    sql = f"SELECT trace_id, project_id, v FROM ({samples}) {order} LIMIT :limit"
+    sql = f"SELECT trace, v FROM ({samples}) {order} LIMIT :limit"
     parameters.update(start=start, end=end, limit=limit)
-    return tuple(Example(str(t), p, float(v)) for t, p, v in db.execute(sql, parameters))
+    chosen = db.execute(sql, parameters).fetchall()
+    out = []
+    for trace, v in chosen:
+        trace_id, project_id = db.execute(
+            "SELECT trace_id, project_id FROM history WHERE rowid = ?", (trace,)
+        ).fetchone()
+        out.append(Example(str(trace_id), project_id, float(v)))
+    return tuple(out)
 
 
 def places(
     db: sqlite3.Connection, query: Query, where: Sequence[tuple[str, str]], start: float, end: float
 ) -> dict[str, int]:
     """How many bad samples inside `where` in (start, end] each place holds."""
-    conditions = [f"{label_sql(k)} = :where{i}" for i, (k, _) in enumerate(where)]
-    samples, parameters = _samples(query, " AND ".join(conditions))
-    parameters.update({f"where{i}": v for i, (_, v) in enumerate(where)})
+    samples, parameters = _samples(db, query, where)
     parameters.update(start=start, end=end)
-    sql = f"SELECT place, COUNT(*) FROM ({_placed(samples)}) WHERE bad GROUP BY place"
-    return {str(p): int(n) for p, n in db.execute(sql, parameters)}
+    sql = f"SELECT place, COUNT(*) FROM ({samples}) WHERE bad GROUP BY place"
+    return {PLACES[p]: int(n) for p, n in db.execute(sql, parameters)}
 
 
 class StoredSlices:
@@ -372,13 +391,11 @@ class StoredSlices:
         self,
         db: sqlite3.Connection,
         query: Query,
-        placer: Placer,
         size: float,
         examples: int = 5,
     ) -> None:
         self.db = db
         self.query = query
-        self.placer = placer
         self.size = size  # the onset's stretch of time (`alerts.triage.bucket_size`)
         self.examples = examples
         # The window's buckets, read with its cells: (size, anchor, start, end) -> buckets.
@@ -387,7 +404,7 @@ class StoredSlices:
 
     def cells(self, start: float, end: float) -> list[Cell]:
         found, self._read[(self.size, end, start, end)], self._parts[(start, end)] = window(
-            self.db, self.query, self.placer, self.size, start, end
+            self.db, self.query, self.size, start, end
         )
         return found
 
