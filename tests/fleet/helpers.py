@@ -30,6 +30,19 @@ def fleet_settings(
     )
 
 
+def judge_every_trace(monkeypatch: pytest.MonkeyPatch, judge_url: str) -> None:
+    """The judge on, every answer sampled, against an OpenAI-compatible stub at `judge_url`."""
+    for key, value in {
+        "OBSERVER_JUDGE__ENABLED": "true",
+        "OBSERVER_JUDGE__RATE": "1.0",
+        "OBSERVER_JUDGE__RISK_OVERSAMPLING": "false",
+        "OBSERVER_JUDGE_BASE_URL": judge_url + "/v1",
+        "OBSERVER_JUDGE_MODEL": "stub-judge",
+        "OPENAI_API_KEY": "sk-test",
+    }.items():
+        monkeypatch.setenv(key, value)
+
+
 def traces(count_copies: int = 1, *, tag: str = "") -> list[dict[str, Any]]:
     """The demo's traces under new ids, rooted in the last hour (settled, in the lookback)."""
     start = datetime.now(UTC) - timedelta(minutes=50)

@@ -20,7 +20,7 @@ from observer.fleet.member import Member
 from tests.daemon_helpers import demo_counts
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.fakes.openai_stub import OpenAIStub
-from tests.fleet.helpers import drain, fleet_settings, keeping, members, traces
+from tests.fleet.helpers import drain, fleet_settings, judge_every_trace, keeping, members, traces
 from tests.servers import RedisServer
 
 
@@ -286,15 +286,7 @@ def test_redis_away_while_the_judge_claims_buries_nothing_and_counts_no_failure(
     fake.add_observations(traces())
     judge = OpenAIStub()
     with judge:
-        for key, value in {
-            "OBSERVER_JUDGE__ENABLED": "true",
-            "OBSERVER_JUDGE__RATE": "1.0",
-            "OBSERVER_JUDGE__RISK_OVERSAMPLING": "false",
-            "OBSERVER_JUDGE_BASE_URL": judge.url + "/v1",
-            "OBSERVER_JUDGE_MODEL": "stub-judge",
-            "OPENAI_API_KEY": "sk-test",
-        }.items():
-            monkeypatch.setenv(key, value)
+        judge_every_trace(monkeypatch, judge.url)
         settings = fleet_settings(monkeypatch, fake, redis_proc.url, max_deliveries=1)
         with members(settings, tmp_path, ["m1"]) as (m1,):
             m1.keep()
