@@ -23,7 +23,7 @@ from observer.alerts.engine import AlertState, Evaluation, GroupKey, Row, replay
 from observer.alerts.families.cache import BucketCache
 from observer.alerts.rules import WindowRule, default_window_rules, row_keys
 from observer.state import State
-from tests.alerts.test_windows import T0, point_lists, rules, trace_rows
+from tests.alerts.test_windows import T0, assert_same, point_lists, rules, trace_rows
 from tests.budget import scaled
 
 
@@ -46,12 +46,7 @@ def evaluate(
         max_groups,
     )
     rows = history.rows(-1.0, T0 + 10_000, row_keys({rule.expression.signal}), samples=False)
-    expected = replay(rule, rows, states, points, max_groups)
-    assert got.events == expected.events
-    assert got.states == expected.states
-    assert got.examples == expected.examples
-    assert got.tops == expected.tops
-    assert got.capped == expected.capped
+    assert_same(got, replay(rule, rows, states, points, max_groups))
     return got
 
 
