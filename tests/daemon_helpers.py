@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,16 @@ from observer.times import iso, parse_time
 from tests.fakes.langfuse_server import FakeLangfuse
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _demo_lookback_s() -> str:
+    """A lookback from now that reaches the first bundled trace a day early, however long
+    after their dates the tests run (a fixed number of days stops reaching them one day)."""
+    first = min(parse_time(o["startTime"]) or datetime.now(UTC) for o in app.demo_observations())
+    return str(((datetime.now(UTC) - first).days + 2) * 86400)  # whole days
+
+
+DEMO_LOOKBACK_S = _demo_lookback_s()
 
 
 def demo_observations() -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ import pytest
 
 from observer.health import Health
 from observer.telemetry.http import HttpServer
-from tests.daemon_helpers import ROOT, demo_observations
+from tests.daemon_helpers import DEMO_LOOKBACK_S, ROOT, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.fakes.receiver import Receiver
 
@@ -66,7 +66,7 @@ def environment(fake: FakeLangfuse, receiver: Receiver, config: Path) -> dict[st
         OBSERVER_JUDGE__TIMEOUT_S="1",
         HOOK_SECRET=WEBHOOK_SECRET,
         OBSERVER_CONFIG=str(config),
-        OBSERVER_SOURCE__LOOKBACK_S=str(30 * 86400),
+        OBSERVER_SOURCE__LOOKBACK_S=DEMO_LOOKBACK_S,
         OBSERVER_SOURCE__REQUESTS_PER_MINUTE="6000",
         OBSERVER_SOURCE__MAX_ATTEMPTS="1",
         OBSERVER_SOURCE__FIRST_CONTACT_S="2",  # the failures here are what is said, not how long

@@ -73,7 +73,7 @@ def alert_status(alerts: AlertService, now: datetime | None = None) -> AlertStat
             found = alerts.triage_at(item.rule, item.group, item.at)
             if found is not None:
                 triages[(item.rule.name, item.group)] = found
-    mark = alerts.state.watermark()
+    mark = alerts.state.scored_through()
     at = mark.timestamp() if mark is not None else None
     shown = alerts.incidents(None if at is None else at - RESOLVED_SHOWN_S)
     return AlertStatus(

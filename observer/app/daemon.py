@@ -100,7 +100,10 @@ class Daemon:
         if parts.member is not None:
             return  # the fleet member's own threads read and score
         if parts.settings.otlp.on and parts.settings.otlp.poller == "off":
-            return  # the OTLP receiver alone: nothing is read from Langfuse
+            # The OTLP receiver alone: nothing is read from Langfuse, and nothing lags. The
+            # rules still evaluate, those on traces up to the receiver's mark.
+            parts.evaluator.after_pass(self.clock(), 0.0)
+            return
         if parts.health.held("state") and not self._state_writable_again():
             return  # no new traces while nothing can be recorded
         outcome = parts.passes.tick(clock=self.clock)
@@ -133,7 +136,7 @@ class Daemon:
         """Fingerprints and history past their keeping pruned; the dispatcher nudged."""
         parts = self.parts
         member = parts.member
-        watermark = parts.state.watermark() if member is None else member.watermark()
+        watermark = parts.state.scored_through() if member is None else member.watermark()
         if watermark is not None:
             keep = timedelta(seconds=parts.settings.source.overlap_s) + timedelta(days=1)
             pruned = parts.state.prune_traces(watermark - keep)

@@ -99,6 +99,7 @@ class _Trace:
     handed: int = 0  # times handed out
     pending: bool = True  # spans arrived since it was last handed out
     early: EarlyReason | None = None
+    start: str = ""  # its spans' earliest startTime (one ISO format: ordered as text)
 
 
 class Assembly:
@@ -121,6 +122,12 @@ class Assembly:
     def waiting(self) -> int:
         """Traces with spans not yet handed out."""
         return sum(1 for t in self._traces.values() if t.pending)
+
+    def earliest_waiting(self) -> str | None:
+        """The earliest span start of the traces not yet handed out (None: none waits):
+        every trace taken that started before it has been handed out to be scored."""
+        starts = [t.start for t in self._traces.values() if t.pending and t.start]
+        return min(starts, default=None)
 
     # -- spans in -------------------------------------------------------------------------
 
@@ -160,6 +167,9 @@ class Assembly:
             trace = self._traces[span.trace_id] = _Trace(now, now)
         known = span.span_id in trace.spans
         trace.spans[span.span_id] = span.observation
+        start = span.observation.get("startTime")
+        if isinstance(start, str) and (not trace.start or start < trace.start):
+            trace.start = start
         self.size += span.size - trace.sizes.get(span.span_id, 0)
         trace.size += span.size - trace.sizes.get(span.span_id, 0)
         trace.sizes[span.span_id] = span.size

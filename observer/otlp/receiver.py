@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import structlog
 
@@ -52,6 +52,10 @@ STOPPING_RETRY_S = 5.0
 OUTBOX_RETRY_S = 10.0
 PROJECT_RETRY_S = 10.0
 EXPIRE_EVERY_S = 1.0
+# How long after its first span started a trace may reach observer with none of it seen:
+# the first span's own time and the SDK's export delay. The receiver's mark trails the
+# clock by this much (what is already held holds it by itself).
+LATE_S = 30.0
 
 
 def observations_of(decoded: Decoded, project_id: str | None) -> list[SpanIn]:
@@ -112,6 +116,7 @@ class Receiver:
         self.outbox_full = False  # set by a step whose trace found no room in the outbox
         self._paused_until = 0.0  # the project could not be read: no step scores before
         self._expired_at = 0.0
+        self._marked: datetime | None = None
 
     # -- the HTTP side --------------------------------------------------------------------
 
@@ -175,12 +180,17 @@ class Receiver:
             return False
         with self._lock:
             dropped: list[Dropped] = []
-            if now - self._expired_at >= EXPIRE_EVERY_S:  # a walk over all it holds
+            earliest: str | None = None
+            marking = now - self._expired_at >= EXPIRE_EVERY_S  # a walk over all it holds
+            if marking:
                 dropped, self._expired_at = self.assembly.expire(now), now
+                earliest = self.assembly.earliest_waiting()
             handed = self.assembly.due(now, BATCH)
             self._gauges()
         if dropped:
             self._dropped(dropped)
+        if marking:
+            self._mark(earliest)
         if not handed:
             return False
         try:
@@ -196,6 +206,21 @@ class Receiver:
             self._put_back(handed)
             raise
         return len(handed) >= BATCH
+
+    def _mark(self, earliest: str | None) -> None:
+        """The receiver's mark moved on (`State.received_through`, what the alert rules on
+        traces evaluate up to): to the earliest span of the traces still waiting, never
+        past `LATE_S` ago, never back. Each step scores what it was handed before the next
+        one marks: what lies below the mark is in the history."""
+        mark = self.clock() - timedelta(seconds=LATE_S)
+        first = parse_time(earliest) if earliest is not None else None
+        if first is not None and first < mark:
+            mark = first
+        if self._marked is None:
+            self._marked = self.state.received_through()  # a restart does not move it back
+        if self._marked is None or mark > self._marked:
+            self.state.set_received_through(mark)
+            self._marked = mark
 
     def _put_back(self, handed: list[Handed]) -> None:
         with self._lock:

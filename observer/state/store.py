@@ -176,6 +176,24 @@ class State:
         with self._transaction():
             self._set_meta("watermark", iso(moment))
 
+    def received_through(self) -> datetime | None:
+        """The OTLP receiver's own mark: every trace it took whose spans start before this
+        is scored (docs/daemon.md#the-event-path)."""
+        with self._lock:
+            value = self._get_meta("received_through")
+        return parse_time(value) if value else None
+
+    def set_received_through(self, moment: datetime) -> None:
+        with self._transaction():
+            self._set_meta("received_through", iso(moment))
+
+    def scored_through(self) -> datetime | None:
+        """Where the history is whole, for the alert rules on traces and the pruning: the
+        later of the poller's watermark and the receiver's mark (the receiver scores in
+        seconds what the poller, its backstop, reads minutes later)."""
+        marks = [m for m in (self.watermark(), self.received_through()) if m is not None]
+        return max(marks, default=None)
+
     def noted(self, key: str) -> str | None:
         """A fact the daemon keeps across restarts (`note`), or None."""
         with self._lock:

@@ -17,7 +17,7 @@ from observer.config import ConfigError
 from observer.state import State
 from observer.telemetry.metrics import Metrics
 from observer.telemetry.otel import Telemetry
-from tests.daemon_helpers import configure, demo_observations
+from tests.daemon_helpers import DEMO_LOOKBACK_S, configure, demo_observations
 from tests.fakes.langfuse_server import SCORES_PATH, FakeLangfuse, RequestRecord
 
 
@@ -113,7 +113,7 @@ def test_a_stop_that_abandons_a_thread_leaves_the_state_open(
         monkeypatch,
         fake,
         OBSERVER_RUN__SHUTDOWN_GRACE_S="0.5",
-        OBSERVER_SOURCE__LOOKBACK_S=str(30 * 86400),  # the demo's days
+        OBSERVER_SOURCE__LOOKBACK_S=DEMO_LOOKBACK_S,  # the demo's days
     )
     fake.add_observations(demo_observations())
     answer = threading.Event()

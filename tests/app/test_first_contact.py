@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from observer.cli import main
-from tests.daemon_helpers import configure, demo_observations
+from tests.daemon_helpers import DEMO_LOOKBACK_S, configure, demo_observations
 from tests.fakes.langfuse_server import FakeLangfuse
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "state"
@@ -26,7 +26,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "state"
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLangfuse]:
     with FakeLangfuse() as server:
         server.add_observations(demo_observations())
-        configure(monkeypatch, server, OBSERVER_SOURCE__LOOKBACK_S=str(30 * 86400))
+        configure(monkeypatch, server, OBSERVER_SOURCE__LOOKBACK_S=DEMO_LOOKBACK_S)
         yield server
 
 
@@ -60,7 +60,8 @@ def test_the_state_file_takes_its_project_and_refuses_another(
         f"state file {state} was written for Langfuse project 'fake project' (fake-project) "
         f"at {fake.url}, but the keys are for project 'other team' (prj-other) at {fake.url}. "
         "A state file serves one project: give this one its own (--state, state.path), or, "
-        f"to start afresh, move {state} away (the next run then reads the last 30d, "
+        f"to start afresh, move {state} away (the next run then reads the last "
+        f"{int(DEMO_LOOKBACK_S) // 86400}d, "
         "source.lookback_s)"
     )
     window = ("--from", "2026-11-27T00:00:00Z", "--to", "2026-11-29T00:00:00Z")

@@ -20,7 +20,14 @@ from click.testing import CliRunner
 from observer.background import Deadline
 from observer.cli import main
 from observer.times import parse_time
-from tests.daemon_helpers import after, configure, demo_counts, demo_observations, once
+from tests.daemon_helpers import (
+    DEMO_LOOKBACK_S,
+    after,
+    configure,
+    demo_counts,
+    demo_observations,
+    once,
+)
 from tests.fakes.langfuse_server import FakeLangfuse
 
 SCORES = demo_counts().scores
@@ -39,7 +46,7 @@ def daemon_env(fake: FakeLangfuse) -> dict[str, str]:
         LANGFUSE_PUBLIC_KEY=fake.public_key,
         LANGFUSE_SECRET_KEY=fake.secret_key,
         LANGFUSE_BASE_URL=fake.url,
-        OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400),
+        OBSERVER_SOURCE__LOOKBACK_S=DEMO_LOOKBACK_S,
         OBSERVER_SOURCE__PAGE_LIMIT="20",
         OBSERVER_SOURCE__POLL_INTERVAL_S="1",
         OBSERVER_SOURCE__REQUESTS_PER_MINUTE="6000",
@@ -79,7 +86,7 @@ def test_sigterm_mid_pass_then_restart_loses_and_duplicates_nothing(
 
     # Restart and catch up: every score delivered once.
     fake.latency_s = 0.0
-    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400))
+    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S=DEMO_LOOKBACK_S)
     result = once(settings, state, after(demo_observations()) + timedelta(days=1))
     assert result.exit_code == 0, result.error
     assert len(fake.scores) == SCORES
@@ -163,7 +170,7 @@ def test_a_hanging_score_push_does_not_hold_run_once_past_the_grace(
     settings = configure(
         monkeypatch,
         fake,
-        OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400),
+        OBSERVER_SOURCE__LOOKBACK_S=DEMO_LOOKBACK_S,
         OBSERVER_RUN__SHUTDOWN_GRACE_S="2",
         OBSERVER_SOURCE__REQUEST_TIMEOUT_S="30",
     )
@@ -185,7 +192,7 @@ def test_a_second_dispatcher_shutdown_returns_at_once(
 ) -> None:
     from observer import app
 
-    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400))
+    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S=DEMO_LOOKBACK_S)
     parts = app.build(settings, state_path=tmp_path / "s.sqlite")
     parts.pipeline.poll(after(demo_observations()) + timedelta(days=1))
     fake.stop()  # nothing can be delivered
@@ -231,7 +238,7 @@ def test_sigterm_during_a_long_flush_ends_in_the_grace_without_a_traceback(
     assert len(fake.scores) < SCORES, "the whole outbox went out: the test proves nothing"
 
     fake.post_latency_s = 0.0
-    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400))
+    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S=DEMO_LOOKBACK_S)
     result = once(settings, state, after(demo_observations()) + timedelta(days=1))
     assert result.exit_code == 0, result.error
     assert len(fake.scores) == SCORES
@@ -291,7 +298,7 @@ def test_run_once_stopped_with_ctrl_c_says_what_is_left_and_exits_3(
     configure(
         monkeypatch,
         fake,
-        OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400),
+        OBSERVER_SOURCE__LOOKBACK_S=DEMO_LOOKBACK_S,
         OBSERVER_SOURCE__PAGE_LIMIT="20",
         OBSERVER_RUN__SHUTDOWN_GRACE_S="1",
     )
@@ -313,7 +320,7 @@ def test_run_once_stopped_with_ctrl_c_says_what_is_left_and_exits_3(
 def assert_the_next_run_delivers_the_rest_once(
     fake: FakeLangfuse, monkeypatch: pytest.MonkeyPatch, state: Path
 ) -> None:
-    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S=str(10 * 86400))
+    settings = configure(monkeypatch, fake, OBSERVER_SOURCE__LOOKBACK_S=DEMO_LOOKBACK_S)
     result = once(settings, state, after(demo_observations()) + timedelta(days=1))
     assert result.exit_code == 0, result.error
     assert len(fake.scores) == SCORES

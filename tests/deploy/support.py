@@ -23,6 +23,7 @@ import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 from observer.telemetry.metrics import Metrics
+from tests.daemon_helpers import DEMO_LOOKBACK_S
 from tests.fakes.langfuse_server import FakeLangfuse
 from tests.servers import require_binary
 
@@ -63,7 +64,7 @@ def daemon_env(fake: FakeLangfuse, port: int, state: Path) -> dict[str, str]:
         OBSERVER_HTTP_HOST="127.0.0.1",
         OBSERVER_HTTP_PORT=str(port),
         OBSERVER_STATE__PATH=str(state),
-        OBSERVER_SOURCE__LOOKBACK_S=str(30 * 86400),
+        OBSERVER_SOURCE__LOOKBACK_S=DEMO_LOOKBACK_S,
         OBSERVER_SOURCE__POLL_INTERVAL_S="1",
         OBSERVER_SOURCE__REQUESTS_PER_MINUTE="6000",
         OBSERVER_RUN__SHUTDOWN_GRACE_S="5",

@@ -18,6 +18,7 @@ import copy
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +65,9 @@ class Ticks:
         self.now += seconds
 
 
-def settings_for(fake: FakeLangfuse, **otlp: Any) -> Settings:
+def settings_for(fake: FakeLangfuse, alerts: dict[str, Any] | None = None, **otlp: Any) -> Settings:
     return Settings(
+        alerts=alerts or {},
         langfuse={
             "base_url": fake.url,
             "public_key": fake.public_key,
@@ -113,8 +115,17 @@ class Observer:
         self.parts.close()
 
 
-def start_observer(fake: FakeLangfuse, state: Path, **otlp: Any) -> Observer:
-    settings = settings_for(fake, **otlp)
+def start_observer(
+    fake: FakeLangfuse,
+    state: Path,
+    *,
+    clock: Callable[[], datetime] | None = None,
+    alerts: dict[str, Any] | None = None,
+    **otlp: Any,
+) -> Observer:
+    """`clock`: the receiver's wall clock (the daemon's by default); `alerts`: the
+    `[alerts]` section."""
+    settings = settings_for(fake, alerts=alerts, **otlp)
     parts = app.build(settings, mode="solo", state_path=state)
     o = settings.otlp
     ticks = Ticks()
@@ -126,7 +137,7 @@ def start_observer(fake: FakeLangfuse, state: Path, **otlp: Any) -> Observer:
         project_id=ProjectId(app.build_api(settings), parts.budget, parts.stopping),
         lookup=parts.resolver,
         notify=lambda: None,
-        clock=parts.clock,
+        clock=clock or parts.clock,
         monotonic=ticks,
     )
     path = EventPath(settings, receiver)

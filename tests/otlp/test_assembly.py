@@ -251,3 +251,69 @@ def test_a_trace_is_handed_out_when_whole_after_the_grace_else_after_the_settle_
             assert handed[0].reason == ("whole" if whole else "settled")
             assert {o["id"] for o in handed[0].observations} == ids
         now += gap
+
+
+# -- the receiver's mark: what lies before the earliest waiting span was handed out -------
+
+
+def started(trace: str, span_id: str, second: int, *, root: bool = False) -> SpanIn:
+    observation: dict[str, Any] = {
+        "traceId": trace,
+        "id": span_id,
+        "isRootObservation": root,
+        "startTime": f"2026-12-08T10:00:{second:02d}.000Z",
+    }
+    return SpanIn(trace, span_id, observation, 100, root)
+
+
+def test_the_earliest_waiting_start_is_the_oldest_span_of_a_trace_not_handed_out() -> None:
+    assembly = Assembly(Limits(settle_s=SETTLE))
+    assert assembly.earliest_waiting() is None
+    assembly.add([started("t1", "root", 30, root=True), started("t1", "a", 20)], now=0.0)
+    assembly.add([started("t2", "b", 10)], now=0.5)  # its root not in yet: it waits
+    assert assembly.earliest_waiting() == "2026-12-08T10:00:10.000Z"
+    assembly.add([started("t2", "root", 5, root=True)], now=1.0)
+    assert assembly.earliest_waiting() == "2026-12-08T10:00:05.000Z"
+    assert ids(assembly.due(now=2.5)) == ["t1"]  # t2's child came after its root: settles
+    assert assembly.earliest_waiting() == "2026-12-08T10:00:05.000Z"
+    assert ids(assembly.due(now=3.0)) == ["t2"]
+    assert assembly.earliest_waiting() is None  # both handed out; kept for late spans
+    assembly.add([started("t1", "late", 40)], now=4.0)  # t1 waits again, whole
+    assert assembly.earliest_waiting() == "2026-12-08T10:00:20.000Z"
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["t1", "t2", "t3"]),
+            st.sampled_from(["root", "a", "b"]),
+            st.integers(min_value=0, max_value=59),
+            st.booleans(),  # take what is due after this span
+        ),
+        max_size=20,
+    )
+)
+def test_no_trace_starting_before_the_earliest_waiting_span_is_left_unhanded(
+    arrivals: list[tuple[str, str, int, bool]],
+) -> None:
+    """The receiver's mark rests on this: every trace with a span before the earliest
+    waiting start has all its spans handed out, whatever came in which order."""
+    assembly = Assembly(Limits(settle_s=SETTLE, keep_s=1000.0))
+    unhanded: dict[str, set[str]] = {}
+    starts: dict[str, int] = {}
+    now = 0.0
+    for trace, span_id, second, take in arrivals:
+        taken = assembly.add([started(trace, span_id, second, root=span_id == "root")], now)
+        if taken.new_spans:
+            unhanded.setdefault(trace, set()).add(span_id)
+            starts[trace] = min(starts.get(trace, 60), second)
+        now += 0.5
+        if take:
+            now += SETTLE
+            for handed in assembly.due(now):
+                unhanded.pop(handed.trace_id, None)
+        earliest = assembly.earliest_waiting()
+        for trace_id, spans in unhanded.items():
+            assert spans and earliest is not None
+            assert earliest <= f"2026-12-08T10:00:{starts[trace_id]:02d}.000Z"

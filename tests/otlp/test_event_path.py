@@ -4,6 +4,7 @@ daemon."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -15,7 +16,15 @@ from observer.app.event_path import check, with_backstop
 from observer.background import Deadline
 from observer.config import ConfigError, Settings
 from tests.fakes.langfuse_server import FakeLangfuse
-from tests.otlp.harness import basic, post, settings_for, unique_keys
+from tests.otlp.harness import (
+    basic,
+    emit_answer,
+    langfuse_client,
+    post,
+    settings_for,
+    start_observer,
+    unique_keys,
+)
 from tests.otlp.test_receiver import _export_body
 
 KEYS = {"public_key": "pk-lf-x", "secret_key": "sk-lf-x"}
@@ -85,3 +94,62 @@ def test_the_daemon_opens_the_receiver_and_closes_it_on_shutdown(tmp_path: Path)
             parts.stop(Deadline.within(5))
         with pytest.raises(httpx.ConnectError):  # the port is closed
             post(url, _export_body(), basic(fake))
+
+
+COUNTED = {
+    "defaults": False,
+    "rules": [
+        {
+            "name": "answers_counted",
+            "signal": "ungrounded == false",  # every answer: the two are grounded
+            "aggregate": "count",
+            "op": ">=",
+            "threshold": 2,
+            "window": "10m",
+            "min_samples": 1,
+            "for": "0s",
+        }
+    ],
+}
+
+
+def test_with_the_receiver_alone_the_rules_on_traces_evaluate_up_to_its_mark(
+    tmp_path: Path,
+) -> None:
+    """`otlp.poller = off`: no pass reads Langfuse, yet the rules on traces evaluate, up to
+    the receiver's mark (the earliest span still waiting, at most `LATE_S` ago)."""
+    wall = [datetime.now(UTC)]
+    with FakeLangfuse() as fake:
+        unique_keys(fake)
+        observer = start_observer(
+            fake, tmp_path / "s.sqlite", clock=lambda: wall[0], alerts=COUNTED, poller="off"
+        )
+        try:
+            client = langfuse_client(observer.url, fake.public_key, fake.secret_key)
+            for _ in range(2):
+                emit_answer(client)
+            daemon = Daemon(observer.parts, clock=lambda: wall[0])
+            observer.settle()
+            state = observer.parts.state
+
+            def evaluated(outcome: str) -> float:  # what the daemon's evaluator did
+                return observer.metric(
+                    "observer_alert_evaluations_total", rule="answers_counted", outcome=outcome
+                )
+
+            assert state.watermark() is None  # the poller's: nothing was read
+            mark = state.scored_through()
+            assert mark is not None and mark <= wall[0] - timedelta(seconds=30)
+            daemon.tick()
+            observer.parts.evaluator.catch_up()
+            assert evaluated("firing") == 0  # the answers lie after the mark
+            wall[0] += timedelta(minutes=2)  # no span for two minutes: the mark moves on
+            observer.settle()
+            daemon.tick()
+            observer.parts.evaluator.catch_up()
+            assert evaluated("firing") >= 1
+            moved = state.scored_through()
+            assert moved is not None
+            assert abs(moved - (wall[0] - timedelta(seconds=30))) < timedelta(milliseconds=1)
+        finally:
+            observer.close()

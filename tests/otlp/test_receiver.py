@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -281,3 +282,37 @@ def _export_body(text_bytes: int = 10, trace: int = 1) -> bytes:
         resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[span])])]
     )
     return bytes(request.SerializeToString())
+
+
+def test_the_receivers_mark_waits_for_a_trace_still_in_assembly_and_never_moves_back(
+    fake: FakeLangfuse, tmp_path: Path
+) -> None:
+    """The alert rules on traces evaluate up to the mark: a trace whose root has not come
+    holds it at the trace's first span; a restarted receiver does not move it back."""
+    wall = [datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)]
+    observer = start_observer(fake, tmp_path / "state.sqlite", clock=lambda: wall[0])
+    try:
+        client = langfuse_client(observer.url, fake.public_key, fake.secret_key)
+        with client.start_as_current_observation(as_type="span", name="rag-query") as root:
+            with client.start_as_current_observation(as_type="retriever", name="retrieve"):
+                pass
+            client.flush()  # the retriever is in; the root is not
+            observer.settle()
+            mark = observer.parts.state.received_through()
+            assert mark is not None and mark < wall[0] - timedelta(minutes=4)  # its start
+            root.update(output="done")
+        client.flush()
+        observer.settle()  # scored
+        observer.settle()  # marked at the next step (the marks are a second apart)
+        assert observer.parts.state.received_through() == wall[0] - timedelta(seconds=30)
+        assert observer.metric("observer_otlp_spans_total") == 2
+    finally:
+        observer.close()
+    before = wall[0] - timedelta(seconds=30)
+    wall[0] -= timedelta(minutes=10)  # a restart under a clock set back
+    again = start_observer(fake, tmp_path / "state.sqlite", clock=lambda: wall[0])
+    try:
+        again.settle()
+        assert again.parts.state.received_through() == before
+    finally:
+        again.close()

@@ -27,7 +27,7 @@ from observer.sinks.dispatcher import Dispatcher
 from observer.sinks.langfuse_scores import LangfuseScoreSink
 from observer.state import State, StateError
 from observer.telemetry.metrics import Metrics
-from tests.daemon_helpers import configure, demo_observations
+from tests.daemon_helpers import DEMO_LOOKBACK_S, configure, demo_observations
 from tests.fakes.langfuse_server import SCORES_PATH, FakeLangfuse
 from tests.sinks.test_dispatcher import Clock, scores
 from tests.test_faults import fill, small_disk
@@ -41,7 +41,7 @@ T = datetime(2026, 11, 28, 10, 0, tzinfo=UTC)
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLangfuse]:
     with FakeLangfuse.kind() as server:
         server.add_observations(demo_observations())
-        configure(monkeypatch, server, OBSERVER_SOURCE__LOOKBACK_S=str(30 * 86400))
+        configure(monkeypatch, server, OBSERVER_SOURCE__LOOKBACK_S=DEMO_LOOKBACK_S)
         yield server
 
 

@@ -136,7 +136,7 @@ class Regressions:
     def step(self, now: datetime, rows: Rows) -> list[Outgoing]:
         """Each rule, every `every_s` of event time up to the watermark: the findings that
         began fire, those that ended resolve."""
-        watermark = self.state.watermark()
+        watermark = self.state.scored_through()
         if watermark is None or not self.rules:
             return []
         at = watermark.timestamp()

@@ -155,7 +155,7 @@ class WindowRules:
     ) -> list[Plan]:
         """Each rule's next points: from the point it reached (its states' evaluation time
         in a state file older than `progress`) up to its target."""
-        watermark = self.state.watermark()
+        watermark = self.state.scored_through()
         plans: list[Plan] = []
         for rule in self.rules:
             states = stored.get(rule.name, {})
