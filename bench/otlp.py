@@ -104,9 +104,11 @@ def start_observer(
     raise SystemExit("observer did not open its OTLP port")
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """The process's resident memory (/proc/<pid>/status), or one part of it: `RssAnon`
+    (the heap), `RssFile` and `RssShmem` (mapped files: SQLite's WAL index)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return 0.0
 
@@ -151,6 +153,16 @@ def feed(client: Any, rate: float, seconds: float, threads: int, ends: dict[str,
         w.start()
     for w in workers:
         w.join()
+
+
+def anon_minutes(samples: list[tuple[float, float]]) -> list[float]:
+    """The sample nearest each whole minute."""
+    if not samples:
+        return []
+    return [
+        min(samples, key=lambda sample: abs(sample[0] - 60 * k))[1]
+        for k in range(1, int(samples[-1][0] // 60) + 1)
+    ]
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -199,13 +211,16 @@ def main() -> None:
             environment="production",
         )
         rss: list[tuple[float, float]] = []
+        anon: list[tuple[float, float]] = []
         loads: list[float] = []
         sampling = threading.Event()
 
         def sample() -> None:
             began = time.monotonic()
             while not sampling.wait(5):
-                rss.append((time.monotonic() - began, rss_mb(proc.pid)))
+                at = time.monotonic() - began
+                rss.append((at, rss_mb(proc.pid)))
+                anon.append((at, rss_mb(proc.pid, "RssAnon")))
                 loads.append(os.getloadavg()[0])
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -262,6 +277,9 @@ def main() -> None:
                 for k in range(1, int(rss[-1][0] // 60) + 1)
             ]
             print("observer RSS a minute apart: " + ", ".join(f"{m:.0f}" for m in minutes))
+            print(
+                "  of it the heap (RssAnon): " + ", ".join(f"{m:.0f}" for m in anon_minutes(anon))
+            )
 
 
 if __name__ == "__main__":

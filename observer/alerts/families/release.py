@@ -33,7 +33,7 @@ from observer.alerts.regression import step as regression_step
 from observer.alerts.sender import Sender
 from observer.alerts.triage import blame
 from observer.state import State
-from observer.state.history import first_seen, release_rows, release_stats
+from observer.state.releases import first_seen, release_rows, release_stats
 from observer.state.rows import AlertState, Outgoing, Triage
 from observer.state.slices import Query, places
 from observer.telemetry.metrics import Metrics
