@@ -18,6 +18,8 @@ from typing import Annotated, Literal, NamedTuple
 import orjson
 from pydantic import AfterValidator, ConfigDict, with_config
 
+from observer.frozen import quick_init
+
 
 def _iso_timestamp(value: str | None) -> str | None:
     if value is not None:
@@ -32,6 +34,7 @@ IsoTimestamp = Annotated[str | None, AfterValidator(_iso_timestamp)]
 
 
 @with_config(ConfigDict(allow_inf_nan=False, extra="ignore"))
+@quick_init  # built per trace: observer/frozen.py
 @dataclass(frozen=True, slots=True)
 class Source:
     """One numbered piece of evidence shown to the model; sources[0] is [1]."""
@@ -46,6 +49,7 @@ class Source:
 
 
 @with_config(ConfigDict(allow_inf_nan=False, extra="ignore"))
+@quick_init  # built per trace: observer/frozen.py
 @dataclass(frozen=True, slots=True)
 class RagRecord:
     """One answer with the evidence it was generated from (docs/trace-convention.md)."""

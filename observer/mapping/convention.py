@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from observer.frozen import quick_init
 from observer.mapping.answer import (
     Answered,
     answering_generation,
@@ -97,6 +98,7 @@ def trace_filter(root: Observation, environment: str, rules: MappingRules) -> Sk
     return None
 
 
+@quick_init  # built per trace: observer/frozen.py
 @dataclass(frozen=True, slots=True)
 class Explained:
     """What the mapping made of one trace, the rules that made it, and their provenance."""
