@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from observer.frozen import quick_init
 from observer.mapping.answer import (
     Answered,
     answering_generation,
@@ -49,7 +48,7 @@ from observer.mapping.rules import (
 )
 from observer.mapping.sources import TraceView, find_sources, metadata_of, retrieval_signs
 from observer.mapping.tree import sibling_key, tree_order
-from observer.model import RagRecord, Source
+from observer.model import RagRecord, Source, quick_init
 from observer.records import RecordError, record_from_obj
 from observer.signals.text import prepare
 from observer.times import iso_text
@@ -98,7 +97,7 @@ def trace_filter(root: Observation, environment: str, rules: MappingRules) -> Sk
     return None
 
 
-@quick_init  # built per trace: observer/frozen.py
+@quick_init  # built per trace (observer.model)
 @dataclass(frozen=True, slots=True)
 class Explained:
     """What the mapping made of one trace, the rules that made it, and their provenance."""
