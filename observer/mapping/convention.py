@@ -48,7 +48,7 @@ from observer.mapping.rules import (
 )
 from observer.mapping.sources import TraceView, find_sources, metadata_of, retrieval_signs
 from observer.mapping.tree import sibling_key, tree_order
-from observer.model import RagRecord, Source
+from observer.model import RagRecord, Source, quick_init
 from observer.records import RecordError, record_from_obj
 from observer.signals.text import prepare
 from observer.times import iso_text
@@ -97,6 +97,7 @@ def trace_filter(root: Observation, environment: str, rules: MappingRules) -> Sk
     return None
 
 
+@quick_init  # built per trace (observer.model)
 @dataclass(frozen=True, slots=True)
 class Explained:
     """What the mapping made of one trace, the rules that made it, and their provenance."""
@@ -246,24 +247,20 @@ class _Meta:
             self._index = self._indexed()
         return self._index.get(key)
 
-    def found(self) -> dict[str, Any]:
-        """Every wanted key that has a value (`get`), read at once."""
-        data = self._data
-        found = {key: data[key] for key in self._wanted if data.get(key) is not None}
-        if len(found) < len(self._wanted):
-            if self._index is None:
-                self._index = self._indexed()
-            for key, value in self._index.items():
+    @staticmethod
+    def found(data: Mapping[str, Any], wanted: tuple[str, ...]) -> dict[str, Any]:
+        """Every wanted key of `data` that has a value (`get`), read at once; a flat object
+        without prefixed keys (the usual one) is read without an index."""
+        found = {key: data[key] for key in wanted if data.get(key) is not None}
+        if len(found) < len(wanted) and not _flat(data):
+            for key, value in _Meta(data, wanted)._indexed().items():
                 found.setdefault(key, value)
         return found
 
     def _indexed(self) -> dict[str, Any]:
         prefixed: dict[str, str] = {}
-        for k, v in self._data.items():
-            if "." in k or (isinstance(v, dict) and k not in _SDK_KEYS):
-                break
-        else:
-            return {}  # flat and unprefixed: the key itself or nothing
+        if _flat(self._data):
+            return {}  # the key itself or nothing
         nested: list[str] = []
         for name, inner in self._data.items():
             if not isinstance(name, str) or inner is None:
@@ -285,6 +282,14 @@ class _Meta:
                         if value is not None:
                             index[key] = value
         return index
+
+
+def _flat(data: Mapping[str, Any]) -> bool:
+    """No key with a vendor prefix, no nested object but the SDK's."""
+    for k, v in data.items():
+        if "." in k or (isinstance(v, dict) and k not in _SDK_KEYS):
+            return False
+    return True
 
 
 def _question(
@@ -474,8 +479,8 @@ def _record(
     trace_name: str,
 ) -> RagRecord:
     wanted = rules.metadata_keys
-    mine = _Meta(metadata_of(generation), wanted).found()
-    flags = {**_Meta(metadata_of(root), wanted).found(), **mine}  # the generation's first
+    mine = _Meta.found(metadata_of(generation), wanted)
+    flags = {**_Meta.found(metadata_of(root), wanted), **mine}  # the generation's first
     if trail is not None:
         for key in _FLAGS:
             if key in flags:

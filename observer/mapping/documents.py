@@ -132,33 +132,36 @@ def read_documents(
 def _read_one(
     raw: Mapping[str, Any], text: str, ids: tuple[str, ...], scores: tuple[str, ...]
 ) -> tuple[Source, int]:
-    """One document's Source and score rank (`_Item`'s lookups, its keys folded once): a
-    field on the document, else in its `metadata`, else its `meta`; of the ids, any on the
-    document before any in its metadata; of the scores, the first key in order of
-    preference wherever it sits."""
-    merged = _index(raw)  # a field on the document over one in its metadata
-    chunk_id = _first_in((merged,), ids)
-    for nested in ("metadata", "meta"):  # LangChain documents, Haystack's
-        value = raw.get(nested)
-        if isinstance(value, dict):
-            inner = _index(value)
-            if chunk_id is None:
-                chunk_id = _first_in((inner,), ids)
-            merged = {**inner, **merged}
+    """One document's Source and score rank, its keys folded in one pass (`_Item`'s
+    lookups): a field on the document, else in its `metadata`, else its `meta`; of the ids,
+    any on the document before any in its metadata; of the scores, the first key in order
+    of preference wherever it sits."""
+    merged: dict[str, Any] = {}  # by folded key: the document's, then its metadata's
+    setdefault = merged.setdefault
+    chunk_id = None
+    for level in (raw, raw.get("metadata"), raw.get("meta")):  # LangChain's, Haystack's
+        if level is not raw and not isinstance(level, dict):
+            continue
+        for key, value in level.items():
+            if value is not None and isinstance(key, str):
+                setdefault(_fold(key), value)
+        if chunk_id is None:  # only this level's ids are new: the first one found
+            chunk_id = _first_in((merged,), ids)
     rank, score = len(scores), None
     for at, key in enumerate(scores):
         score = merged.get(key)
         if score is not None:
             rank = at
             break
-    source = Source(
-        text=text,
-        chunk_id=as_str(chunk_id),
-        doc_id=as_str(merged.get("docid")),
-        title=as_str(merged.get("title")),
-        score=as_float(score),
-        text_hash=as_str(merged.get("texthash")),
-        origin="web" if merged.get("origin") == "web" else "kb",
+    get = merged.get
+    source = Source(  # positional: a frozen dataclass's keywords cost a dict per call
+        text,
+        as_str(chunk_id),
+        as_str(get("docid")),
+        as_str(get("title")),
+        as_float(score),
+        as_str(get("texthash")),
+        "web" if get("origin") == "web" else "kb",
     )
     return source, rank
 

@@ -292,6 +292,8 @@ def tool_results_in(value: Any) -> Iterator[tuple[str, Any]]:
     (or `function`) message's content; a `tool_result`, `tool-result` or
     `tool_call_response` part's content, output or result; a Gemini `functionResponse`'s
     response."""
+    if isinstance(value, str) and not _may_hold_results(value):
+        return  # the usual prompt: no walk of its messages
     for node in _nodes(decode_all(value)):
         role = node.get("role")
         if isinstance(role, str) and role in _TOOL_ROLES and "content" in node:
@@ -309,6 +311,14 @@ def tool_results_in(value: Any) -> Iterator[tuple[str, Any]]:
             inner = node.get(key)
             if isinstance(inner, dict):
                 yield "a functionResponse", _unwrapped(inner.get("response"))
+
+
+def _may_hold_results(text: str) -> bool:
+    """A recorded prompt's text may hold a tool result: it has a word one is told by (every
+    role, part type and key that tells one holds `tool`, `unction` or `ipython`), or an
+    escape that may write one (JSON writes a letter as itself unless it escapes it; a
+    repr's role and a transcript's are read as written)."""
+    return "tool" in text or "unction" in text or "ipython" in text or "\\u" in text
 
 
 def _is_result_part(part: Any) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from observer.mapping.decode import as_str
+from observer.model import quick_init
 
 Observation = Mapping[str, Any]
 
@@ -121,6 +122,7 @@ SCORES_NOT_RECORDED = "not_recorded"  # sources without any score: score signals
 SCORES_NO_SOURCES = "no_sources"  # no evidence at all: the worst values, known
 
 
+@quick_init  # built per trace (observer.model)
 @dataclass(frozen=True, slots=True)
 class Provenance:
     """Where each part of a record came from, and whether its content confirmed it."""

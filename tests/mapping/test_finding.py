@@ -154,6 +154,26 @@ def test_documents_in_anthropic_tool_result_blocks_keep_their_ids_and_scores() -
     assert record.question == "How long do refunds take?"
 
 
+@pytest.mark.parametrize("role", ["tool", "function"])
+def test_a_tool_message_whose_role_is_written_as_json_escapes_is_read(role: str) -> None:
+    """A prompt's text is looked at for the words a tool result is told by before its
+    messages are walked; a JSON writer may escape any letter of them (`\\u0074ool`)."""
+    docs = [{"id": "kb-1", "text": REFUNDS, "score": 0.9}, {"id": "kb-2", "text": CARDS}]
+    messages = [
+        {"role": "user", "content": "How long do refunds take?"},
+        {"role": role, "content": json.dumps(docs)},
+    ]
+    escaped = "".join(f"\\u{ord(c):04x}" for c in role)
+    written = json.dumps(messages).replace(f'"{role}"', f'"{escaped}"')
+    assert role not in written.replace(REFUNDS, "").replace(CARDS, "")
+    trace = [root(input="How long do refunds take?"), generation(messages)]
+    trace[1]["input"] = written
+    record, provenance = read(trace)
+    assert isinstance(record, RagRecord), record
+    assert [(s.chunk_id, s.score) for s in record.sources] == [("kb-1", 0.9), ("kb-2", None)]
+    assert provenance.sources == f"gen input: a {role} message, documents as JSON (result)"
+
+
 @pytest.mark.parametrize("shape", ["json_string_in_json", "python_repr"])
 def test_a_tools_output_encoded_as_text_is_read(shape: str) -> None:
     docs = [
