@@ -15,7 +15,7 @@ import ast
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from functools import cache
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from observer.mapping.decode import as_float, as_str, decode
@@ -31,12 +31,14 @@ LIST_DEPTH = 3
 MAX_REPR_CHARS = 200_000
 
 
-@cache
+# Bounded: the keys come from the traces, and a daemon sees new ones for as long as it
+# runs (an id used as a key); the usual few hundred stay.
+@lru_cache(maxsize=4096)
 def _fold(key: str) -> str:
     return key.replace("_", "").replace("-", "").lower()
 
 
-@cache
+@lru_cache(maxsize=256)  # the rules' key lists
 def _folded(keys: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(_fold(k) for k in keys)
 
