@@ -253,7 +253,7 @@ def build_alerts(
 
 def build_health(settings: Settings, state: State, metrics: Metrics) -> Health:
     # The OTLP receiver alone reads nothing: no watermark lag, no Langfuse reads to wait for.
-    alone = settings.otlp.on and settings.otlp.poller == "off"
+    alone = settings.otlp.alone
     return Health(
         stale_after_s=max(60.0, 3 * settings.source.poll_interval_s),
         langfuse_within_s=max(

@@ -99,7 +99,7 @@ class Daemon:
             return
         if parts.member is not None:
             return  # the fleet member's own threads read and score
-        if parts.settings.otlp.on and parts.settings.otlp.poller == "off":
+        if parts.settings.otlp.alone:
             # The OTLP receiver alone: nothing is read from Langfuse, and nothing lags. The
             # rules still evaluate, those on traces up to the receiver's mark.
             parts.evaluator.after_pass(self.clock(), 0.0)

@@ -489,8 +489,7 @@ class _Wiring:
         against it: before a first pass has moved a watermark, the lag counts from the
         first window's start (a daemon whose every pass fails is not "0 s behind")."""
         source = self.source
-        o = self.settings.otlp
-        if not isinstance(source, LangfuseSource) or (o.on and o.poller == "off"):
+        if not isinstance(source, LangfuseSource) or self.settings.otlp.alone:
             return now_utc  # the receiver alone reads nothing from Langfuse, its clock neither
         server = source.clock
         first = now_utc() - timedelta(seconds=self.settings.source.lookback_s)

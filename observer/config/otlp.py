@@ -103,5 +103,10 @@ class OtlpSettings(Section):
         return "listen" in self.model_fields_set
 
     @property
+    def alone(self) -> bool:
+        """The receiver on and the poller off: nothing is read from Langfuse."""
+        return self.on and self.poller == "off"
+
+    @property
     def address(self) -> tuple[str, int]:
         return split_listen(self.listen)

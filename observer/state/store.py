@@ -166,26 +166,29 @@ class State:
 
     # -- watermark ------------------------------------------------------------
 
-    def watermark(self) -> datetime | None:
-        """Every trace whose root started before this has been settled and handled."""
+    def _moment(self, key: str) -> datetime | None:
         with self._lock:
-            value = self._get_meta("watermark")
+            value = self._get_meta(key)
         return parse_time(value) if value else None
 
-    def set_watermark(self, moment: datetime) -> None:
+    def _set_moment(self, key: str, moment: datetime) -> None:
         with self._transaction():
-            self._set_meta("watermark", iso(moment))
+            self._set_meta(key, iso(moment))
+
+    def watermark(self) -> datetime | None:
+        """Every trace whose root started before this has been settled and handled."""
+        return self._moment("watermark")
+
+    def set_watermark(self, moment: datetime) -> None:
+        self._set_moment("watermark", moment)
 
     def received_through(self) -> datetime | None:
         """The OTLP receiver's own mark: every trace it took whose spans start before this
         is scored (docs/daemon.md#the-event-path)."""
-        with self._lock:
-            value = self._get_meta("received_through")
-        return parse_time(value) if value else None
+        return self._moment("received_through")
 
     def set_received_through(self, moment: datetime) -> None:
-        with self._transaction():
-            self._set_meta("received_through", iso(moment))
+        self._set_moment("received_through", moment)
 
     def scored_through(self) -> datetime | None:
         """Where the history is whole, for the alert rules on traces and the pruning: the
